@@ -1,0 +1,300 @@
+"""Which names are GradScalers, optimizers and autocast contexts.
+
+Identified by construction *and* by use, because real code hands these objects around:
+`self.scaler`, a parameter called `grad_scaler`, an attribute of a wrapper.  A name on
+which `.unscale_()` is called is a GradScaler whatever it is called; what
+`scaler.step(x)` receives is an optimizer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+import libcst as cst
+
+from amplint.analysis.names import attr_name, dotted
+from amplint.analysis.torch_api import (
+    AUTOCAST_CONTEXTS,
+    AUTOCAST_DEFAULT_DTYPE,
+    AUTOCAST_IMPLIED_DEVICE,
+    NOT_OPTIMIZERS,
+    OPTIMIZER_PACKAGES,
+    SCALER_CONSTRUCTORS,
+    SHARDED_SCALER_CONSTRUCTORS,
+)
+from amplint.analysis.values import ValueResolver, value_branches
+
+
+def call_arg(call: cst.Call, position: int | None, keyword: str | None) -> cst.BaseExpression | None:
+    """The argument passed at `position` (0-based, positional only) or as `keyword`."""
+    positional = [a for a in call.args if a.keyword is None and not a.star]
+    if keyword is not None:
+        for a in call.args:
+            if a.keyword is not None and a.keyword.value == keyword:
+                return a.value
+    if position is not None and position < len(positional):
+        return positional[position].value
+    return None
+
+
+@dataclass(frozen=True)
+class ScalerConstruction:
+    call: cst.Call
+    scope: object
+    target: str | None  # dotted text it was assigned to, if any
+    enabled: bool | None  # literal value of `enabled=`, None when decided at run time
+    sharded: bool
+    qualname: str
+
+
+@dataclass(frozen=True)
+class AutocastInfo:
+    """One autocast context: what we can tell without running it."""
+
+    node: cst.CSTNode
+    device: str | None  # "cuda", "cpu", or None when decided at run time
+    dtypes: frozenset[str] | None  # possible dtypes; None when unknown
+    enabled: bool | None  # False only for a literal `enabled=False`
+    managed: bool = False  # accelerator.autocast(): the library chooses
+
+    @property
+    def may_be_enabled(self) -> bool:
+        return self.enabled is not False
+
+    @property
+    def may_be_fp16(self) -> bool:
+        return self.dtypes is not None and "float16" in self.dtypes
+
+    @property
+    def may_be_bf16(self) -> bool:
+        return self.dtypes is not None and "bfloat16" in self.dtypes
+
+
+class Bindings:
+    def __init__(self, model) -> None:
+        self.model = model
+        self.values = ValueResolver(model)
+
+    # --- keys ----------------------------------------------------------------------------
+    def key(self, expr: cst.BaseExpression | None, scope) -> str | None:
+        """A scope-aware identity for a dotted expression.
+
+        `self.scaler` in any method of class `Trainer` is one key; a local `scaler` in
+        `train()` and another in `evaluate()` are two.
+        """
+        text = dotted(expr)
+        if text is None:
+            return None
+        head, _, rest = text.partition(".")
+        if scope.cls is not None and scope.self_name == head:
+            return f"{scope.cls.name}.self" + (f".{rest}" if rest else "")
+        s = scope
+        while s is not None and not s.binds(head):
+            s = s.parent
+        owner = s or self.model.module_scope
+        return f"{owner.name}@{id(owner)}:{text}"
+
+    @staticmethod
+    def text_of(key: str | None) -> str | None:
+        if key is None:
+            return None
+        if ":" in key:
+            return key.split(":", 1)[1]
+        return "self" + key.split(".self", 1)[1]
+
+    # --- scalers -------------------------------------------------------------------------
+    @cached_property
+    def scaler_constructions(self) -> list[ScalerConstruction]:
+        found = []
+        targets: dict[int, str] = {}
+        for scope in self.model.scopes:
+            for text, values in scope.assignments.items():
+                for v in values:
+                    for b in value_branches(v):
+                        targets[id(b)] = text
+        for site in self.model.calls:
+            qual = self.model.qualify(site.node.func)
+            if qual not in SCALER_CONSTRUCTORS and qual not in SHARDED_SCALER_CONSTRUCTORS:
+                continue
+            enabled = self.values.literal_bool(call_arg(site.node, 4 if qual.startswith(("torch.cuda", "torch.cpu")) else 5, "enabled"))
+            found.append(
+                ScalerConstruction(
+                    call=site.node,
+                    scope=site.scope,
+                    target=targets.get(id(site.node)),
+                    enabled=enabled,
+                    sharded=qual in SHARDED_SCALER_CONSTRUCTORS,
+                    qualname=qual,
+                )
+            )
+        return found
+
+    @cached_property
+    def scaler_keys(self) -> frozenset[str]:
+        """Keys of every expression that holds a (possibly enabled) GradScaler."""
+        keys: set[str] = set()
+        for c in self.scaler_constructions:
+            if c.target is not None and c.enabled is not False:
+                keys.add(self.key(cst.parse_expression(c.target), c.scope))
+        methods: dict[str, set[str]] = {}
+        for site in self.model.calls:
+            func = site.node.func
+            if not isinstance(func, cst.Attribute):
+                continue
+            k = self.key(func.value, site.scope)
+            if k is None:
+                continue
+            name = func.attr.value
+            if name in ("unscale_", "get_scale"):
+                keys.add(k)
+            elif name == "backward" and isinstance(func.value, cst.Call):
+                inner = func.value.func
+                if isinstance(inner, cst.Attribute) and inner.attr.value == "scale":
+                    sk = self.key(inner.value, site.scope)
+                    if sk is not None:
+                        keys.add(sk)
+            elif name in ("scale", "update", "step"):
+                methods.setdefault(k, set()).add(name)
+        for k, names in methods.items():
+            if {"scale", "update"} <= names and "step" in names:
+                keys.add(k)
+        return frozenset(keys)
+
+    def is_scaler(self, expr: cst.BaseExpression | None, scope) -> bool:
+        k = self.key(expr, scope)
+        if k is None:
+            return False
+        if k in self.scaler_keys:
+            return True
+        # A parameter or attribute named like a scaler whose methods are scaler methods.
+        text = dotted(expr) or ""
+        last = text.split(".")[-1].lower()
+        return "scaler" in last and last not in ("lr_scaler",)
+
+    @cached_property
+    def uses_enabled_scaler(self) -> bool:
+        """The module builds or uses a GradScaler that is not literally disabled."""
+        if any(c.enabled is not False and not c.sharded for c in self.scaler_constructions):
+            return True
+        return bool(self.scaler_keys)
+
+    # --- optimizers ----------------------------------------------------------------------
+    def is_optimizer_constructor(self, call: cst.Call) -> bool:
+        qual = self.model.qualify(call.func) or ""
+        if not qual.startswith(OPTIMIZER_PACKAGES) or qual.startswith(NOT_OPTIMIZERS):
+            return False
+        last = qual.rsplit(".", 1)[-1]
+        return last[:1].isupper() and last not in ("Optimizer",)
+
+    @cached_property
+    def optimizer_keys(self) -> frozenset[str]:
+        keys: set[str] = set()
+        for scope in self.model.scopes:
+            for text, values in scope.assignments.items():
+                for v in values:
+                    if any(isinstance(b, cst.Call) and self.is_optimizer_constructor(b) for b in value_branches(v)):
+                        keys.add(self.key(cst.parse_expression(text), scope))
+        methods: dict[str, set[str]] = {}
+        for site in self.model.calls:
+            func = site.node.func
+            if not isinstance(func, cst.Attribute):
+                continue
+            if func.attr.value in ("step", "unscale_") and self.is_scaler(func.value, site.scope):
+                opt = call_arg(site.node, 0, "optimizer")
+                k = self.key(opt, site.scope)
+                if k is not None:
+                    keys.add(k)
+                continue
+            k = self.key(func.value, site.scope)
+            if k is not None and func.attr.value in ("step", "zero_grad"):
+                methods.setdefault(k, set()).add(func.attr.value)
+        for k, names in methods.items():
+            if names == {"step", "zero_grad"}:
+                keys.add(k)
+        return frozenset(keys)
+
+    def is_optimizer(self, expr: cst.BaseExpression | None, scope) -> bool:
+        k = self.key(expr, scope)
+        if k is not None and k in self.optimizer_keys:
+            return True
+        text = (dotted(expr) or "").split(".")[-1].lower()
+        return text in ("optimizer", "optim", "opt") or text.endswith(("optimizer", "_optim", "_opt"))
+
+    # --- autocast ------------------------------------------------------------------------
+    def autocast_of(self, expr: cst.BaseExpression, scope, depth: int = 0) -> list[AutocastInfo]:
+        """The autocast contexts a `with` item may enter (empty: not autocast)."""
+        if depth > 4:
+            return []
+        found: list[AutocastInfo] = []
+        for branch in value_branches(expr):
+            if isinstance(branch, cst.Call):
+                found.extend(self._autocast_call(branch, scope, depth))
+            elif isinstance(branch, (cst.Name, cst.Attribute)):
+                for value, vscope in self.values.assigned(branch, scope):
+                    found.extend(self.autocast_of(value, vscope, depth + 1))
+        return found
+
+    def _autocast_call(self, call: cst.Call, scope, depth: int, bound: tuple = ()) -> list[AutocastInfo]:
+        func = call.func
+        qual = self.model.qualify(func)
+        if qual in AUTOCAST_CONTEXTS:
+            return [self._describe_autocast(call, qual, scope, (*bound, *call.args))]
+        if qual in ("functools.partial",) and call.args:
+            inner_qual = self.model.qualify(call.args[0].value)
+            if inner_qual in AUTOCAST_CONTEXTS:
+                return [self._describe_autocast(call, inner_qual, scope, tuple(call.args[1:]))]
+        if isinstance(func, cst.Attribute) and func.attr.value == "autocast" and qual is None:
+            receiver = (dotted(func.value) or "").lower()
+            if "accelerator" in receiver or "fabric" in receiver:
+                return [AutocastInfo(node=call, device=None, dtypes=None, enabled=None, managed=True)]
+        if isinstance(func, (cst.Name, cst.Attribute)) and qual is None:
+            # `autocast = torch.cuda.amp.autocast if x else nullcontext`, then `autocast()`;
+            # `ctx = functools.partial(torch.autocast, "cuda")`, then `ctx()`
+            found = []
+            for value, vscope in self.values.assigned(func, scope):
+                for b in value_branches(value):
+                    bq = self.model.qualify(b)
+                    if bq in AUTOCAST_CONTEXTS:
+                        found.append(self._describe_autocast(call, bq, scope, tuple(call.args)))
+                    elif isinstance(b, cst.Call) and self.model.qualify(b.func) == "functools.partial" and b.args:
+                        pq = self.model.qualify(b.args[0].value)
+                        if pq in AUTOCAST_CONTEXTS:
+                            found.append(self._describe_autocast(call, pq, vscope, (*b.args[1:], *call.args)))
+            return found
+        return []
+
+    def _describe_autocast(self, node: cst.CSTNode, qual: str, scope, args: tuple) -> AutocastInfo:
+        fake = cst.Call(func=cst.Name("autocast"), args=list(args))
+        implied = AUTOCAST_IMPLIED_DEVICE.get(qual)
+        if implied is not None:
+            # legacy signature: autocast(enabled=True, dtype=..., cache_enabled=True)
+            device_values = frozenset({implied})
+            enabled_expr = call_arg(fake, 0, "enabled")
+            dtype_expr = call_arg(fake, 1, "dtype")
+        else:
+            device_expr = call_arg(fake, 0, "device_type")
+            device_values = self.values.strings(device_expr, scope)
+            dtype_expr = call_arg(fake, 1, "dtype")
+            enabled_expr = call_arg(fake, 2, "enabled")
+        device = next(iter(device_values)) if device_values and len(device_values) == 1 else None
+        if dtype_expr is not None:
+            dtypes = self.values.dtypes(dtype_expr, scope)
+        elif device_values:
+            dtypes = frozenset(AUTOCAST_DEFAULT_DTYPE.get(d, "float16") for d in device_values)
+        else:
+            dtypes = None
+        enabled = True if enabled_expr is None else self.values.literal_bool(enabled_expr)
+        return AutocastInfo(node=node, device=device, dtypes=dtypes, enabled=enabled)
+
+
+def receiver_name(call: cst.Call) -> str | None:
+    """`model` for `model.half()`; None when the callee is not a method call."""
+    func = call.func
+    if isinstance(func, cst.Attribute):
+        return dotted(func.value)
+    return None
+
+
+def method_name(call: cst.Call) -> str | None:
+    return attr_name(call.func) if isinstance(call.func, cst.Attribute) else None

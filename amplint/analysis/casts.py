@@ -1,0 +1,181 @@
+"""Precision casts of whole modules, and whether those modules are trained.
+
+`.half()`, `.bfloat16()`, `.to(torch.float16)`, `.to(dtype=weight_dtype)` and
+`from_pretrained(..., torch_dtype=torch.float16)` turn every parameter of a module into
+a reduced-precision tensor.  That is fine for a frozen module (inference, a VAE or text
+encoder next to the trained UNet) and wrong for one whose parameters reach an
+optimizer: the optimizer then holds fp16 master weights.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+import libcst as cst
+
+from amplint.analysis.bindings import call_arg
+from amplint.analysis.names import dotted
+from amplint.analysis.torch_api import HALF_CAST_METHODS
+from amplint.analysis.values import value_branches
+
+_FROM_PRETRAINED_DTYPE_KWARGS = ("torch_dtype", "dtype")
+# Calls that give some parameters back their fp32 precision after a cast (diffusers).
+_UPCAST_HELPERS = ("cast_training_params",)
+_PARAMETER_ACCESSORS = ("parameters", "named_parameters")
+
+
+@dataclass(frozen=True, eq=False)
+class ModuleCast:
+    call: cst.Call
+    scope: object
+    target_text: str  # the dotted name whose parameters change dtype
+    key: str
+    dtypes: frozenset[str]
+    spelling: str  # `.half()`, `.to(torch.bfloat16)`, `from_pretrained(torch_dtype=...)`
+
+
+class Casts:
+    def __init__(self, model) -> None:
+        self.model = model
+        self.b = model.bindings
+
+    @cached_property
+    def assigned_from(self) -> dict[int, tuple[str, object]]:
+        """id(value expression or branch) -> (target text, scope), to name chained casts."""
+        out: dict[int, tuple[str, object]] = {}
+        for scope in self.model.scopes:
+            for text, values in scope.assignments.items():
+                for v in values:
+                    for branch in value_branches(v):
+                        out[id(branch)] = (text, scope)
+        return out
+
+    @cached_property
+    def module_casts(self) -> list[ModuleCast]:
+        found: list[ModuleCast] = []
+        for site in self.model.calls:
+            call, scope = site.node, site.scope
+            func = call.func
+            if not isinstance(func, cst.Attribute):
+                continue
+            name = func.attr.value
+            dtypes: frozenset[str] | None = None
+            spelling = ""
+            if name in HALF_CAST_METHODS and not call.args:
+                dtypes = frozenset({HALF_CAST_METHODS[name]})
+                spelling = f".{name}()"
+            elif name == "to":
+                dtypes = self._to_dtypes(call, scope)
+                spelling = ".to(...)"
+            elif name == "from_pretrained":
+                for kw in _FROM_PRETRAINED_DTYPE_KWARGS:
+                    expr = call_arg(call, None, kw)
+                    if expr is not None:
+                        dtypes = self.b.values.dtypes(expr, scope)
+                        spelling = f"from_pretrained({kw}=...)"
+                        break
+            if not dtypes or not (dtypes & {"float16", "bfloat16"}):
+                continue
+            target = self._target_of(call, scope)
+            if target is None:
+                continue
+            text, tscope = target
+            key = self.b.key(cst.parse_expression(text), tscope)
+            found.append(ModuleCast(call, scope, text, key, dtypes & frozenset({"float16", "bfloat16"}), spelling))
+        return found
+
+    def _to_dtypes(self, call: cst.Call, scope) -> frozenset[str] | None:
+        exprs = [a.value for a in call.args if a.keyword is None and not a.star]
+        kw = call_arg(call, None, "dtype")
+        if kw is not None:
+            exprs.append(kw)
+        found: set[str] = set()
+        for e in exprs:
+            got = self.b.values.dtypes(e, scope)
+            if got:
+                found |= got
+        return frozenset(found) if found else None
+
+    def _target_of(self, call: cst.Call, scope) -> tuple[str, object] | None:
+        """The name whose module changes: the receiver, or what a chained cast is assigned to."""
+        func = call.func
+        assert isinstance(func, cst.Attribute)
+        receiver = func.value
+        text = dotted(receiver)
+        if text is not None and func.attr.value != "from_pretrained":
+            return text, scope
+        # `model = Net().half()`, `unet = UNet.from_pretrained(..., torch_dtype=...)`
+        return self.assigned_from.get(id(call))
+
+    # --- is the module trained? ----------------------------------------------------------
+    @cached_property
+    def optimizer_inputs(self) -> list[tuple[cst.Call, set[str]]]:
+        """Each optimizer construction with the keys its arguments mention (one hop deep)."""
+        out = []
+        for site in self.model.calls:
+            call, scope = site.node, site.scope
+            if not self._builds_optimizer(call):
+                continue
+            keys: set[str] = set()
+            for arg in call.args:
+                for name_expr in _dotted_names(arg.value):
+                    keys |= self._keys_through(name_expr, scope, depth=0)
+            out.append((call, keys))
+        return out
+
+    def _builds_optimizer(self, call: cst.Call) -> bool:
+        if self.b.is_optimizer_constructor(call):
+            return True
+        name = (dotted(call.func) or "").split(".")[-1].lower()
+        return ("optimizer" in name or name.endswith("optim")) and name.startswith(("create", "build", "get", "make", "configure", "init"))
+
+    def _keys_through(self, expr: cst.BaseExpression, scope, depth: int) -> set[str]:
+        keys: set[str] = set()
+        if isinstance(expr, cst.Attribute) and expr.attr.value in _PARAMETER_ACCESSORS:
+            expr = expr.value  # `self.parameters()` inside a method: the whole instance
+        key = self.b.key(expr, scope)
+        if key is not None:
+            keys.add(key)
+        if depth < 2 and isinstance(expr, (cst.Name, cst.Attribute)):
+            for value, vscope in self.b.values.assigned(expr, scope):
+                for inner in _dotted_names(value):
+                    keys |= self._keys_through(inner, vscope, depth + 1)
+        return keys
+
+    def is_trained(self, cast: ModuleCast) -> bool:
+        """Some optimizer receives parameters of the cast module (or of its parent)."""
+        if self._upcast_after(cast):
+            return False
+        for _, keys in self.optimizer_inputs:
+            for k in keys:
+                if k == cast.key or cast.key.startswith(k + ".") or k.startswith(cast.key + "."):
+                    return True
+        return False
+
+    def _upcast_after(self, cast: ModuleCast) -> bool:
+        for site in self.model.calls:
+            name = (dotted(site.node.func) or "").split(".")[-1]
+            if name in _UPCAST_HELPERS:
+                for arg in site.node.args:
+                    if self.b.key(arg.value, site.scope) == cast.key:
+                        return True
+        return False
+
+
+def _dotted_names(expr: cst.CSTNode) -> list[cst.BaseExpression]:
+    """Every maximal dotted name inside an expression (`model.parameters` of `model.parameters()`)."""
+    out: list[cst.BaseExpression] = []
+
+    class V(cst.CSTVisitor):
+        def visit_Attribute(self, node: cst.Attribute) -> bool:
+            if dotted(node) is not None:
+                out.append(node)
+                return False
+            return True
+
+        def visit_Name(self, node: cst.Name) -> None:
+            out.append(node)
+
+    expr.visit(V())
+    return out

@@ -1,0 +1,543 @@
+"""Training-step event graphs: what happens, in which order, inside which autocast.
+
+For every function (and the module body) we build a small control-flow graph whose
+points carry the events rules care about: backward (scaled or not), `unscale_`,
+clipping, `scaler.step`, `optimizer.step`, `update`, `zero_grad`, scaler construction,
+checkpoint saves.  `if`/`else`, loops (with back edges), `try`, `with`, `break`,
+`continue` and `return` shape the edges.  Calls to functions and methods defined in the
+same module are inlined a bounded depth, so a `self._clip()` helper clips where it is
+called; such events remember the call they were reached through (`anchor`), which is
+where a diagnostic points.
+
+Rules query the graph ("is a clip reachable from a scaled backward without passing an
+unscale_?") instead of walking the CST themselves.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Callable, Iterator
+
+import libcst as cst
+
+from amplint.analysis.bindings import AutocastInfo, call_arg
+from amplint.analysis.names import dotted
+from amplint.analysis.torch_api import (
+    AUTOGRAD_BACKWARD,
+    CLIP_FUNCTIONS,
+    CLIP_METHODS,
+    SCALER_CONSTRUCTORS,
+    SHARDED_SCALER_CONSTRUCTORS,
+)
+from amplint.analysis.values import value_branches
+
+MAX_INLINE_DEPTH = 3
+
+# Receivers whose `.backward(loss)` / `.clip_grad_norm_()` are library-managed and
+# unscale correctly (HF Accelerate, Lightning Fabric, DeepSpeed engines).
+MANAGED_RECEIVER_WORDS = ("accelerator", "fabric", "engine", "deepspeed", "trainer", "strategy", "precision")
+
+
+class Kind(enum.Enum):
+    BACKWARD = "backward"
+    UNSCALE = "unscale_"
+    CLIP = "clip"
+    SCALER_STEP = "scaler.step"
+    OPT_STEP = "optimizer.step"
+    UPDATE = "update"
+    ZERO_GRAD = "zero_grad"
+    SCALER_NEW = "GradScaler()"
+    SAVE = "save"
+
+
+@dataclass(frozen=True, eq=False)
+class AutocastRegion:
+    info: AutocastInfo
+    with_node: cst.With
+
+
+@dataclass(eq=False)
+class Event:
+    kind: Kind
+    node: cst.Call
+    anchor: cst.Call
+    statement: cst.CSTNode
+    scope: object
+    regions: tuple[AutocastRegion, ...] = ()
+    loops: tuple[object, ...] = ()
+    scaler: str | None = None
+    optimizer: str | None = None
+    scaled: bool = False
+    managed: bool = False
+    via: tuple[str, ...] = ()
+    qualname: str | None = None
+
+    @property
+    def inlined(self) -> bool:
+        return self.node is not self.anchor
+
+    @property
+    def active_autocast(self) -> AutocastRegion | None:
+        """The innermost autocast region in force here, if any may be enabled.
+
+        A nested `autocast(enabled=False)` for the same device (or an unknown one)
+        switches the outer one off.
+        """
+        disabled_devices: set[str | None] = set()
+        for region in reversed(self.regions):
+            info = region.info
+            if info.enabled is False:
+                disabled_devices.add(info.device)
+                continue
+            if None in disabled_devices or info.device in disabled_devices:
+                continue
+            return region
+        return None
+
+
+@dataclass(eq=False)
+class Point:
+    event: Event | None = None
+    succ: list["Point"] = field(default_factory=list)
+
+
+@dataclass(eq=False)
+class Loop:
+    header: Point
+    node: cst.CSTNode
+    breaks: list[Point] = field(default_factory=list)
+
+
+class StepGraph:
+    """The event graph of one scope (a function, a method, or the module body)."""
+
+    def __init__(self, scope) -> None:
+        self.scope = scope
+        self.entry = Point()
+        self.exit = Point()
+        self.points: list[Point] = [self.entry, self.exit]
+        self._point_of: dict[int, Point] = {}
+        self.loops: list[Loop] = []
+
+    @property
+    def events(self) -> list[Event]:
+        return [p.event for p in self.points if p.event is not None]
+
+    def of_kind(self, *kinds: Kind) -> list[Event]:
+        return [e for e in self.events if e.kind in kinds]
+
+    def point(self, event: Event) -> Point:
+        return self._point_of[id(event)]
+
+    def reachable(
+        self,
+        start: Event | Point,
+        *,
+        stop: Callable[[Event], bool] = lambda e: False,
+        include_start: bool = False,
+    ) -> Iterator[Event]:
+        """Events reachable after `start`, not walking past events for which `stop` holds.
+
+        Stopping events are yielded themselves; loops are followed around their back
+        edges, so "after" includes the next iteration.
+        """
+        origin = self.point(start) if isinstance(start, Event) else start
+        seen: set[int] = set()
+        queue = deque(origin.succ if not include_start else [origin])
+        while queue:
+            p = queue.popleft()
+            if id(p) in seen:
+                continue
+            seen.add(id(p))
+            if p.event is not None:
+                yield p.event
+                if stop(p.event):
+                    continue
+            queue.extend(p.succ)
+
+    def reaches_point(self, start: Event | Point, target: Point, *, stop: Callable[[Event], bool]) -> bool:
+        """Whether `target` is reachable from `start` without passing a stopping event."""
+        origin = self.point(start) if isinstance(start, Event) else start
+        seen: set[int] = set()
+        queue = deque(origin.succ)
+        while queue:
+            p = queue.popleft()
+            if p is target:
+                return True
+            if id(p) in seen:
+                continue
+            seen.add(id(p))
+            if p.event is not None and stop(p.event):
+                continue
+            queue.extend(p.succ)
+        return False
+
+    def loop_of(self, event: Event) -> Loop | None:
+        """The innermost loop of *this* graph that holds the event."""
+        for loop in reversed(self.loops):
+            if loop in event.loops:
+                return loop
+        return None
+
+
+class _CallCollector(cst.CSTVisitor):
+    """Calls of an expression in evaluation order (arguments before the call)."""
+
+    def __init__(self) -> None:
+        self.calls: list[cst.Call] = []
+
+    def leave_Call(self, original_node: cst.Call) -> None:
+        self.calls.append(original_node)
+
+    def visit_Lambda(self, node: cst.Lambda) -> bool:
+        return False
+
+
+def calls_in(node: cst.CSTNode | None) -> list[cst.Call]:
+    if node is None:
+        return []
+    collector = _CallCollector()
+    node.visit(collector)
+    return collector.calls
+
+
+class _Builder:
+    def __init__(self, model, graph: StepGraph) -> None:
+        self.model = model
+        self.b = model.bindings
+        self.graph = graph
+        self.frontier: list[Point] = [graph.entry]
+        self.regions: list[AutocastRegion] = []
+        self.loops: list[Loop] = []
+        self.inline_stack: list[cst.FunctionDef] = []
+        self.return_targets: list[list[Point]] = []
+        self.anchor: cst.Call | None = None
+        self.statement: cst.CSTNode | None = None
+        self.scope = graph.scope
+        self.via: tuple[str, ...] = ()
+
+    # --- graph plumbing ------------------------------------------------------------------
+    def _new_point(self, event: Event | None = None) -> Point:
+        p = Point(event)
+        self.graph.points.append(p)
+        if event is not None:
+            self.graph._point_of[id(event)] = p
+        for f in self.frontier:
+            f.succ.append(p)
+        self.frontier = [p]
+        return p
+
+    def build_body(self, body: cst.CSTNode) -> None:
+        self.block(_statements(body))
+        for f in self.frontier:
+            f.succ.append(self.graph.exit)
+        for targets in self.return_targets:
+            for f in targets:
+                f.succ.append(self.graph.exit)
+
+    def block(self, stmts) -> None:
+        for s in stmts:
+            if not self.frontier:
+                return  # unreachable after return/raise/break/continue
+            self.statement_(s)
+
+    # --- statements ----------------------------------------------------------------------
+    def statement_(self, s: cst.CSTNode) -> None:
+        outer = self.statement
+        if not self.inline_stack:
+            self.statement = s
+        try:
+            self._statement(s)
+        finally:
+            if not self.inline_stack:
+                self.statement = outer
+
+    def _statement(self, s: cst.CSTNode) -> None:
+        if isinstance(s, cst.SimpleStatementLine):
+            for small in s.body:
+                self.small(small)
+                if not self.frontier:
+                    return
+        elif isinstance(s, cst.If):
+            self.expr(s.test)
+            start = self.frontier
+            self.block(_statements(s.body))
+            after_body = self.frontier
+            self.frontier = start
+            if s.orelse is not None:
+                if isinstance(s.orelse, cst.If):
+                    self.statement_(s.orelse)
+                else:
+                    self.block(_statements(s.orelse.body))
+            self.frontier = after_body + self.frontier
+        elif isinstance(s, (cst.For, cst.While)):
+            self.expr(s.iter if isinstance(s, cst.For) else s.test)
+            header = self._new_point()
+            loop = Loop(header=header, node=s)
+            self.graph.loops.append(loop)
+            self.loops.append(loop)
+            self.block(_statements(s.body))
+            for f in self.frontier:
+                f.succ.append(header)
+            self.loops.pop()
+            self.frontier = [header]
+            if s.orelse is not None:
+                self.block(_statements(s.orelse.body))
+            self.frontier = self.frontier + loop.breaks
+        elif isinstance(s, cst.Try) or type(s).__name__ == "TryStar":
+            start = list(self.frontier)
+            self.block(_statements(s.body))
+            body_points = [p for p in self.graph.points if p.event is not None]
+            after_body = self.frontier
+            if s.orelse is not None:
+                self.block(_statements(s.orelse.body))
+            ends = list(self.frontier)
+            for handler in s.handlers:
+                # NB: a handler may start after any statement of the body; we approximate
+                # that with the body's start and end, which keeps the graph small.
+                self.frontier = start + after_body
+                self.block(_statements(handler.body))
+                ends += self.frontier
+            self.frontier = ends
+            if s.finalbody is not None:
+                self.block(_statements(s.finalbody.body))
+            del body_points
+        elif isinstance(s, cst.With):
+            pushed = 0
+            for item in s.items:
+                self.expr(item.item)
+                infos = self.b.autocast_of(item.item, self.scope)
+                if infos:
+                    info = _merge_autocast(infos)
+                    self.regions.append(AutocastRegion(info, s))
+                    pushed += 1
+            self.block(_statements(s.body))
+            for _ in range(pushed):
+                self.regions.pop()
+        elif isinstance(s, cst.Match) if hasattr(cst, "Match") else False:
+            self.expr(s.subject)
+            start = self.frontier
+            ends: list[Point] = []
+            for case in s.cases:
+                self.frontier = start
+                self.block(_statements(case.body))
+                ends += self.frontier
+            self.frontier = ends + start
+        # FunctionDef / ClassDef: defining is not running; they get graphs of their own.
+
+    def small(self, s: cst.BaseSmallStatement) -> None:
+        if isinstance(s, cst.Return):
+            self.expr(s.value)
+            if self.return_targets:
+                self.return_targets[-1].extend(self.frontier)
+            else:
+                for f in self.frontier:
+                    f.succ.append(self.graph.exit)
+            self.frontier = []
+        elif isinstance(s, cst.Raise):
+            self.expr(s.exc)
+            self.frontier = []
+        elif isinstance(s, cst.Break):
+            if self.loops:
+                self.loops[-1].breaks.extend(self.frontier)
+            self.frontier = []
+        elif isinstance(s, cst.Continue):
+            if self.loops:
+                for f in self.frontier:
+                    f.succ.append(self.loops[-1].header)
+            self.frontier = []
+        elif isinstance(s, (cst.Expr, cst.Assign, cst.AnnAssign, cst.AugAssign)):
+            value = s.value
+            self.expr(value)
+        elif isinstance(s, (cst.Del, cst.Assert)):
+            self.expr(getattr(s, "test", None))
+
+    # --- expressions ---------------------------------------------------------------------
+    def expr(self, node: cst.CSTNode | None) -> None:
+        for call in calls_in(node):
+            self.call(call)
+
+    def call(self, call: cst.Call) -> None:
+        outer_anchor = self.anchor
+        if not self.inline_stack:
+            self.anchor = call
+        try:
+            event = self.classify(call)
+            if event is not None:
+                self._new_point(event)
+                return
+            callee = self.local_callee(call)
+            if callee is not None:
+                self.inline(callee)
+        finally:
+            if not self.inline_stack:
+                self.anchor = outer_anchor
+
+    def make_event(self, kind: Kind, call: cst.Call, **kw) -> Event:
+        return Event(
+            kind=kind,
+            node=call,
+            anchor=self.anchor or call,
+            statement=self.statement,
+            scope=self.scope,
+            regions=tuple(self.regions),
+            loops=tuple(self.loops),
+            via=self.via,
+            **kw,
+        )
+
+    def classify(self, call: cst.Call) -> Event | None:
+        func = call.func
+        qual = self.model.qualify(func)
+        scope = self.scope
+        b = self.b
+        if qual in CLIP_FUNCTIONS:
+            return self.make_event(Kind.CLIP, call, qualname=qual)
+        if qual in AUTOGRAD_BACKWARD:
+            tensors = call_arg(call, 0, "tensors")
+            scaler = self._scaled_by(tensors)
+            return self.make_event(Kind.BACKWARD, call, qualname=qual, scaled=scaler is not None, scaler=scaler)
+        if qual in SCALER_CONSTRUCTORS or qual in SHARDED_SCALER_CONSTRUCTORS:
+            return self.make_event(Kind.SCALER_NEW, call, qualname=qual)
+        if qual == "torch.save":
+            return self.make_event(Kind.SAVE, call, qualname=qual)
+        if qual is None and isinstance(func, cst.Name) and func.value in CLIP_METHODS and func.value not in self.model.functions:
+            # `from torch.nn.utils import *` leaves the name unresolved; the spelling is unique enough.
+            return self.make_event(Kind.CLIP, call, qualname=func.value)
+        if not isinstance(func, cst.Attribute):
+            return None
+        name = func.attr.value
+        receiver = func.value
+        recv_text = (dotted(receiver) or "").lower()
+        if name == "backward":
+            if any(w in recv_text for w in MANAGED_RECEIVER_WORDS) and call.args:
+                return self.make_event(Kind.BACKWARD, call, managed=True, qualname=f"{recv_text}.backward")
+            scaler = self._scaled_by(receiver)
+            return self.make_event(Kind.BACKWARD, call, scaled=scaler is not None, scaler=scaler)
+        if name == "manual_backward":
+            return self.make_event(Kind.BACKWARD, call, managed=True)
+        if name == "unscale_" and b.is_scaler(receiver, scope):
+            return self.make_event(
+                Kind.UNSCALE, call, scaler=b.key(receiver, scope), optimizer=b.key(call_arg(call, 0, "optimizer"), scope)
+            )
+        if name == "step" and b.is_scaler(receiver, scope):
+            return self.make_event(
+                Kind.SCALER_STEP, call, scaler=b.key(receiver, scope), optimizer=b.key(call_arg(call, 0, "optimizer"), scope)
+            )
+        if name == "update" and b.is_scaler(receiver, scope):
+            return self.make_event(Kind.UPDATE, call, scaler=b.key(receiver, scope))
+        if name == "step" and b.is_optimizer(receiver, scope):
+            return self.make_event(Kind.OPT_STEP, call, optimizer=b.key(receiver, scope))
+        if name == "zero_grad":
+            return self.make_event(Kind.ZERO_GRAD, call, optimizer=b.key(receiver, scope))
+        if name in CLIP_METHODS and qual is None and self.local_callee(call) is None:
+            if any(w in recv_text for w in MANAGED_RECEIVER_WORDS):
+                return None  # accelerator.clip_grad_norm_ unscales first
+            return self.make_event(Kind.CLIP, call, qualname=f"{dotted(receiver) or '<expr>'}.{name}")
+        return None
+
+    def _scaled_by(self, tensor: cst.BaseExpression | None, depth: int = 0) -> str | None:
+        """The scaler key when `tensor` is `scaler.scale(x)` or a name bound to one."""
+        if tensor is None or depth > 3:
+            return None
+        for branch in value_branches(tensor):
+            if isinstance(branch, cst.Call) and isinstance(branch.func, cst.Attribute) and branch.func.attr.value == "scale":
+                if self.b.is_scaler(branch.func.value, self.scope):
+                    return self.b.key(branch.func.value, self.scope)
+            if isinstance(branch, (cst.Name, cst.Attribute)):
+                for value, _ in self.b.values.assigned(branch, self.scope):
+                    found = self._scaled_by(value, depth + 1)
+                    if found is not None:
+                        return found
+        return None
+
+    # --- inlining ------------------------------------------------------------------------
+    def local_callee(self, call: cst.Call) -> cst.FunctionDef | None:
+        if len(self.inline_stack) >= MAX_INLINE_DEPTH:
+            return None
+        func = call.func
+        target = None
+        if isinstance(func, cst.Name):
+            if not self.scope.binds(func.value) or self.scope.is_module:
+                target = self.model.functions.get(func.value)
+        elif isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name):
+            cls = self.scope.cls
+            if cls is not None and func.value.value == self.scope.self_name:
+                target = self.model.enclosing_class_method(cls, func.attr.value)
+        if target is None or target in self.inline_stack or target is self.scope.node:
+            return None
+        return target
+
+    def inline(self, fn: cst.FunctionDef) -> None:
+        callee_scope = self.model.scope_of.get(fn)
+        if callee_scope is None:
+            return
+        saved = (self.scope, self.via)
+        self.inline_stack.append(fn)
+        self.return_targets.append([])
+        self.scope = callee_scope
+        self.via = (*self.via, callee_scope.name)
+        try:
+            self.block(_statements(fn.body))
+            self.frontier = self.frontier + self.return_targets[-1]
+        finally:
+            self.return_targets.pop()
+            self.inline_stack.pop()
+            self.scope, self.via = saved
+
+
+def _statements(body: cst.CSTNode) -> list[cst.CSTNode]:
+    if isinstance(body, cst.Module):
+        return list(body.body)
+    if isinstance(body, cst.IndentedBlock):
+        return list(body.body)
+    if isinstance(body, cst.SimpleStatementSuite):
+        return [cst.SimpleStatementLine(body=body.body)]
+    return list(getattr(body, "body", []))
+
+
+def _merge_autocast(infos: list[AutocastInfo]) -> AutocastInfo:
+    """Several possible contexts (`a if c else b`): enabled if any may be, dtypes united."""
+    if len(infos) == 1:
+        return infos[0]
+    devices = {i.device for i in infos}
+    dtypes: frozenset[str] | None = frozenset()
+    for i in infos:
+        dtypes = None if (dtypes is None or i.dtypes is None) else dtypes | i.dtypes
+    enabled: bool | None = None if any(i.enabled is not False for i in infos) else False
+    if all(i.enabled is True for i in infos):
+        enabled = True
+    return AutocastInfo(
+        node=infos[0].node,
+        device=devices.pop() if len(devices) == 1 else None,
+        dtypes=dtypes,
+        enabled=enabled,
+        managed=any(i.managed for i in infos),
+    )
+
+
+class StepGraphs:
+    """Graphs for every scope of a module, built on first use."""
+
+    def __init__(self, model) -> None:
+        self.model = model
+        self._graphs: dict[int, StepGraph] = {}
+
+    def graph(self, scope) -> StepGraph:
+        g = self._graphs.get(id(scope))
+        if g is None:
+            g = StepGraph(scope)
+            builder = _Builder(self.model, g)
+            builder.build_body(scope.node.body if isinstance(scope.node, cst.FunctionDef) else scope.node)
+            self._graphs[id(scope)] = g
+        return g
+
+    def __iter__(self) -> Iterator[StepGraph]:
+        for scope in self.model.scopes:
+            yield self.graph(scope)
+
+    def all_events(self) -> Iterator[Event]:
+        for g in self:
+            yield from g.events

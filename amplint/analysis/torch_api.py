@@ -1,0 +1,118 @@
+"""Typed tables of the torch API surface the model recognises.
+
+Data, not logic: adding a new alias of an existing concept is a one-line change here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+SCALER_CONSTRUCTORS = frozenset(
+    {
+        "torch.amp.GradScaler",
+        "torch.amp.grad_scaler.GradScaler",
+        "torch.GradScaler",
+        "torch.cuda.amp.GradScaler",
+        "torch.cuda.amp.grad_scaler.GradScaler",
+        "torch.cpu.amp.GradScaler",
+        "torch.cpu.amp.grad_scaler.GradScaler",
+    }
+)
+SHARDED_SCALER_CONSTRUCTORS = frozenset(
+    {
+        "torch.distributed.fsdp.sharded_grad_scaler.ShardedGradScaler",
+        "torch.distributed.fsdp.ShardedGradScaler",
+        "fairscale.optim.grad_scaler.ShardedGradScaler",
+    }
+)
+
+AUTOCAST_CONTEXTS = frozenset(
+    {
+        "torch.autocast",
+        "torch.amp.autocast",
+        "torch.amp.autocast_mode.autocast",
+        "torch.cuda.amp.autocast",
+        "torch.cuda.amp.autocast_mode.autocast",
+        "torch.cpu.amp.autocast",
+        "torch.cpu.amp.autocast_mode.autocast",
+    }
+)
+# Device each legacy autocast implies (the modern ones take it as their first argument).
+AUTOCAST_IMPLIED_DEVICE = {
+    "torch.cuda.amp.autocast": "cuda",
+    "torch.cuda.amp.autocast_mode.autocast": "cuda",
+    "torch.cpu.amp.autocast": "cpu",
+    "torch.cpu.amp.autocast_mode.autocast": "cpu",
+}
+# Autocast's default dtype per device when none is given (torch.get_autocast_dtype).
+AUTOCAST_DEFAULT_DTYPE = {"cuda": "float16", "cpu": "bfloat16", "xpu": "bfloat16", "mps": "float16"}
+
+CLIP_FUNCTIONS = frozenset(
+    {
+        "torch.nn.utils.clip_grad_norm_",
+        "torch.nn.utils.clip_grad_value_",
+        "torch.nn.utils.clip_grad_norm",
+        "torch.nn.utils.clip_grad.clip_grad_norm_",
+        "torch.nn.utils.clip_grad.clip_grad_value_",
+        "torch.nn.utils.clip_grad.clip_grad_norm",
+        "torch.nn.utils.clip_grads_with_norm_",
+        "torch.nn.utils.clip_grad._clip_grads_with_norm_",
+    }
+)
+# Method names that clip the receiver's gradients (FSDP's `model.clip_grad_norm_`).
+CLIP_METHODS = frozenset({"clip_grad_norm_", "clip_grad_value_"})
+
+AUTOGRAD_BACKWARD = frozenset({"torch.autograd.backward"})
+
+# Reduced-precision dtypes, by the spellings code uses for them.
+HALF_DTYPES = {
+    "torch.float16": "float16",
+    "torch.half": "float16",
+    "torch.bfloat16": "bfloat16",
+}
+FULL_DTYPES = {"torch.float32": "float32", "torch.float": "float32", "torch.float64": "float64", "torch.double": "float64"}
+DTYPE_STRINGS = {
+    "float16": "float16",
+    "fp16": "float16",
+    "half": "float16",
+    "16": "float16",
+    "bfloat16": "bfloat16",
+    "bf16": "bfloat16",
+    "float32": "float32",
+    "fp32": "float32",
+    "float": "float32",
+    "32": "float32",
+}
+# Module methods that convert every parameter to a reduced precision.
+HALF_CAST_METHODS = {"half": "float16", "bfloat16": "bfloat16"}
+
+OPTIMIZER_PACKAGES = ("torch.optim.", "apex.optimizers.", "bitsandbytes.optim.", "transformers.optimization.", "timm.optim.")
+NOT_OPTIMIZERS = ("torch.optim.lr_scheduler", "torch.optim.swa_utils")
+
+
+@dataclass(frozen=True)
+class Deprecation:
+    """A deprecated AMP symbol and the modern spelling a fix writes."""
+
+    old: str
+    new: str
+    # How the device moves into the call: an inserted first positional argument, or a keyword.
+    device_argument: str | None
+    device: str
+
+
+DEPRECATIONS: dict[str, Deprecation] = {
+    d.old: d
+    for d in (
+        Deprecation("torch.cuda.amp.autocast", "torch.autocast", "positional", "cuda"),
+        Deprecation("torch.cuda.amp.GradScaler", "torch.amp.GradScaler", "positional", "cuda"),
+        Deprecation("torch.cuda.amp.custom_fwd", "torch.amp.custom_fwd", "device_type", "cuda"),
+        Deprecation("torch.cuda.amp.custom_bwd", "torch.amp.custom_bwd", "device_type", "cuda"),
+        Deprecation("torch.cpu.amp.autocast", "torch.autocast", "positional", "cpu"),
+        Deprecation("torch.cpu.amp.GradScaler", "torch.amp.GradScaler", "positional", "cpu"),
+        Deprecation("torch.cuda.amp.autocast_mode.autocast", "torch.autocast", "positional", "cuda"),
+        Deprecation("torch.cuda.amp.grad_scaler.GradScaler", "torch.amp.GradScaler", "positional", "cuda"),
+        Deprecation("torch.cpu.amp.autocast_mode.autocast", "torch.autocast", "positional", "cpu"),
+        Deprecation("torch.cpu.amp.grad_scaler.GradScaler", "torch.amp.GradScaler", "positional", "cpu"),
+    )
+}

@@ -1,0 +1,147 @@
+"""What an expression may evaluate to: dtypes, device strings, booleans.
+
+A linter reports what *can* happen, so a value is a set of possibilities gathered
+through names, `x if c else y`, dict lookups and class attributes.  `None` means
+"unknown"; an empty set never escapes.
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from amplint.analysis.names import dotted
+from amplint.analysis.torch_api import DTYPE_STRINGS, FULL_DTYPES, HALF_DTYPES
+
+_MAX_DEPTH = 6
+
+
+def _branches(expr: cst.BaseExpression) -> list[cst.BaseExpression]:
+    """The sub-expressions a value may come from (`a if c else b`, `a or b`, `(a)`)."""
+    if isinstance(expr, cst.IfExp):
+        return [*_branches(expr.body), *_branches(expr.orelse)]
+    if isinstance(expr, cst.BooleanOperation):
+        return [*_branches(expr.left), *_branches(expr.right)]
+    return [expr]
+
+
+def value_branches(expr: cst.BaseExpression) -> list[cst.BaseExpression]:
+    return _branches(expr)
+
+
+class ValueResolver:
+    """Resolves names to the expressions assigned to them, through scopes and `self`."""
+
+    def __init__(self, model) -> None:
+        self.model = model
+
+    def assigned(self, expr: cst.BaseExpression, scope) -> list[tuple[cst.BaseExpression, object]]:
+        """Every (value, scope) ever assigned to the dotted name `expr` as seen from `scope`."""
+        text = dotted(expr)
+        if text is None:
+            return []
+        head, _, rest = text.partition(".")
+        if scope.cls is not None and scope.self_name == head and rest:
+            return list(scope.cls.attributes.get(rest, []))
+        s = scope
+        while s is not None:
+            if text in s.assignments:
+                return [(v, s) for v in s.assignments[text]]
+            if s.binds(head):
+                return []
+            s = s.parent
+        return []
+
+    # --- dtypes --------------------------------------------------------------------------
+    def dtypes(self, expr: cst.BaseExpression | None, scope, depth: int = 0) -> frozenset[str] | None:
+        """Possible dtype names (`float16`, `bfloat16`, `float32`...) or None if unknown."""
+        if expr is None or depth > _MAX_DEPTH:
+            return None
+        found: set[str] = set()
+        unknown = False
+        for branch in _branches(expr):
+            got = self._dtype_of(branch, scope, depth)
+            if got is None:
+                unknown = True
+            else:
+                found |= got
+        if found:
+            return frozenset(found)
+        return None if unknown else frozenset()
+
+    def _dtype_of(self, expr: cst.BaseExpression, scope, depth: int) -> frozenset[str] | None:
+        qual = self.model.qualify(expr)
+        if qual in HALF_DTYPES:
+            return frozenset({HALF_DTYPES[qual]})
+        if qual in FULL_DTYPES:
+            return frozenset({FULL_DTYPES[qual]})
+        if isinstance(expr, cst.SimpleString):
+            text = expr.evaluated_value
+            if isinstance(text, str) and text in DTYPE_STRINGS:
+                return frozenset({DTYPE_STRINGS[text]})
+            return None
+        if isinstance(expr, cst.Subscript):
+            # {"float16": torch.float16, ...}[name] -> any of the values
+            target = expr.value
+            dicts = [target] if isinstance(target, cst.Dict) else [v for v, _ in self.assigned(target, scope)]
+            found: set[str] = set()
+            for d in dicts:
+                if isinstance(d, cst.Dict):
+                    for el in d.elements:
+                        if isinstance(el, cst.DictElement):
+                            got = self.dtypes(el.value, scope, depth + 1)
+                            if got:
+                                found |= got
+            return frozenset(found) if found else None
+        if isinstance(expr, cst.Call) and dotted(expr.func) == "getattr" and len(expr.args) >= 2:
+            if self.model.qualify(expr.args[0].value) == "torch" and isinstance(expr.args[1].value, cst.SimpleString):
+                name = expr.args[1].value.evaluated_value
+                return self._dtype_of(cst.parse_expression(f"torch.{name}"), scope, depth) if isinstance(name, str) and name.isidentifier() else None
+            return None
+        if isinstance(expr, (cst.Name, cst.Attribute)):
+            assigned = self.assigned(expr, scope)
+            if not assigned:
+                return None
+            found = set()
+            unknown = False
+            for value, vscope in assigned:
+                got = self.dtypes(value, vscope, depth + 1)
+                if got is None:
+                    unknown = True
+                else:
+                    found |= got
+            if found:
+                return frozenset(found)
+            return None if unknown else frozenset()
+        return None
+
+    # --- literals ------------------------------------------------------------------------
+    def strings(self, expr: cst.BaseExpression | None, scope, depth: int = 0) -> frozenset[str] | None:
+        """Possible string values (device names), or None if unknown."""
+        if expr is None or depth > _MAX_DEPTH:
+            return None
+        found: set[str] = set()
+        for branch in _branches(expr):
+            if isinstance(branch, cst.SimpleString) and isinstance(branch.evaluated_value, str):
+                found.add(branch.evaluated_value)
+                continue
+            if isinstance(branch, (cst.Name, cst.Attribute)):
+                assigned = self.assigned(branch, scope)
+                if not assigned:
+                    return None
+                for value, vscope in assigned:
+                    got = self.strings(value, vscope, depth + 1)
+                    if got is None:
+                        return None
+                    found |= got
+                continue
+            return None
+        return frozenset(found)
+
+    @staticmethod
+    def literal_bool(expr: cst.BaseExpression | None) -> bool | None:
+        """True/False for the literals, None for anything that is decided at run time."""
+        if isinstance(expr, cst.Name) and expr.value in ("True", "False"):
+            return expr.value == "True"
+        if isinstance(expr, cst.Integer):
+            return expr.evaluated_value != 0
+        return None

@@ -1,0 +1,75 @@
+"""Diagnostics, spans and edits: the one place where positions are converted.
+
+A `Span` keeps libcst's native coordinates (1-based line, 0-based column).  Every
+output format converts through the named helpers at the bottom of this module and
+nowhere else, so a column off-by-one can only live here.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True, order=True)
+class Span:
+    line: int
+    col0: int
+    end_line: int
+    end_col0: int
+
+
+class Applicability(enum.Enum):
+    """Ruff's fix applicability: safe fixes apply with --fix, unsafe only with --unsafe-fixes."""
+
+    SAFE = "safe"
+    UNSAFE = "unsafe"
+
+
+@dataclass(frozen=True, order=True)
+class Edit:
+    """Replace the text between two (line, col0) positions with `content`."""
+
+    start: tuple[int, int]
+    end: tuple[int, int]
+    content: str
+
+
+@dataclass(frozen=True)
+class Fix:
+    title: str
+    edits: tuple[Edit, ...]
+    applicability: Applicability = Applicability.SAFE
+
+
+@dataclass(frozen=True)
+class Diagnostic:
+    code: str
+    message: str
+    path: str
+    span: Span
+    fix: Fix | None = None
+    # Free-form facts a front end may show (e.g. the helper a finding was inlined through).
+    notes: tuple[str, ...] = field(default=(), compare=False)
+
+    @property
+    def sort_key(self) -> tuple:
+        return (self.path, self.span.line, self.span.col0, self.code, self.message)
+
+
+# --- position conversions: the only places a column changes base ---------------------
+
+
+def to_flake8(span: Span) -> tuple[int, int]:
+    """flake8 wants (1-based line, 0-based column); it adds 1 itself when printing."""
+    return span.line, span.col0
+
+
+def to_one_based(line: int, col0: int) -> dict[str, int]:
+    """Ruff's JSON and SARIF use 1-based rows and columns."""
+    return {"row": line, "column": col0 + 1}
+
+
+def to_text(span: Span) -> str:
+    """`row:col` with a 1-based column, as ruff and flake8 print it."""
+    return f"{span.line}:{span.col0 + 1}"

@@ -1,0 +1,180 @@
+"""Parse once, build the model once, run every enabled rule, then resolve positions.
+
+The only entry point for the CLI, the flake8 plugin and pre-commit:
+`check_source(source, path, config) -> list[Diagnostic]`.
+
+Cost control (see BENCHMARKS.md):
+- a textual pre-filter skips files that contain none of the enabled rules'
+  `requires_any` tokens; a rule cannot fire without its tokens, so this never changes
+  findings (tests/test_prefilter.py checks that on real code);
+- positions come from libcst's PositionProvider, which is computed only for files
+  that have something to report.
+"""
+
+from __future__ import annotations
+
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+
+import libcst as cst
+from libcst.metadata import MetadataWrapper, PositionProvider
+
+from amplint.analysis.model import ModuleModel
+from amplint.config import Config
+from amplint.diagnostics import Diagnostic, Edit, Fix, Span
+from amplint.rules._base import InsertBefore, RemoveStatement, Replace, Report
+from amplint.suppression import is_suppressed, noqa_map
+
+
+class SourceError(Exception):
+    """The file cannot be analysed (syntax error, undecodable bytes): where and why."""
+
+    def __init__(self, path: str, line: int, col0: int, reason: str) -> None:
+        super().__init__(f"{path}:{line}:{col0 + 1}: {reason}")
+        self.path, self.line, self.col0, self.reason = path, line, col0, reason
+
+
+@dataclass(frozen=True)
+class RuleCrash:
+    """A rule raised on a file: reported, and the other rules still ran."""
+
+    code: str
+    path: str
+    error: str
+    trace: str
+
+
+def prefilter_tokens(rules) -> tuple[str, ...]:
+    return tuple(sorted({t for r in rules for t in r.requires_any}))
+
+
+def may_fire(source: str, rules) -> bool:
+    """Pre-filter: False only when no enabled rule's required token is in the text."""
+    return any(tok in source for tok in prefilter_tokens(rules))
+
+
+def parse(source: str, path: str) -> cst.Module:
+    try:
+        return cst.parse_module(source)
+    except cst.ParserSyntaxError as exc:
+        raise SourceError(path, exc.raw_line, max(exc.raw_column, 0), f"SyntaxError: {exc.message}") from None
+    except RecursionError:
+        raise SourceError(path, 1, 0, "SyntaxError: too deeply nested to parse") from None
+
+
+def package_of(path: str) -> str | None:
+    """Dotted package of a file on disk, from its `__init__.py` chain (for relative imports)."""
+    p = Path(path)
+    if not p.suffix == ".py":
+        return None
+    parts: list[str] = []
+    d = p.parent
+    while (d / "__init__.py").is_file():
+        parts.append(d.name)
+        if d.parent == d:
+            break
+        d = d.parent
+    return ".".join(reversed(parts))
+
+
+def check_source(
+    source: str,
+    path: str = "<string>",
+    config: Config | None = None,
+    *,
+    select=None,
+    crashes: list[RuleCrash] | None = None,
+) -> list[Diagnostic]:
+    """Diagnostics for one module's text; raises SourceError when it does not parse."""
+    if config is None:
+        config = Config(select=tuple(select)) if select else Config()
+    elif select:
+        config = config.with_overrides(select=tuple(select))
+    rules = config.rules_for(path)
+    if not rules or not may_fire(source, rules):
+        return []
+    module = parse(source, path)
+    return analyse(module, source, path, rules, crashes=crashes)
+
+
+def analyse(module: cst.Module, source: str, path: str, rules, *, crashes=None) -> list[Diagnostic]:
+    try:
+        model = ModuleModel.build(module, path, package_of(path))
+    except RecursionError:
+        raise SourceError(path, 1, 0, "too deeply nested to analyse") from None
+    reports: list[Report] = []
+    for rule_cls in rules:
+        rule = rule_cls(model)
+        try:
+            rule.check()
+        except RecursionError as exc:
+            _record_crash(crashes, rule_cls.code, path, exc)
+            continue
+        except Exception as exc:  # noqa: BLE001 - one rule's bug must not hide the others' findings
+            _record_crash(crashes, rule_cls.code, path, exc)
+            continue
+        reports.extend(rule.finish())
+    if not reports:
+        return []
+    positions = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
+    noqa = noqa_map(source)
+    lines = source.splitlines(keepends=True)
+    out = []
+    for r in reports:
+        pos = positions.get(r.node)
+        if pos is None:
+            continue
+        span = Span(pos.start.line, pos.start.column, pos.end.line, pos.end.column)
+        if is_suppressed(r.code, span.line, noqa):
+            continue
+        fix = _to_fix(r, positions, module, lines) if r.fix else None
+        out.append(Diagnostic(r.code, r.message, path, span, fix, r.notes))
+    return sorted(set(out), key=lambda d: d.sort_key)
+
+
+def _record_crash(crashes, code, path, exc) -> None:
+    if crashes is not None:
+        crashes.append(RuleCrash(code, path, f"{type(exc).__name__}: {exc}", traceback.format_exc()))
+    else:
+        raise exc
+
+
+def _to_fix(report: Report, positions, module: cst.Module, lines: list[str]) -> Fix | None:
+    edits = []
+    for change in report.fix.changes:
+        if isinstance(change, Replace):
+            pos = positions.get(change.node)
+            if pos is None:
+                return None
+            content = change.new
+            if not isinstance(content, str):
+                node = content.with_changes(leading_lines=()) if hasattr(content, "leading_lines") else content
+                content = module.code_for_node(node)
+            if isinstance(change.node, cst.BaseStatement):
+                content = _reindent(content.rstrip("\n"), _indent_of(lines, pos.start.line, pos.start.column))
+            edits.append(Edit((pos.start.line, pos.start.column), (pos.end.line, pos.end.column), content))
+        elif isinstance(change, InsertBefore):
+            pos = positions.get(change.statement)
+            if pos is None:
+                return None
+            indent = _indent_of(lines, pos.start.line, pos.start.column)
+            at = (pos.start.line, pos.start.column)
+            edits.append(Edit(at, at, f"{change.code}\n{indent}"))
+        elif isinstance(change, RemoveStatement):
+            pos = positions.get(change.statement)
+            if pos is None:
+                return None
+            edits.append(Edit((pos.start.line, 0), (pos.end.line + 1, 0), ""))
+    return Fix(report.fix.title, tuple(sorted(edits)), report.fix.applicability)
+
+
+def _indent_of(lines: list[str], line: int, col: int) -> str:
+    text = lines[line - 1] if 0 < line <= len(lines) else ""
+    prefix = text[:col]
+    return prefix if prefix.strip() == "" else " " * col
+
+
+def _reindent(text: str, indent: str) -> str:
+    first, *rest = text.split("\n")
+    return "\n".join([first, *((indent + l) if l.strip() else l for l in rest)])

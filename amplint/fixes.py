@@ -1,0 +1,116 @@
+"""Applying fixes to text: non-overlapping edits, repeated until nothing fixable is left.
+
+A fix is only kept if the text it produces still parses; a fix that breaks the parse
+is dropped and reported (`FixOutcome.rejected`), never written.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from amplint.diagnostics import Applicability, Diagnostic, Fix
+
+MAX_PASSES = 10
+
+
+@dataclass
+class FixOutcome:
+    source: str
+    applied: list[Diagnostic] = field(default_factory=list)
+    rejected: list[Diagnostic] = field(default_factory=list)
+    remaining: list[Diagnostic] = field(default_factory=list)
+    converged: bool = True
+
+
+def is_applicable(fix: Fix | None, unsafe: bool) -> bool:
+    return fix is not None and (unsafe or fix.applicability is Applicability.SAFE)
+
+
+def _offsets(source: str) -> list[int]:
+    starts = [0]
+    for i, ch in enumerate(source):
+        if ch == "\n":
+            starts.append(i + 1)
+    return starts
+
+
+def apply_fixes(source: str, fixes: list[Fix]) -> tuple[str, list[Fix]]:
+    """Apply every fix whose edits do not overlap an earlier accepted one."""
+    starts = _offsets(source)
+
+    def offset(pos: tuple[int, int]) -> int:
+        line, col = pos
+        if line - 1 >= len(starts):
+            return len(source)
+        return min(starts[line - 1] + col, len(source))
+
+    accepted: list[Fix] = []
+    taken: list[tuple[int, int]] = []
+    seen_edits: set = set()
+    edits: list[tuple[int, int, str]] = []
+    for fix in sorted(fixes, key=lambda f: f.edits[0].start if f.edits else (0, 0)):
+        if fix.edits in seen_edits:
+            accepted.append(fix)  # the same fix shared by several diagnostics
+            continue
+        ranges = [(offset(e.start), offset(e.end)) for e in fix.edits]
+        if any(_overlaps(r, t) for r in ranges for t in taken):
+            continue
+        seen_edits.add(fix.edits)
+        taken.extend(ranges)
+        edits.extend((a, b, e.content) for (a, b), e in zip(ranges, fix.edits))
+        accepted.append(fix)
+    out = source
+    for a, b, content in sorted(edits, key=lambda t: (t[0], t[1]), reverse=True):
+        out = out[:a] + content + out[b:]
+    return out, accepted
+
+
+def _overlaps(a: tuple[int, int], b: tuple[int, int]) -> bool:
+    if a[0] == a[1] and b[0] == b[1]:
+        return a[0] == b[0]  # two insertions at one point: order would be ambiguous
+    return a[0] < b[1] and b[0] < a[1] or (a[0] == a[1] and b[0] < a[0] < b[1]) or (b[0] == b[1] and a[0] < b[0] < a[1])
+
+
+def fix_text(source: str, lint, *, unsafe: bool = False) -> FixOutcome:
+    """Fix repeatedly: `lint(text) -> diagnostics`; stops when nothing fixable is left."""
+    from amplint.engine import SourceError, parse
+
+    outcome = FixOutcome(source)
+    current = source
+    rejected_titles: set[tuple[str, str]] = set()
+    for _ in range(MAX_PASSES):
+        diagnostics = lint(current)
+        fixable = [
+            d for d in diagnostics if is_applicable(d.fix, unsafe) and (d.code, d.fix.title) not in rejected_titles
+        ]
+        if not fixable:
+            outcome.remaining = diagnostics
+            outcome.source = current
+            return outcome
+        candidate, accepted = apply_fixes(current, [d.fix for d in fixable])
+        try:
+            parse(candidate, "<fix>")
+        except SourceError:
+            # Find the culprit(s) one by one; keep the ones that parse on their own.
+            candidate, accepted = current, []
+            for d in fixable:
+                trial, ok = apply_fixes(candidate, [d.fix])
+                try:
+                    parse(trial, "<fix>")
+                except SourceError:
+                    outcome.rejected.append(d)
+                    rejected_titles.add((d.code, d.fix.title))
+                    continue
+                candidate = trial
+                accepted.extend(ok)
+                break  # positions of the rest are stale now; re-lint
+        outcome.applied.extend(d for d in fixable if d.fix in accepted)
+        if candidate == current:
+            outcome.remaining = diagnostics
+            outcome.source = current
+            return outcome
+        current = candidate
+    outcome.converged = False
+    outcome.source = current
+    outcome.remaining = lint(current)
+    return outcome

@@ -1,0 +1,55 @@
+"""AMP301 manual-half-model."""
+
+from __future__ import annotations
+
+from amplint.rules._base import Rule
+
+
+class ManualHalfModel(Rule):
+    """
+    ## What it does
+    Flags `.half()`, `.bfloat16()`, `.to(torch.float16)` / `.to(dtype=...)` with a
+    dtype that can be float16 or bfloat16, and `from_pretrained(...,
+    torch_dtype=torch.float16)` on a module whose parameters reach an optimizer.
+
+    ## Why is this bad?
+    Converting the whole model is not mixed precision: the optimizer then holds
+    fp16/bf16 weights and state. Updates smaller than half a unit in the last place
+    of the weight vanish (lr * grad is often 1e-4 of the weight), Adam's `eps=1e-8`
+    rounds to zero in fp16, and the loss plateaus early or turns NaN. Mixed precision
+    keeps fp32 master weights and runs the forward pass under `torch.autocast`.
+    Frozen low-precision parts (no parameter reaches an optimizer) are fine and are
+    not reported. If pure low-precision training is intended (with a
+    Kahan-summation or stochastic-rounding optimizer, say), suppress with
+    `# noqa: AMP301`.
+
+    ## Example
+    ```python
+    model = Net().half()
+    optimizer = torch.optim.AdamW(model.parameters())
+    ```
+
+    Use instead:
+    ```python
+    model = Net()
+    optimizer = torch.optim.AdamW(model.parameters())
+    with torch.autocast("cuda", dtype=torch.float16):
+        loss = model(x).mean()
+    ```
+
+    ## Runtime confirmation
+    `amplint verify` inspects the optimizer's parameters at its first step and
+    reports the share of updates lost (gradient != 0 but the parameter unchanged).
+    """
+
+    code = "AMP301"
+    name = "manual-half-model"
+    message = "`{target}` is cast to {dtype} with `{spelling}` and then trained: the optimizer holds {dtype} weights"
+    requires_any = ("half", "bfloat16", "float16", ".to(", "torch_dtype", "dtype")
+
+    def check(self) -> None:
+        casts = self.model.casts
+        for cast in casts.module_casts:
+            if casts.is_trained(cast):
+                dtype = "float16" if "float16" in cast.dtypes else "bfloat16"
+                self.report(cast.call, target=cast.target_text, dtype=dtype, spelling=cast.spelling)
