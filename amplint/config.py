@@ -1,12 +1,20 @@
 """`[tool.amplint]` in pyproject.toml, parsed once into a frozen `Config`.
 
 Parsed with tomllib only: reading configuration never executes anything.
+
+Directory walks honour `.gitignore`: inside a git work tree, the entries of each
+directory walked are asked of `git check-ignore --stdin` once (one subprocess per
+directory, cached), so every git rule applies (nested .gitignore files,
+.git/info/exclude, the global excludes file, negations), and tracked files are never
+treated as ignored, as git itself does.  Outside a work tree, or without git on the
+PATH, nothing is ignored that way.
 """
 
 from __future__ import annotations
 
 import fnmatch
 import os
+import subprocess
 import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -45,6 +53,7 @@ KNOWN_KEYS = {
     "exclude",
     "extend-exclude",
     "target-torch",
+    "respect-gitignore",
 }
 
 
@@ -61,8 +70,10 @@ class Config:
     exclude: tuple[str, ...] = DEFAULT_EXCLUDE
     extend_exclude: tuple[str, ...] = ()
     target_torch: str | None = None
+    respect_gitignore: bool = True
     root: Path | None = field(default=None, compare=False)
     source: Path | None = field(default=None, compare=False)
+    _gitignore: "GitIgnore" = field(default_factory=lambda: GitIgnore(), compare=False, repr=False)
 
     def __post_init__(self) -> None:
         # Validate selectors early: an unknown code is a clear error, not silence.
@@ -108,7 +119,7 @@ class Config:
             pat = pattern.rstrip("/")
             if _match(rel, pat) or any(fnmatch.fnmatch(p, pat) for p in parts):
                 return True
-        return False
+        return self.respect_gitignore and self._gitignore.ignored(Path(path))
 
     def _relative(self, path) -> str:
         p = Path(path)
@@ -168,22 +179,34 @@ def from_table(table: dict, path: Path | None = None) -> Config:
         return tuple(value)
 
     pfi = table.get("per-file-ignores", {})
-    if not isinstance(pfi, dict):
+    if not isinstance(pfi, dict) or not all(
+        isinstance(codes, list) and all(isinstance(c, str) for c in codes) for codes in pfi.values()
+    ):
         raise ConfigError(f"{where}[tool.amplint] per-file-ignores must be a table of pattern = [codes]")
     per_file = tuple((pattern, tuple(codes)) for pattern, codes in pfi.items())
+    target = table.get("target-torch")
+    if target is not None and not isinstance(target, str):
+        raise ConfigError(f'{where}[tool.amplint] target-torch must be a string like "2.4"')
+    gitignore = table.get("respect-gitignore", True)
+    if not isinstance(gitignore, bool):
+        raise ConfigError(f"{where}[tool.amplint] respect-gitignore must be true or false")
     kwargs = dict(
         select=strings("select"),
         extend_select=strings("extend-select"),
         ignore=strings("ignore"),
         per_file_ignores=per_file,
         extend_exclude=strings("extend-exclude"),
-        target_torch=table.get("target-torch"),
+        target_torch=target,
+        respect_gitignore=gitignore,
         root=path.parent if path else None,
         source=path,
     )
     if "exclude" in table:
         kwargs["exclude"] = strings("exclude")
-    return Config(**kwargs)
+    try:
+        return Config(**kwargs)
+    except ConfigError as exc:
+        raise ConfigError(f"{where}[tool.amplint]: {exc}") from None
 
 
 def discover(paths: list[Path]) -> Config:
@@ -193,3 +216,77 @@ def discover(paths: list[Path]) -> Config:
         if found is not None:
             return load(found)
     return Config(root=Path.cwd())
+
+
+def group_by_config(paths: list[Path]) -> list[tuple[Config, list[Path]]]:
+    """Each path with the configuration found from it upward, paths sharing one grouped.
+
+    `amplint check a/ b/x.py` where a/ and b/ are separate projects checks each with
+    its own `[tool.amplint]`, in the order the paths were given.
+    """
+    by_source: dict[Path | None, tuple[Config, list[Path]]] = {}
+    for p in paths:
+        found = find_pyproject(p.resolve())
+        if found not in by_source:
+            by_source[found] = (load(found) if found is not None else Config(root=Path.cwd()), [])
+        by_source[found][1].append(p)
+    return list(by_source.values())
+
+
+class GitIgnore:
+    """Answers "does git ignore this path?" with one `git check-ignore --stdin` per directory."""
+
+    def __init__(self) -> None:
+        self._ignored: dict[Path, frozenset[str]] = {}
+        self._tops: dict[Path, Path | None] = {}
+
+    def ignored(self, path: Path) -> bool:
+        path = Path(os.path.abspath(path))
+        top = self._work_tree(path.parent)
+        if top is None:
+            return False
+        # A file named inside an ignored directory is ignored too (git never descends there).
+        node = path
+        while node != top and node.parent != node:
+            if node.name in self._names(node.parent):
+                return True
+            node = node.parent
+        return False
+
+    def _work_tree(self, d: Path) -> Path | None:
+        if d in self._tops:
+            return self._tops[d]
+        top = None
+        for cand in (d, *d.parents):
+            if (cand / ".git").exists():
+                top = cand
+                break
+        self._tops[d] = top
+        return top
+
+    def _names(self, d: Path) -> frozenset[str]:
+        names = self._ignored.get(d)
+        if names is None:
+            names = self._ignored[d] = self._ask_git(d)
+        return names
+
+    @staticmethod
+    def _ask_git(d: Path) -> frozenset[str]:
+        try:
+            entries = [e for e in os.listdir(d) if e != ".git"]
+        except OSError:
+            return frozenset()
+        if not entries:
+            return frozenset()
+        try:
+            proc = subprocess.run(
+                ["git", "-C", str(d), "check-ignore", "--stdin", "-z"],
+                input="\0".join(entries).encode("utf-8", "surrogateescape"),
+                capture_output=True,
+                timeout=60,
+            )
+        except (OSError, subprocess.SubprocessError):
+            return frozenset()
+        if proc.returncode not in (0, 1):  # 128: not a work tree after all, or git failed
+            return frozenset()
+        return frozenset(n.decode("utf-8", "surrogateescape") for n in proc.stdout.split(b"\0") if n)

@@ -1,18 +1,41 @@
-"""Output formats. Each converts spans through `diagnostics` helpers, never by hand."""
+"""Output formats: text, json, json-lines, github, sarif, and `--statistics`.
+
+Every format converts positions through the helpers in `amplint.diagnostics`
+(`to_text`, `to_one_based`), never by adding 1 here.
+"""
 
 from __future__ import annotations
 
 import json
+import os
 import sys
+from collections import Counter
+from pathlib import Path
 from typing import TextIO
+from urllib.parse import quote
 
-from amplint.diagnostics import Diagnostic, to_one_based, to_text
+from amplint import __version__
+from amplint.diagnostics import Applicability, Diagnostic, to_one_based, to_text
 
-DOCS_URL = "https://github.com/amplint/amplint/blob/main/rules/{code}.md"
+FORMATS = ("text", "json", "json-lines", "github", "sarif")
+REPO_URL = "https://github.com/amplint/amplint"
+DOCS_URL = REPO_URL + "/blob/main/rules/{code}.md"
 
 
 def rule_url(code: str) -> str:
     return DOCS_URL.format(code=code)
+
+
+# --- text --------------------------------------------------------------------------------
+
+
+def use_colour(stream: TextIO) -> bool:
+    """Colour only on a terminal; NO_COLOR turns it off, FORCE_COLOR on (no-color.org)."""
+    if os.environ.get("NO_COLOR"):
+        return False
+    if os.environ.get("FORCE_COLOR"):
+        return True
+    return stream_is_tty(stream)
 
 
 def _colour(enabled: bool):
@@ -22,26 +45,51 @@ def _colour(enabled: bool):
     return paint
 
 
+def shows_fix_marker(d: Diagnostic, unsafe_fixes: bool = False) -> bool:
+    """ruff's `[*]`: the fix is one that `--fix` would apply with the current flags."""
+    return d.fix is not None and (unsafe_fixes or d.fix.applicability is Applicability.SAFE)
+
+
 def format_text(diagnostics: list[Diagnostic], sources: dict[str, str] | None = None, *, colour: bool = False,
-                show_fixes: bool = False) -> str:
+                show_fixes: bool = False, unsafe_fixes: bool = False) -> str:
+    """ruff-like: `path:row:col: CODE message`, then the source line with a caret under the span."""
     paint = _colour(colour)
     out = []
     for d in diagnostics:
-        fixable = " [*]" if d.fix is not None else ""
+        fixable = " [*]" if shows_fix_marker(d, unsafe_fixes) else ""
         out.append(f"{paint(d.path, '1')}:{to_text(d.span)}: {paint(d.code, '1;31')}{fixable} {d.message}")
         text = (sources or {}).get(d.path)
         if text is not None:
             lines = text.splitlines()
             if 0 < d.span.line <= len(lines):
                 line = lines[d.span.line - 1]
-                width = (d.span.end_col0 if d.span.end_line == d.span.line else len(line)) - d.span.col0
+                end = d.span.end_col0 if d.span.end_line == d.span.line else len(line.rstrip())
+                # Keep tabs so the caret lines up under tab-indented code.
+                pad = "".join(ch if ch == "\t" else " " for ch in line[: d.span.col0])
                 out.append(f"  {d.span.line:>4} | {line}")
-                out.append(f"       | {' ' * d.span.col0}{paint('^' * max(width, 1), '31')}")
+                out.append(f"       | {pad}{paint('^' * max(end - d.span.col0, 1), '31')}")
         if show_fixes and d.fix is not None:
-            out.append(f"       = help: {d.fix.title}")
+            note = "" if d.fix.applicability is Applicability.SAFE else " (unsafe: needs --unsafe-fixes)"
+            out.append(f"       = help: {d.fix.title}{note}")
         for note in d.notes:
             out.append(f"       = note: {note}")
     return "\n".join(out)
+
+
+def summary(found: int, fixed: int, fixable: int, hidden_unsafe: int) -> str:
+    """The closing line(s) of text output, in ruff's words."""
+    if not found:
+        return f"Fixed {fixed} error{'s' if fixed != 1 else ''}. All checks passed!" if fixed else "All checks passed!"
+    parts = [f"Found {found} error{'s' if found != 1 else ''}" + (f" ({fixed} fixed, {found} remaining)." if fixed else ".")]
+    if fixable:
+        hidden = f" ({hidden_unsafe} hidden fix{'es' if hidden_unsafe != 1 else ''} can be enabled with the `--unsafe-fixes` option)" if hidden_unsafe else ""
+        parts.append(f"[*] {fixable} fixable with the `--fix` option{hidden}.")
+    elif hidden_unsafe:
+        parts.append(f"No fixes available ({hidden_unsafe} hidden fix{'es' if hidden_unsafe != 1 else ''} can be enabled with the `--unsafe-fixes` option).")
+    return "\n".join(parts)
+
+
+# --- json / json-lines -------------------------------------------------------------------
 
 
 def to_json_obj(d: Diagnostic) -> dict:
@@ -73,6 +121,191 @@ def to_json_obj(d: Diagnostic) -> dict:
 
 def format_json(diagnostics: list[Diagnostic]) -> str:
     return json.dumps([to_json_obj(d) for d in diagnostics], indent=2)
+
+
+def format_json_lines(diagnostics: list[Diagnostic]) -> str:
+    """One compact JSON object per line: streams well into `jq -c` and log shippers."""
+    return "\n".join(json.dumps(to_json_obj(d), separators=(",", ":")) for d in diagnostics)
+
+
+# --- GitHub workflow annotations ---------------------------------------------------------
+
+
+def _gh_data(text: str) -> str:
+    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+
+
+def _gh_property(text: str) -> str:
+    return _gh_data(text).replace(":", "%3A").replace(",", "%2C")
+
+
+def format_github(diagnostics: list[Diagnostic]) -> str:
+    """`::error file=...,line=...,col=...::message` lines that GitHub Actions turns into annotations."""
+    out = []
+    for d in diagnostics:
+        start = to_one_based(d.span.line, d.span.col0)
+        end = to_one_based(d.span.end_line, d.span.end_col0)
+        props = ",".join(
+            f"{k}={_gh_property(str(v))}"
+            for k, v in (
+                ("title", f"amplint ({d.code})"),
+                ("file", d.path),
+                ("line", start["row"]),
+                ("col", start["column"]),
+                ("endLine", end["row"]),
+                ("endColumn", end["column"]),
+            )
+        )
+        out.append(f"::error {props}::{_gh_data(f'{to_text(d.span)}: {d.code} {d.message}')}")
+    return "\n".join(out)
+
+
+# --- SARIF 2.1.0 -------------------------------------------------------------------------
+
+SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
+
+
+def _artifact(path: str, root: Path) -> dict:
+    """A URI relative to %SRCROOT% (the working directory) when possible, else an absolute file URI."""
+    p = Path(path)
+    try:
+        rel = p.resolve().relative_to(root.resolve())
+    except (ValueError, OSError):
+        return {"uri": p.resolve().as_uri()}
+    return {"uri": quote(rel.as_posix()), "uriBaseId": "%SRCROOT%"}
+
+
+def _region(start: dict, end: dict) -> dict:
+    return {"startLine": start["row"], "startColumn": start["column"], "endLine": end["row"], "endColumn": end["column"]}
+
+
+def sarif_rule(rule) -> dict:
+    from amplint.docs import rule_page, summary_line
+
+    return {
+        "id": rule.code,
+        "name": rule.name,
+        "shortDescription": {"text": summary_line(rule)},
+        "fullDescription": {"text": rule_page(rule)},
+        "help": {"text": rule_page(rule), "markdown": rule_page(rule)},
+        "helpUri": rule_url(rule.code),
+        "defaultConfiguration": {"enabled": bool(rule.default_enabled), "level": "error"},
+        "properties": {
+            "tags": ["mixed-precision", "pytorch", "correctness"],
+            "fix": rule.fix_availability.value,
+            "precision": "high" if rule.default_enabled else "medium",
+        },
+    }
+
+
+def to_sarif(diagnostics: list[Diagnostic], root: Path | None = None) -> dict:
+    """A SARIF 2.1.0 log: one run, every rule's metadata, one result per finding."""
+    from amplint.registry import ALL_RULES
+
+    root = root or Path.cwd()
+    rules = sorted(ALL_RULES, key=lambda r: r.code)
+    index = {r.code: i for i, r in enumerate(rules)}
+    results = []
+    for d in diagnostics:
+        location = {
+            "physicalLocation": {
+                "artifactLocation": _artifact(d.path, root),
+                "region": _region(to_one_based(d.span.line, d.span.col0), to_one_based(d.span.end_line, d.span.end_col0)),
+            }
+        }
+        result = {
+            "ruleId": d.code,
+            "level": "error",
+            "message": {"text": d.message},
+            "locations": [location],
+        }
+        if d.code in index:
+            result["ruleIndex"] = index[d.code]
+        if d.fix is not None:
+            result["fixes"] = [
+                {
+                    "description": {"text": d.fix.title},
+                    "artifactChanges": [
+                        {
+                            "artifactLocation": location["physicalLocation"]["artifactLocation"],
+                            "replacements": [
+                                {
+                                    "deletedRegion": _region(to_one_based(*e.start), to_one_based(*e.end)),
+                                    "insertedContent": {"text": e.content},
+                                }
+                                for e in d.fix.edits
+                            ],
+                        }
+                    ],
+                    "properties": {"applicability": d.fix.applicability.value},
+                }
+            ]
+        results.append(result)
+    return {
+        "$schema": SARIF_SCHEMA,
+        "version": "2.1.0",
+        "runs": [
+            {
+                "tool": {
+                    "driver": {
+                        "name": "amplint",
+                        "version": __version__,
+                        "semanticVersion": __version__,
+                        "informationUri": REPO_URL,
+                        "rules": [sarif_rule(r) for r in rules],
+                    }
+                },
+                "originalUriBaseIds": {"%SRCROOT%": {"uri": root.resolve().as_uri() + "/"}},
+                # libcst columns count code points, not UTF-16 units (SARIF's default).
+                "columnKind": "unicodeCodePoints",
+                "results": results,
+            }
+        ],
+    }
+
+
+def format_sarif(diagnostics: list[Diagnostic], root: Path | None = None) -> str:
+    return json.dumps(to_sarif(diagnostics, root), indent=2)
+
+
+# --- statistics --------------------------------------------------------------------------
+
+
+def statistics(diagnostics: list[Diagnostic]) -> list[dict]:
+    """Counts per code, most frequent first (ruff's `--statistics`)."""
+    from amplint.registry import BY_CODE
+
+    counts = Counter(d.code for d in diagnostics)
+    fixable = Counter(d.code for d in diagnostics if d.fix is not None)
+    rows = []
+    for code, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])):
+        rule = BY_CODE.get(code)
+        rows.append({"code": code, "name": rule.name if rule else "", "count": n, "fixable": fixable[code] == n})
+    return rows
+
+
+def format_statistics(diagnostics: list[Diagnostic], fmt: str = "text") -> str:
+    rows = statistics(diagnostics)
+    if fmt in ("json", "json-lines", "sarif"):
+        return json.dumps(rows, indent=2)
+    width = max((len(str(r["count"])) for r in rows), default=1)
+    return "\n".join(f"{r['count']:>{width}}\t{r['code']}\t{'[*] ' if r['fixable'] else '    '}{r['name']}" for r in rows)
+
+
+# --- dispatch ----------------------------------------------------------------------------
+
+
+def render(fmt: str, diagnostics: list[Diagnostic], *, sources=None, colour=False, show_fixes=False,
+           unsafe_fixes=False, root: Path | None = None) -> str:
+    if fmt == "json":
+        return format_json(diagnostics)
+    if fmt == "json-lines":
+        return format_json_lines(diagnostics)
+    if fmt == "github":
+        return format_github(diagnostics)
+    if fmt == "sarif":
+        return format_sarif(diagnostics, root)
+    return format_text(diagnostics, sources, colour=colour, show_fixes=show_fixes, unsafe_fixes=unsafe_fixes)
 
 
 def stream_is_tty(stream: TextIO = sys.stdout) -> bool:

@@ -1,0 +1,79 @@
+"""flake8 front end: `flake8 --select AMP` reports what `amplint check` reports.
+
+Registered as the `flake8.extension` entry point `AMP` (pyproject.toml).  The plugin
+runs the one engine (`engine.check_source`) with every rule and lets flake8 apply
+select/ignore/per-file-ignores/noqa itself; positions go through
+`diagnostics.to_flake8`, the only place their base is decided.
+
+Opt-in rules (`default_enabled = False`) stay off in two ways, so that flake8 and
+`amplint check` agree on every selection:
+
+- `add_options` adds them to flake8's `extend_default_ignore`, so a plain `flake8`
+  run (no `--select`) does not report them;
+- flake8 treats an explicit `--select AMP` as stronger than a default ignore, which
+  would turn them on; amplint's rule is that a prefix never enables an opt-in rule,
+  only its full code does.  `parse_options` reads the explicit selection and the
+  plugin drops an opt-in rule unless its full code was named.
+
+This module must stay cheap to import and must never import torch: flake8 loads it
+for every run, in every project.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any, ClassVar
+
+from amplint import __version__
+
+
+def _opt_in_codes() -> tuple[str, ...]:
+    from amplint.registry import ALL_RULES
+
+    return tuple(sorted(r.code for r in ALL_RULES if not r.default_enabled))
+
+
+class Flake8Plugin:
+    """flake8 picks the plugin kind from `__init__`'s parameter names (`lines`, `filename`)."""
+
+    name = "amplint"
+    version = __version__
+    # Opt-in codes whose full code the user named in --select/--extend-select.
+    _enabled_opt_in: ClassVar[frozenset[str]] = frozenset()
+
+    def __init__(self, tree: Any, lines: list[str], filename: str) -> None:
+        # `tree` is requested so flake8 treats this as a tree plugin (run once per file,
+        # after flake8 has checked that the file parses); the engine parses with libcst.
+        self._source = "".join(lines)
+        self._filename = filename
+
+    @classmethod
+    def add_options(cls, option_manager) -> None:
+        option_manager.extend_default_ignore(list(_opt_in_codes()))
+
+    @classmethod
+    def parse_options(cls, options) -> None:
+        named: set[str] = set()
+        for attr in ("select", "extend_select"):
+            for item in getattr(options, attr, None) or ():
+                named |= {c.strip().upper() for c in str(item).split(",") if c.strip()}
+        cls._enabled_opt_in = frozenset(c for c in _opt_in_codes() if c in named)
+
+    def run(self) -> Iterator[tuple[int, int, str, type]]:
+        from amplint.config import Config
+        from amplint.diagnostics import to_flake8
+        from amplint.engine import SourceError, check_source
+
+        opt_in = set(_opt_in_codes()) - self._enabled_opt_in
+        crashes: list = []  # a crashing rule must not take flake8 down; the others still report
+        try:
+            diagnostics = check_source(self._source, self._filename, Config.all_rules(), crashes=crashes)
+        except SourceError:
+            # flake8 only runs tree plugins on files `ast` parses; libcst refusing one is
+            # not the user's error to see as an AMP code.
+            return
+        for d in diagnostics:
+            if d.code in opt_in:
+                continue
+            line, col = to_flake8(d.span)
+            yield line, col, f"{d.code} {d.message}", type(self)
