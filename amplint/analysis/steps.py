@@ -120,6 +120,9 @@ class StepGraph:
         self.points: list[Point] = [self.entry, self.exit]
         self._point_of: dict[int, Point] = {}
         self.loops: list[Loop] = []
+        # Every autocast region entered while building, inlined helpers' included, with or
+        # without events inside (a forward-only `with autocast():` still is one).
+        self.regions: list[AutocastRegion] = []
 
     @property
     def events(self) -> list[Event]:
@@ -312,6 +315,7 @@ class _Builder:
                 if infos:
                     info = _merge_autocast(infos)
                     self.regions.append(AutocastRegion(info, s))
+                    self.graph.regions.append(self.regions[-1])
                     pushed += 1
             self.block(_statements(s.body))
             for _ in range(pushed):
