@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from amplint import __version__, output, registry
-from amplint.config import Config, ConfigError, discover, load
+from amplint.config import Config, ConfigError, group_by_config, load
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
 
@@ -29,19 +29,26 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     check = sub.add_parser("check", help="static analysis (no torch import, nothing executed)")
-    check.add_argument("paths", nargs="*", type=Path, help="files or directories (default: .)")
+    check.add_argument("paths", nargs="*", type=Path, help="files or directories (default: .); `-` reads stdin")
     check.add_argument("--select", action="append", help="codes, prefixes or names to enable (comma-separated)")
     check.add_argument("--extend-select", action="append", help="enable these on top of the selection")
     check.add_argument("--ignore", action="append", help="codes, prefixes or names to disable")
     check.add_argument("--fix", action="store_true", help="apply safe fixes in place")
     check.add_argument("--unsafe-fixes", action="store_true", help="also apply unsafe fixes (with --fix or --diff)")
     check.add_argument("--diff", action="store_true", help="print the fixes as a unified diff; change nothing")
-    check.add_argument("--output-format", default="text", choices=("text", "json"), help="how to print findings")
-    check.add_argument("--config", type=Path, help="read [tool.amplint] from this file")
+    check.add_argument("--output-format", default="text", choices=output.FORMATS, help="how to print findings")
+    check.add_argument("--output-file", type=Path, help="write findings to this file instead of stdout")
+    check.add_argument("--statistics", action="store_true", help="print counts per code instead of each finding")
+    check.add_argument("--config", type=Path, help="read [tool.amplint] from this file (pyproject.toml or a bare table)")
     check.add_argument("--isolated", action="store_true", help="ignore configuration files")
+    check.add_argument("--exclude", action="append", help="replace the exclude patterns (comma-separated)")
+    check.add_argument("--extend-exclude", action="append", help="add exclude patterns (comma-separated)")
+    check.add_argument("--no-respect-gitignore", dest="respect_gitignore", action="store_false", default=None,
+                       help="walk into files and directories that .gitignore excludes")
     check.add_argument("--show-fixes", action="store_true", help="print each finding's fix title")
     check.add_argument("--exit-zero", action="store_true", help="exit 0 even when there are findings")
     check.add_argument("--force-exclude", action="store_true", help="apply excludes to files named explicitly")
+    check.add_argument("--stdin-filename", type=Path, help="the name of the file read from `-` (for config and messages)")
 
     rules = sub.add_parser("rules", help="list every rule")
     rules.add_argument("--format", default="text", choices=("text", "json"))
@@ -63,6 +70,18 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as exc:
         return EXIT_ERROR if exc.code not in (0, None) else EXIT_CLEAN
     try:
+        return _dispatch(parser, args)
+    except BrokenPipeError:
+        # `amplint check | head`: the reader left; not an error worth a traceback.
+        try:
+            sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - keeps interpreter shutdown quiet
+        except OSError:
+            pass
+        return EXIT_FINDINGS if args.command == "check" else EXIT_CLEAN
+
+
+def _dispatch(parser, args) -> int:
+    try:
         if args.command == "check":
             return cmd_check(args)
         if args.command == "rules":
@@ -79,64 +98,67 @@ def main(argv: list[str] | None = None) -> int:
     return EXIT_ERROR
 
 
-def load_config(args) -> Config:
+def load_config(args, paths: list[Path]) -> list[tuple[Config, list[Path]]]:
+    """(configuration, paths) groups: each path uses the [tool.amplint] found from it upward.
+
+    `--isolated` ignores every file; `--config` uses one file for all paths. CLI
+    selection flags then override what the file says.
+    """
     if args.isolated:
-        config = Config(root=Path.cwd())
+        groups = [(Config(root=Path.cwd()), paths)]
     elif args.config is not None:
-        config = load(args.config)
+        groups = [(load(args.config), paths)]
     else:
-        config = discover(list(args.paths) or [Path.cwd()])
+        groups = group_by_config(paths)
+    return [(_overrides(config, args), ps) for config, ps in groups]
+
+
+def _overrides(config: Config, args) -> Config:
     return config.with_overrides(
         select=_split(args.select),
         ignore=(config.ignore + _split(args.ignore)) if args.ignore else None,
         extend_select=(config.extend_select + _split(args.extend_select)) if args.extend_select else None,
+        exclude=_split(args.exclude),
+        extend_exclude=(config.extend_exclude + _split(args.extend_exclude)) if args.extend_exclude else None,
+        respect_gitignore=args.respect_gitignore,
     )
 
 
 def cmd_check(args) -> int:
-    from amplint.runner import check_paths
+    from amplint.runner import RunResult, check_paths
 
-    config = load_config(args)
     paths = list(args.paths) or [Path(".")]
-    result = check_paths(
-        paths, config, fix=args.fix, unsafe=args.unsafe_fixes, diff=args.diff, force_exclude=args.force_exclude
-    )
-    for missing in result.missing:
-        print(f"amplint: error: {missing}: no such file or directory", file=sys.stderr)
+    if any(str(p) == "-" for p in paths):
+        if len(paths) != 1:
+            print("amplint: error: `-` (stdin) cannot be combined with other paths", file=sys.stderr)
+            return EXIT_ERROR
+        return _check_stdin(args)
+    if args.stdin_filename is not None:
+        print("amplint: error: --stdin-filename needs `-` as the path", file=sys.stderr)
+        return EXIT_ERROR
+    files, missing = [], []
+    for config, group in load_config(args, paths):
+        part = check_paths(
+            group, config, fix=args.fix, unsafe=args.unsafe_fixes, diff=args.diff, force_exclude=args.force_exclude
+        )
+        files.extend(part.files)
+        missing.extend(part.missing)
+    result = RunResult(files, missing)
+    for miss in result.missing:
+        print(f"amplint: error: {miss}: no such file or directory", file=sys.stderr)
     for f in result.errors:
         e = f.error
         print(f"{e.path}:{e.line}:{e.col0 + 1}: error: {e.reason}", file=sys.stderr)
-    for crash in result.crashes:
-        print(
-            f"amplint: internal error in {crash.code} on {crash.path}: {crash.error}\n"
-            f"  the other rules and files were still checked; please report this with the file if you can",
-            file=sys.stderr,
-        )
+    _report_crashes(result.crashes)
     diagnostics = sorted(result.diagnostics, key=lambda d: d.sort_key)
     if args.diff:
         for f in result.files:
             if f.diff:
                 sys.stdout.write(f.diff)
-    elif args.output_format == "json":
-        print(output.format_json(diagnostics))
     else:
-        srcs = {}
-        for d in diagnostics:
-            if d.path not in srcs:
-                try:
-                    srcs[d.path] = Path(d.path).read_text(encoding="utf-8", errors="replace")
-                except OSError:
-                    pass
-        text = output.format_text(diagnostics, srcs, colour=output.stream_is_tty(sys.stdout), show_fixes=args.show_fixes)
-        if text:
-            print(text)
         fixed = sum(len(f.fixed.applied) for f in result.files if f.fixed and f.written)
-        summary = _summary(len(diagnostics), fixed, sum(1 for d in diagnostics if d.fix is not None))
-        if summary:
-            print(summary)
-    if result.missing or result.errors:
-        return EXIT_ERROR
-    if result.crashes:
+        _emit(args, diagnostics, fixed, sources=None)
+    if result.missing or result.errors or result.crashes:
         return EXIT_ERROR
     if args.diff:
         return EXIT_FINDINGS if any(f.diff for f in result.files) else EXIT_CLEAN
@@ -145,15 +167,105 @@ def cmd_check(args) -> int:
     return EXIT_CLEAN
 
 
-def _summary(found: int, fixed: int, fixable: int) -> str:
-    parts = []
-    if found:
-        parts.append(f"Found {found} error{'s' if found != 1 else ''}.")
-    if fixed:
-        parts.append(f"Fixed {fixed}.")
-    if fixable:
-        parts.append(f"[*] {fixable} fixable with `amplint check --fix` (some may need --unsafe-fixes).")
-    return " ".join(parts)
+def _check_stdin(args) -> int:
+    """`amplint check -`: editors pipe the buffer in; `--fix` writes the fixed text to stdout."""
+    from amplint import sources
+    from amplint.engine import RuleCrash, SourceError, check_source
+    from amplint.fixes import fix_text
+
+    name = args.stdin_filename or Path("-")
+    lookup = args.stdin_filename if args.stdin_filename is not None else Path.cwd()
+    ((config, _),) = load_config(args, [lookup])
+    try:
+        text, _, _ = sources.decode(sys.stdin.buffer.read(), str(name))
+    except sources.UnreadableSource as exc:
+        print(f"amplint: error: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    if args.force_exclude and args.stdin_filename is not None and config.is_excluded(args.stdin_filename):
+        if args.fix:
+            sys.stdout.write(text)
+        return EXIT_CLEAN
+    crashes: list[RuleCrash] = []
+    fixed = 0
+    try:
+        if args.fix or args.diff:
+            outcome = fix_text(text, lambda t: check_source(t, str(name), config, crashes=crashes), unsafe=args.unsafe_fixes)
+            diagnostics = outcome.remaining
+            fixed = len(outcome.applied)
+            if args.diff:
+                import difflib
+
+                sys.stdout.write("".join(difflib.unified_diff(
+                    text.splitlines(keepends=True), outcome.source.splitlines(keepends=True),
+                    fromfile=f"a/{name}", tofile=f"b/{name}")))
+            else:
+                sys.stdout.write(outcome.source)
+        else:
+            diagnostics = check_source(text, str(name), config, crashes=crashes)
+    except SourceError as exc:
+        print(f"{exc.path}:{exc.line}:{exc.col0 + 1}: error: {exc.reason}", file=sys.stderr)
+        if args.fix:
+            sys.stdout.write(text)  # an editor replaces its buffer with stdout: give it back intact
+        return EXIT_ERROR
+    _report_crashes(crashes)
+    diagnostics = sorted(diagnostics, key=lambda d: d.sort_key)
+    if not args.diff:
+        # With --fix, stdout carries the fixed source; findings go to stderr (ruff does the same).
+        _emit(args, diagnostics, fixed, sources={str(name): text}, stream=sys.stderr if args.fix else None)
+    if crashes:
+        return EXIT_ERROR
+    if args.diff:
+        return EXIT_FINDINGS if fixed else EXIT_CLEAN
+    return EXIT_FINDINGS if diagnostics and not args.exit_zero else EXIT_CLEAN
+
+
+def _report_crashes(crashes) -> None:
+    for crash in crashes:
+        print(
+            f"amplint: internal error in {crash.code} on {crash.path}: {crash.error}\n"
+            f"  the other rules and files were still checked; please report this with the file if you can",
+            file=sys.stderr,
+        )
+
+
+def _emit(args, diagnostics, fixed: int, *, sources: dict[str, str] | None, stream=None) -> None:
+    """Print findings in the chosen format to --output-file, `stream`, or stdout."""
+    fmt = args.output_format
+    if args.output_file is not None:
+        args.output_file.parent.mkdir(parents=True, exist_ok=True)
+        out = open(args.output_file, "w", encoding="utf-8")  # noqa: SIM115 - closed below
+    else:
+        out = stream or sys.stdout
+    try:
+        if args.statistics:
+            text = output.format_statistics(diagnostics, fmt, args.unsafe_fixes)
+        elif fmt == "text":
+            if sources is None:
+                sources = _read_sources(diagnostics)
+            text = output.format_text(diagnostics, sources, colour=output.use_colour(out),
+                                      show_fixes=args.show_fixes, unsafe_fixes=args.unsafe_fixes)
+        else:
+            text = output.render(fmt, diagnostics)
+        if text:
+            out.write(text + "\n")
+        if fmt == "text" and not args.statistics:
+            fixable = sum(1 for d in diagnostics if output.shows_fix_marker(d, args.unsafe_fixes))
+            hidden = sum(1 for d in diagnostics if d.fix is not None) - fixable
+            out.write(output.summary(len(diagnostics), fixed, fixable, hidden) + "\n")
+    finally:
+        if out is not sys.stdout and out is not sys.stderr:
+            out.close()
+
+
+def _read_sources(diagnostics) -> dict[str, str]:
+    srcs: dict[str, str] = {}
+    for d in diagnostics:
+        if d.path not in srcs:
+            try:
+                srcs[d.path] = Path(d.path).read_text(encoding="utf-8", errors="replace")
+            except OSError:
+                pass
+    return srcs
 
 
 def cmd_rules(args) -> int:
@@ -181,9 +293,9 @@ def cmd_rules(args) -> int:
 
 
 def _summary_line(rule) -> str:
-    doc = rule.__doc__ or ""
-    after = doc.split("## What it does", 1)[-1].strip().split("\n\n", 1)[0]
-    return " ".join(line.strip() for line in after.splitlines())
+    from amplint.docs import summary_line
+
+    return summary_line(rule)
 
 
 def cmd_explain(args) -> int:

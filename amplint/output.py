@@ -271,12 +271,12 @@ def format_sarif(diagnostics: list[Diagnostic], root: Path | None = None) -> str
 # --- statistics --------------------------------------------------------------------------
 
 
-def statistics(diagnostics: list[Diagnostic]) -> list[dict]:
-    """Counts per code, most frequent first (ruff's `--statistics`)."""
+def statistics(diagnostics: list[Diagnostic], unsafe_fixes: bool = False) -> list[dict]:
+    """Counts per code, most frequent first (ruff's `--statistics`); `fixable`: all fixable by --fix."""
     from amplint.registry import BY_CODE
 
     counts = Counter(d.code for d in diagnostics)
-    fixable = Counter(d.code for d in diagnostics if d.fix is not None)
+    fixable = Counter(d.code for d in diagnostics if shows_fix_marker(d, unsafe_fixes))
     rows = []
     for code, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])):
         rule = BY_CODE.get(code)
@@ -284,8 +284,8 @@ def statistics(diagnostics: list[Diagnostic]) -> list[dict]:
     return rows
 
 
-def format_statistics(diagnostics: list[Diagnostic], fmt: str = "text") -> str:
-    rows = statistics(diagnostics)
+def format_statistics(diagnostics: list[Diagnostic], fmt: str = "text", unsafe_fixes: bool = False) -> str:
+    rows = statistics(diagnostics, unsafe_fixes)
     if fmt in ("json", "json-lines", "sarif"):
         return json.dumps(rows, indent=2)
     width = max((len(str(r["count"])) for r in rows), default=1)
