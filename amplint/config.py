@@ -225,8 +225,13 @@ def group_by_config(paths: list[Path]) -> list[tuple[Config, list[Path]]]:
     its own `[tool.amplint]`, in the order the paths were given.
     """
     by_source: dict[Path | None, tuple[Config, list[Path]]] = {}
+    nearest: dict[Path, Path | None] = {}  # pre-commit passes thousands of files from few directories
     for p in paths:
-        found = find_pyproject(p.resolve())
+        resolved = p.resolve()
+        here = resolved if resolved.is_dir() else resolved.parent
+        if here not in nearest:
+            nearest[here] = find_pyproject(here)
+        found = nearest[here]
         if found not in by_source:
             by_source[found] = (load(found) if found is not None else Config(root=Path.cwd()), [])
         by_source[found][1].append(p)
