@@ -1,0 +1,237 @@
+"""What a checkpoint holds: model, optimizer, scaler or training-progress state.
+
+Used by AMP106.  `torch.save(payload, path)`'s payload is read through dict literals,
+`dict(...)`, names assigned in the function (`ckpt = {...}; ckpt["scaler"] = ...;
+ckpt.update(...)`) and, for a same-module helper `save_checkpoint(state, path)`, the
+argument at the call site.  Anything we cannot see through (`**extra`, a value returned
+by another function) makes the payload UNKNOWN, and an unknown payload is never
+reported: it may hold the scaler.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import libcst as cst
+
+from amplint.analysis.bindings import call_arg
+from amplint.analysis.names import dotted
+
+MODEL = "model"
+OPTIMIZER = "optimizer"
+SCALER = "scaler"
+PROGRESS = "progress"  # epoch, step, scheduler: what a resumable checkpoint carries
+UNKNOWN = "unknown"
+
+_MAX_DEPTH = 4
+
+
+@dataclass(frozen=True)
+class Payload:
+    parts: frozenset[str]
+
+    @property
+    def known(self) -> bool:
+        return UNKNOWN not in self.parts
+
+    @property
+    def is_training_checkpoint(self) -> bool:
+        """Resumable training state: optimizer state, or model state with progress.
+
+        A bare `torch.save(model.state_dict(), "best.pt")` is an export of weights, not
+        a checkpoint to resume from, and is not one.
+        """
+        return OPTIMIZER in self.parts or (MODEL in self.parts and PROGRESS in self.parts)
+
+    @property
+    def has_scaler(self) -> bool:
+        return SCALER in self.parts
+
+
+def _key_part(key: str) -> str | None:
+    k = key.lower()
+    if "scaler" in k or k in ("amp", "amp_state"):
+        return SCALER
+    if "optim" in k:
+        return OPTIMIZER
+    if any(w in k for w in ("sched", "epoch", "step", "iter")):
+        return PROGRESS
+    if any(w in k for w in ("model", "state_dict", "net", "weights", "params")):
+        return MODEL
+    return None
+
+
+class _Mutations(cst.CSTVisitor):
+    """`name[key] = value` and `name.update(...)` inside one function body."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.items: list[tuple[cst.BaseExpression | None, cst.BaseExpression | None]] = []
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+        return False  # nested functions have their own locals
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        for t in node.targets:
+            target = t.target
+            if isinstance(target, cst.Subscript) and dotted(target.value) == self.name:
+                index = target.slice[0].slice if target.slice else None
+                key = index.value if isinstance(index, cst.Index) else None
+                self.items.append((key, node.value))
+
+    def visit_Call(self, node: cst.Call) -> None:
+        func = node.func
+        if isinstance(func, cst.Attribute) and func.attr.value in ("update", "setdefault") and dotted(func.value) == self.name:
+            if func.attr.value == "setdefault" and node.args:
+                self.items.append((node.args[0].value, node.args[1].value if len(node.args) > 1 else None))
+                return
+            for a in node.args:
+                if a.keyword is not None:
+                    self.items.append((cst.SimpleString(repr(a.keyword.value)), a.value))
+                else:
+                    self.items.append((None, a.value))
+
+
+class Checkpoints:
+    def __init__(self, model) -> None:
+        self.model = model
+        self.b = model.bindings
+
+    def payload(self, event) -> Payload:
+        """What the `torch.save` of a SAVE event writes."""
+        expr = call_arg(event.node, 0, "obj")
+        parts = self._describe(expr, event.scope, 0, event)
+        return Payload(frozenset(parts))
+
+    # --- describing expressions ----------------------------------------------------------
+    def _describe(self, expr, scope, depth: int, event=None) -> set[str]:
+        if expr is None or depth > _MAX_DEPTH:
+            return {UNKNOWN}
+        if isinstance(expr, cst.Dict):
+            out: set[str] = set()
+            for el in expr.elements:
+                if isinstance(el, cst.StarredDictElement):
+                    out |= self._describe(el.value, scope, depth + 1, event)
+                    continue
+                out |= self._item(el.key, el.value, scope, depth)
+            return out
+        if isinstance(expr, cst.Call):
+            return self._call(expr, scope, depth, event)
+        if isinstance(expr, (cst.Name, cst.Attribute)):
+            return self._name(expr, scope, depth, event)
+        if isinstance(expr, (cst.Tuple, cst.List)):
+            out = set()
+            for el in expr.elements:
+                out |= self._describe(el.value, scope, depth + 1, event)
+            return out
+        return {UNKNOWN}
+
+    def _item(self, key, value, scope, depth: int) -> set[str]:
+        out: set[str] = set()
+        if isinstance(key, cst.SimpleString):
+            part = _key_part(key.evaluated_value if isinstance(key.evaluated_value, str) else "")
+            if part is not None:
+                out.add(part)
+        if isinstance(value, cst.Dict):
+            out |= self._describe(value, scope, depth + 1)
+        elif isinstance(value, cst.Call):
+            got = self._call(value, scope, depth + 1, None)
+            out |= got - {UNKNOWN}  # an opaque value under a known key says nothing about the scaler
+            if SCALER in got:
+                out.add(SCALER)
+        elif isinstance(value, (cst.Name, cst.Attribute)) and self.b.is_scaler(value, scope):
+            out.add(SCALER)
+        return out
+
+    def _call(self, call: cst.Call, scope, depth: int, event) -> set[str]:
+        func = call.func
+        if isinstance(func, cst.Attribute) and func.attr.value == "state_dict":
+            receiver = func.value
+            if self.b.is_scaler(receiver, scope):
+                return {SCALER}
+            if self.b.is_optimizer(receiver, scope):
+                return {OPTIMIZER}
+            text = (dotted(receiver) or "").lower()
+            if "sched" in text:
+                return {PROGRESS}
+            if "scaler" in text:
+                return {SCALER}
+            return {MODEL}
+        if isinstance(func, cst.Name) and func.value == "dict":
+            out: set[str] = set()
+            for a in call.args:
+                if a.keyword is not None:
+                    out |= self._item(cst.SimpleString(repr(a.keyword.value)), a.value, scope, depth)
+                else:
+                    out |= self._describe(a.value, scope, depth + 1, event)
+            return out
+        return {UNKNOWN}
+
+    def _name(self, expr, scope, depth: int, event) -> set[str]:
+        text = dotted(expr)
+        if isinstance(expr, cst.Name) and expr.value in scope.params and event is not None and event.inlined:
+            arg = self._argument_for(event, scope, expr.value)
+            if arg is not None:
+                return self._describe(arg, self._caller_scope(event), depth + 1)
+        if self.b.is_scaler(expr, scope):
+            return {SCALER}
+        values = self.b.values.assigned(expr, scope)
+        if not values:
+            return {UNKNOWN}
+        out: set[str] = set()
+        for value, vscope in values:
+            out |= self._describe(value, vscope, depth + 1)
+        if text is not None:
+            mutations = _Mutations(text)
+            body = scope.node.body if isinstance(scope.node, cst.FunctionDef) else scope.node
+            body.visit(mutations)
+            for key, value in mutations.items:
+                if key is None:
+                    out |= self._describe(value, scope, depth + 1)
+                else:
+                    out |= self._item(key, value, scope, depth)
+        return out
+
+    # --- helpers called with the payload -------------------------------------------------
+    def _caller_scope(self, event):
+        """The analysed function's scope (the graph's), where the anchor call is written."""
+        return getattr(event, "graph_scope", None) or self._scope_of_call(event.anchor)
+
+    def _scope_of_call(self, call: cst.Call):
+        for site in self.model.calls:
+            if site.node is call:
+                return site.scope
+        return self.model.module_scope
+
+    def _argument_for(self, event, scope, param: str):
+        """The argument the anchor call passes for `param` of the inlined function."""
+        fn = scope.node
+        if not isinstance(fn, cst.FunctionDef) or len(event.via) != 1:
+            return None  # only one level of helper: deeper chains rename too much to follow
+        call = event.anchor
+        params = list(scope.params)
+        if scope.self_name is not None and params and params[0] == scope.self_name:
+            params = params[1:]
+        positional = [a for a in call.args if a.keyword is None and not a.star]
+        for a in call.args:
+            if a.keyword is not None and a.keyword.value == param:
+                return a.value
+        if param in params and params.index(param) < len(positional):
+            if any(a.star for a in call.args):
+                return None
+            return positional[params.index(param)].value
+        return None
+
+    # --- loading -------------------------------------------------------------------------
+    def optimizer_loads(self) -> list:
+        """`optimizer.load_state_dict(...)` call sites; empty when any scaler is restored."""
+        loads = []
+        for site in self.model.calls:
+            func = site.node.func
+            if not (isinstance(func, cst.Attribute) and func.attr.value == "load_state_dict"):
+                continue
+            if self.b.is_scaler(func.value, site.scope):
+                return []
+            if self.b.is_optimizer(func.value, site.scope):
+                loads.append(site)
+        return loads

@@ -1,0 +1,239 @@
+"""GradScaler-protocol queries shared by AMP102-AMP108: guards, iterations, scaler identity.
+
+The step graph is path-insensitive: in
+
+    if use_amp: scaler.scale(loss).backward()
+    else:       loss.backward()
+    if use_amp: scaler.step(opt)
+    else:       opt.step()
+
+the plain `loss.backward()` "reaches" `scaler.step(opt)`.  Real training code is full
+of this AMP/no-AMP split, so the protocol rules ask `exclusive(a, b)`: two events that
+sit in opposite branches of one `if`, or under the same condition text with opposite
+polarity (`if scaler is not None` / `else`, `if not use_amp`), never run in the same
+pass.  Conditions are compared by their source text after normalising `not x`,
+`x is None` and `x is not None`; a variable reassigned between two tests would fool
+this, which we accept.
+
+`iteration_paths` answers "can this event run in a loop iteration where that one does
+not", which is what gradient accumulation bugs (AMP107) look like in the graph.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections import deque
+from dataclasses import dataclass
+from typing import Callable
+
+import libcst as cst
+
+from amplint.analysis.names import dotted
+from amplint.analysis.steps import Event, Kind, Point, StepGraph
+
+
+@dataclass(frozen=True)
+class Guard:
+    if_id: int  # id() of the `if` statement
+    in_body: bool  # True in its body, False in its else/elif part
+    cond: str  # normalised condition text
+    holds: bool  # what the condition is known to be here
+
+
+def _normalise(test: cst.BaseExpression, code: Callable[[cst.CSTNode], str]) -> list[tuple[str, bool]]:
+    """(condition text, truth) pairs a test establishes when it is true."""
+    if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+        return [(c, not v) for c, v in _normalise(test.expression, code)][:1]
+    if isinstance(test, cst.Comparison) and len(test.comparisons) == 1:
+        target = test.comparisons[0]
+        if isinstance(target.comparator, cst.Name) and target.comparator.value == "None":
+            if isinstance(target.operator, cst.IsNot):
+                return [(code(test.left), True)]
+            if isinstance(target.operator, cst.Is):
+                return [(code(test.left), False)]
+    if isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.And):
+        return [*_normalise(test.left, code), *_normalise(test.right, code)]
+    return [(code(test), True)]
+
+
+class _GuardCollector(cst.CSTVisitor):
+    """For every call: the `if` branches around it, inside its own function."""
+
+    def __init__(self, module: cst.Module) -> None:
+        self.code = lambda n: module.code_for_node(n).strip()
+        self.stack: list[list[Guard]] = [[]]
+        self.guards: dict[int, tuple[Guard, ...]] = {}
+        self.block_sizes: dict[int, int] = {}
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        self.stack.append([])
+
+    def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:
+        self.stack.pop()
+
+    def _push(self, node: cst.If, in_body: bool) -> None:
+        conds = _normalise(node.test, self.code)
+        if in_body:
+            self.stack[-1].extend(Guard(id(node), True, c, v) for c, v in conds)
+        elif len(conds) == 1:
+            c, v = conds[0]
+            self.stack[-1].append(Guard(id(node), False, c, not v))
+        else:
+            # `else` of `a and b` says nothing about `a` alone; keep the branch identity.
+            self.stack[-1].append(Guard(id(node), False, "", False))
+
+    def _pop(self, node: cst.If) -> None:
+        frame = self.stack[-1]
+        while frame and frame[-1].if_id == id(node):
+            frame.pop()
+
+    def visit_If_body(self, node: cst.If) -> None:
+        self._push(node, True)
+
+    def leave_If_body(self, node: cst.If) -> None:
+        self._pop(node)
+
+    def visit_If_orelse(self, node: cst.If) -> None:
+        self._push(node, False)
+
+    def leave_If_orelse(self, node: cst.If) -> None:
+        self._pop(node)
+
+    def visit_Call(self, node: cst.Call) -> None:
+        self.guards[id(node)] = tuple(self.stack[-1])
+
+    def visit_IndentedBlock(self, node: cst.IndentedBlock) -> None:
+        for stmt in node.body:
+            self.block_sizes[id(stmt)] = len(node.body)
+
+
+class ScalerProtocol:
+    """Per-module facts for the GradScaler rules; build with `protocol(model)`."""
+
+    def __init__(self, model) -> None:
+        self.model = model
+        collector = _GuardCollector(model.module)
+        model.module.visit(collector)
+        self._guards = collector.guards
+        self._block_sizes = collector.block_sizes
+
+    # --- guards --------------------------------------------------------------------------
+    def guards(self, event: Event) -> tuple[Guard, ...]:
+        outer = self._guards.get(id(event.anchor), ())
+        if not event.inlined:
+            return outer
+        return outer + self._guards.get(id(event.node), ())
+
+    def exclusive(self, a: Event, b: Event) -> bool:
+        """The two events never run in the same pass through the function."""
+        ga, gb = self.guards(a), self.guards(b)
+        for x in ga:
+            for y in gb:
+                if x.if_id == y.if_id and x.in_body != y.in_body:
+                    return True
+                if x.cond and x.cond == y.cond and x.holds != y.holds:
+                    return True
+        return False
+
+    def removable(self, statement: cst.CSTNode | None) -> bool:
+        """Deleting this statement leaves its block non-empty (module level is always fine)."""
+        if statement is None:
+            return False
+        return self._block_sizes.get(id(statement), 2) > 1
+
+    # --- scalers -------------------------------------------------------------------------
+    def scaler_disabled(self, key: str | None) -> bool:
+        """Every construction assigned to this key is a literal `enabled=False` scaler."""
+        if key is None:
+            return False
+        b = self.model.bindings
+        found = [
+            c
+            for c in b.scaler_constructions
+            if c.target is not None and b.key(cst.parse_expression(c.target), c.scope) == key
+        ]
+        return bool(found) and all(c.enabled is False for c in found)
+
+    @staticmethod
+    def same(a: str | None, b: str | None) -> bool:
+        """Keys name the same object, or one of them is unknown."""
+        return a is None or b is None or a == b
+
+
+_CACHE: "weakref.WeakKeyDictionary[object, ScalerProtocol]" = weakref.WeakKeyDictionary()
+
+
+def protocol(model) -> ScalerProtocol:
+    found = _CACHE.get(model)
+    if found is None:
+        found = _CACHE[model] = ScalerProtocol(model)
+    return found
+
+
+# --- paths over a step graph ------------------------------------------------------------
+
+
+def search(
+    start: Point | list[Point],
+    *,
+    found: Callable[[Point], bool],
+    blocked: Callable[[Point], bool] = lambda p: False,
+) -> bool:
+    """Breadth-first from the successors of `start`: is a `found` point reachable
+    without entering a `blocked` one?  (A point that is both counts as found.)"""
+    seen: set[int] = set()
+    queue = deque(start.succ if isinstance(start, Point) else start)
+    while queue:
+        p = queue.popleft()
+        if id(p) in seen:
+            continue
+        seen.add(id(p))
+        if found(p):
+            return True
+        if blocked(p):
+            continue
+        queue.extend(p.succ)
+    return False
+
+
+def event_is(p: Point, pred: Callable[[Event], bool]) -> bool:
+    return p.event is not None and pred(p.event)
+
+
+def runs_without(graph: StepGraph, loop, event: Event, avoid: Callable[[Event], bool]) -> bool:
+    """Within `loop`, some iteration runs `event` and none of the `avoid` events:
+    a path header -> event -> header that passes no avoided event."""
+    target = graph.point(event)
+    blocked = lambda p: event_is(p, avoid)  # noqa: E731
+    before = search(loop.header, found=lambda p: p is target, blocked=blocked)
+    after = search(target, found=lambda p: p is loop.header, blocked=blocked)
+    return before and after
+
+
+def training_loop(graph: StepGraph, event: Event):
+    """The innermost loop of `graph` around `event` that also runs a backward pass.
+
+    `for opt in optimizers: scaler.step(opt)` is a loop, but not an iteration of
+    training; the batch loop around it is.  None when the graph has no such loop.
+    """
+    backward_loops = {id(loop) for e in graph.of_kind(Kind.BACKWARD) for loop in e.loops}
+    for loop in reversed(graph.loops):
+        if loop in event.loops and id(loop) in backward_loops:
+            return loop
+    return None
+
+
+def in_iteration_reaches(graph: StepGraph, event: Event, pred: Callable[[Event], bool]) -> bool:
+    """From `event`, a `pred` event is reachable before control returns to the header of
+    the training loop holding `event` (or anywhere after it, outside loops)."""
+    loop = training_loop(graph, event)
+    header = loop.header if loop is not None else None
+    return search(
+        graph.point(event),
+        found=lambda p: event_is(p, pred),
+        blocked=lambda p: p is header,
+    )
+
+
+def text(expr: cst.BaseExpression | None) -> str | None:
+    return dotted(expr)

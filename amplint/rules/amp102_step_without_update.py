@@ -1,0 +1,114 @@
+"""AMP102 step-without-update."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from amplint.analysis.bindings import Bindings
+from amplint.analysis.scaler_protocol import in_iteration_reaches, protocol, training_loop
+from amplint.analysis.steps import Kind
+from amplint.diagnostics import Applicability
+from amplint.rules._base import FixAvailability, Replace, Rule
+
+
+class StepWithoutUpdate(Rule):
+    """
+    ## What it does
+    Flags `scaler.step(optimizer)` when the same iteration never calls
+    `scaler.update()`: the module never updates that scaler at all, or the step runs
+    in a loop whose iteration cannot reach an update before the next one starts
+    (for example, `update()` only once per epoch, after the batch loop).
+
+    ## Why is this bad?
+    `update()` is what adapts the loss scale: it halves the scale after a step that
+    found inf/NaN gradients and grows it after a run of clean steps, and it resets the
+    per-optimizer state that `step()` records. Without it the scale never recovers
+    from an overflow (every later step is skipped, silently) and, on current PyTorch,
+    the second `scaler.step()` raises "step() has already been called since the last
+    update()".
+
+    ## Example
+    ```python
+    for x, y in loader:
+        with torch.autocast("cuda", dtype=torch.float16):
+            loss = loss_fn(model(x), y)
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        optimizer.zero_grad()
+    ```
+
+    Use instead:
+    ```python
+    for x, y in loader:
+        with torch.autocast("cuda", dtype=torch.float16):
+            loss = loss_fn(model(x), y)
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+        optimizer.zero_grad()
+    ```
+
+    ## Fix safety
+    Unsafe: adds `scaler.update()` right after the `scaler.step(...)` statement. It is
+    offered only when the module never updates that scaler anywhere; where an update
+    exists elsewhere (after the loop, in another method), a second one would raise
+    "No inf checks were recorded prior to update", so moving it is left to you. With
+    several optimizers on one scaler, the update belongs after the last step.
+
+    ## Runtime confirmation
+    `amplint verify` counts `scaler.step` and `scaler.update` calls per scaler; more
+    steps than updates confirms the finding.
+
+    ## References
+    - PyTorch AMP examples, "Typical Mixed Precision Training"
+    """
+
+    code = "AMP102"
+    name = "step-without-update"
+    message = "`{step}` is not followed by `{scaler}.update()` in the same iteration"
+    fix_title = "Call `{scaler}.update()` after `{step}`"
+    fix_availability = FixAvailability.SOMETIMES
+    safety = Applicability.UNSAFE
+    requires_any = (".step(",)
+
+    def check(self) -> None:
+        proto = protocol(self.model)
+        updated = self._updated_keys()
+        for graph in self.model.steps:
+            for step in graph.of_kind(Kind.SCALER_STEP):
+                if proto.scaler_disabled(step.scaler):
+                    continue
+                never = step.scaler not in updated and not (updated and self._by_name_only(step.scaler))
+                if not never:
+                    if training_loop(graph, step) is None:
+                        continue  # the update may well follow in the caller
+                    same = lambda e: e.kind is Kind.UPDATE and proto.same(e.scaler, step.scaler)  # noqa: E731
+                    if in_iteration_reaches(graph, step, same):
+                        continue
+                scaler = Bindings.text_of(step.scaler) or "scaler"
+                step_text = self.model.module.code_for_node(step.node)
+                changes = self._insert_update(step, scaler) if never else None
+                self.report_event(step, changes=changes, step=step_text, scaler=scaler)
+
+    def _updated_keys(self) -> set[str | None]:
+        b = self.model.bindings
+        keys: set[str | None] = set()
+        for site in self.model.calls:
+            func = site.node.func
+            if isinstance(func, cst.Attribute) and func.attr.value == "update" and b.is_scaler(func.value, site.scope):
+                keys.add(b.key(func.value, site.scope))
+        return keys
+
+    def _by_name_only(self, key: str | None) -> bool:
+        """A parameter or unresolved scaler: any update in the module may be its update."""
+        return key is None or key not in self.model.bindings.scaler_keys
+
+    def _insert_update(self, step, scaler: str) -> list[Replace] | None:
+        stmt = step.statement
+        if step.inlined or not isinstance(stmt, cst.SimpleStatementLine) or len(stmt.body) != 1:
+            return None
+        small = stmt.body[0]
+        if not isinstance(small, cst.Expr) or small.value is not step.node:
+            return None
+        code = self.model.module.code_for_node(stmt.with_changes(leading_lines=())).rstrip("\n")
+        return [Replace(stmt, f"{code}\n{scaler}.update()")]

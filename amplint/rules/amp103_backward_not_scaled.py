@@ -1,0 +1,112 @@
+"""AMP103 backward-not-scaled."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from amplint.analysis.bindings import Bindings
+from amplint.analysis.scaler_protocol import protocol
+from amplint.analysis.steps import Kind
+from amplint.diagnostics import Applicability
+from amplint.rules._base import FixAvailability, Replace, Rule
+
+
+class BackwardNotScaled(Rule):
+    """
+    ## What it does
+    Flags a plain `loss.backward()` (or `torch.autograd.backward(loss)`) whose
+    gradients reach `scaler.step(optimizer)` of a GradScaler that may be enabled,
+    with no `scaler.scale(...)` around the loss.
+
+    A backward in the other branch of an AMP/no-AMP split (`if use_amp:
+    scaler.scale(loss).backward() else: loss.backward()`) is not flagged, and neither
+    are library-managed backwards (`accelerator.backward(loss)`, Lightning's
+    `manual_backward`) or scalers built with `enabled=False`.
+
+    ## Why is this bad?
+    `scaler.step()` unscales the gradients before stepping: it divides every `.grad`
+    by the current scale (65536 by default). Gradients that were never multiplied by
+    it become 65536 times too small, so the model barely trains, and fp16 gradients
+    that underflow are not rescued. Nothing raises.
+
+    ## Example
+    ```python
+    with torch.autocast("cuda", dtype=torch.float16):
+        loss = loss_fn(model(x), y)
+    loss.backward()
+    scaler.step(optimizer)
+    scaler.update()
+    ```
+
+    Use instead:
+    ```python
+    with torch.autocast("cuda", dtype=torch.float16):
+        loss = loss_fn(model(x), y)
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+    ```
+
+    ## Fix safety
+    Unsafe: rewrites `loss.backward(...)` to `scaler.scale(loss).backward(...)`,
+    naming the scaler of the `scaler.step` it reaches. Offered only when that is a
+    single scaler visible in the same function; wrong if the loss was already scaled
+    by hand (`loss * scaler.get_scale()`).
+
+    ## Runtime confirmation
+    `amplint verify` records backward calls on tensors that did not come from
+    `scaler.scale()` while a scaler with scale != 1 later steps the optimizer.
+    """
+
+    code = "AMP103"
+    name = "backward-not-scaled"
+    message = "`{call}` is not scaled, but `{step}` divides its gradients by the loss scale"
+    fix_title = "Use `{scaler}.scale({loss}).backward()`"
+    fix_availability = FixAvailability.SOMETIMES
+    safety = Applicability.UNSAFE
+    requires_any = ("backward",)
+
+    def check(self) -> None:
+        proto = protocol(self.model)
+        code = self.model.module.code_for_node
+        for graph in self.model.steps:
+            backwards = graph.of_kind(Kind.BACKWARD)
+            scaled = [e for e in backwards if e.scaled]
+            for bw in backwards:
+                if bw.scaled or bw.managed:
+                    continue
+                if any(proto.exclusive(bw, s) for s in scaled):
+                    continue  # the no-AMP branch of an AMP/no-AMP split
+                ends = lambda e: e.kind in (Kind.SCALER_STEP, Kind.UPDATE, Kind.ZERO_GRAD) or (  # noqa: E731
+                    e.kind is Kind.BACKWARD and e.scaled
+                )
+                steps = [
+                    e
+                    for e in graph.reachable(bw, stop=ends)
+                    if e.kind is Kind.SCALER_STEP and not proto.scaler_disabled(e.scaler) and not proto.exclusive(bw, e)
+                ]
+                if not steps:
+                    continue
+                step = steps[0]
+                scalers = {Bindings.text_of(e.scaler) for e in steps}
+                scaler = scalers.pop() if len(scalers) == 1 else None
+                loss, changes = self._rewrite(bw, scaler)
+                self.report_event(
+                    bw,
+                    changes=changes,
+                    call=code(bw.node.func) + "()",
+                    step=code(step.node.func) + "()",
+                    scaler=scaler or "scaler",
+                    loss=loss or "loss",
+                )
+
+    def _rewrite(self, bw, scaler: str | None) -> tuple[str | None, list[Replace] | None]:
+        """`loss.backward(args)` -> `scaler.scale(loss).backward(args)`."""
+        func = bw.node.func
+        if bw.inlined or scaler is None or bw.qualname is not None or not isinstance(func, cst.Attribute):
+            return None, None
+        loss = self.model.module.code_for_node(func.value)
+        if "\n" in loss:
+            return None, None
+        receiver = cst.parse_expression(f"{scaler}.scale({loss})")
+        return loss, [Replace(func.value, receiver)]

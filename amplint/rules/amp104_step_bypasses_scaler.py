@@ -1,0 +1,77 @@
+"""AMP104 step-bypasses-scaler."""
+
+from __future__ import annotations
+
+from amplint.analysis.scaler_protocol import protocol
+from amplint.analysis.steps import Kind
+from amplint.rules._base import Rule
+
+
+class StepBypassesScaler(Rule):
+    """
+    ## What it does
+    Flags a plain `optimizer.step()` that runs on gradients produced by
+    `scaler.scale(loss).backward()` in the same iteration, whether or not
+    `scaler.step(optimizer)` is called as well (then the optimizer steps twice).
+
+    The plain step of the no-AMP branch (`if use_amp: scaler.step(opt) else:
+    opt.step()`) is not flagged, nor is the `.step()` of an LR scheduler, nor steps
+    after a literally disabled scaler (`GradScaler(enabled=False)`).
+
+    ## Why is this bad?
+    Scaled gradients are the true gradients times the loss scale (65536 by
+    default). Stepping on them applies an update thousands of times too large (with
+    SGD) or skews Adam's moment estimates, and steps taken on inf/NaN gradients are not
+    skipped, so one overflow writes NaN into the weights. When `scaler.step` runs as
+    well, every batch is applied twice.
+
+    ## Example
+    ```python
+    scaler.scale(loss).backward()
+    optimizer.step()
+    scaler.update()
+    ```
+
+    Use instead:
+    ```python
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+    ```
+
+    ## Fix safety
+    No fix: replacing the call is only right when it is the sole step, and a double
+    step needs a decision about which one to keep.
+
+    ## Runtime confirmation
+    `amplint verify` checks, in an optimizer step pre-hook, whether the optimizer's
+    gradients are still scaled (the scaler's per-optimizer stage is not UNSCALED and
+    the step was not issued by `scaler.step`).
+    """
+
+    code = "AMP104"
+    name = "step-bypasses-scaler"
+    message = "`{step}` steps on gradients still multiplied by the loss scale"
+    requires_any = (".scale(",)
+
+    def check(self) -> None:
+        proto = protocol(self.model)
+        code = self.model.module.code_for_node
+        for graph in self.model.steps:
+            scaler_steps = graph.of_kind(Kind.SCALER_STEP)
+            reported: set[int] = set()
+            for bw in graph.of_kind(Kind.BACKWARD):
+                if not bw.scaled or proto.scaler_disabled(bw.scaler):
+                    continue
+                # The scaled gradients live until they are cleared or a new backward
+                # starts the next micro-batch; scaler.step/update do not clear them.
+                ends = lambda e: e.kind is Kind.ZERO_GRAD or e.kind is Kind.BACKWARD  # noqa: E731
+                for ev in graph.reachable(bw, stop=ends):
+                    if ev.kind is not Kind.OPT_STEP or id(ev) in reported:
+                        continue
+                    if proto.exclusive(bw, ev):
+                        continue
+                    if any(proto.exclusive(ev, s) and proto.same(s.optimizer, ev.optimizer) for s in scaler_steps):
+                        continue  # the no-AMP alternative of a scaler.step
+                    reported.add(id(ev))
+                    self.report_event(ev, step=code(ev.node.func) + "()")

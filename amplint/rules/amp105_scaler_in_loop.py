@@ -1,0 +1,136 @@
+"""AMP105 scaler-in-loop."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from amplint.analysis.names import dotted
+from amplint.analysis.scaler_protocol import protocol
+from amplint.analysis.steps import Kind
+from amplint.rules._base import Rule
+
+# Loop variables that name an independent run: each gets its own model, optimizer and
+# scaler, so a fresh scaler per iteration is right.
+_RUN_WORDS = ("fold", "run", "seed", "trial", "experiment", "exp", "config", "cfg", "split", "task", "repeat")
+
+
+class ScalerInLoop(Rule):
+    """
+    ## What it does
+    Flags `GradScaler(...)` constructed inside a training loop: lexically in a loop
+    body, or in a same-module function (`train_one_epoch`) that is called from inside
+    a loop.
+
+    A loop over independent runs (cross-validation folds, seeds, experiments) that
+    builds a new optimizer in the same iteration is not flagged: a fresh scaler per
+    run is correct.
+
+    ## Why is this bad?
+    The scaler learns its loss scale over many steps: it starts at 65536, halves on
+    every overflow and doubles only after 2000 clean steps. A new scaler per epoch or
+    per batch throws that away, so each epoch begins with a run of overflowing,
+    skipped steps, and the growth never gets to happen. Any state restored from a
+    checkpoint is lost as well.
+
+    ## Example
+    ```python
+    import torch
+
+    for epoch in range(epochs):
+        scaler = torch.amp.GradScaler("cuda")
+        for x, y in loader:
+            ...
+    ```
+
+    Use instead:
+    ```python
+    import torch
+
+    scaler = torch.amp.GradScaler("cuda")
+    for epoch in range(epochs):
+        for x, y in loader:
+            ...
+    ```
+
+    ## Fix safety
+    No fix: hoisting the construction out of the loop (or out of the called function,
+    into its caller) changes signatures and is not a local edit.
+
+    ## Runtime confirmation
+    `amplint verify` counts GradScaler instances that take part in a step; more than
+    one per process confirms the finding.
+    """
+
+    code = "AMP105"
+    name = "scaler-in-loop"
+    message = "`{ctor}` is constructed in a loop{how}; its loss-scale history restarts every iteration"
+    requires_any = ("GradScaler",)
+
+    def check(self) -> None:
+        proto = protocol(self.model)
+        b = self.model.bindings
+        disabled = {id(c.call) for c in b.scaler_constructions if c.enabled is False}
+        targets = {id(c.call): c.target for c in b.scaler_constructions}
+        seen: set[int] = set()
+        for graph in self.model.steps:
+            for ev in graph.of_kind(Kind.SCALER_NEW):
+                if id(ev.node) in disabled or not ev.loops or id(ev.node) in seen:
+                    continue
+                target = targets.get(id(ev.node))
+                if target and any(g.cond == target and not g.holds for g in proto.guards(ev)):
+                    continue  # `if scaler is None: scaler = GradScaler()`: built once, lazily
+                loop = ev.loops[-1]
+                if self._independent_run(loop.node):
+                    continue
+                if ev.inlined and self._builds_optimizer(self._function_of(ev)):
+                    continue  # the called function sets up a whole run
+                how = ""
+                if ev.inlined:
+                    how = f" (through `{self.model.module.code_for_node(ev.anchor.func)}()`, called in a loop)"
+                ctor = self.model.module.code_for_node(ev.node.func) + "(...)"
+                seen.add(id(ev.node))
+                self.report(ev.node, ctor=ctor, how=how)
+
+    def _function_of(self, ev) -> cst.CSTNode | None:
+        scope = ev.scope
+        return scope.node if scope is not None else None
+
+    def _independent_run(self, loop: cst.CSTNode) -> bool:
+        if isinstance(loop, cst.For):
+            names = [dotted(n) or "" for n in _target_names(loop.target)]
+            for n in names:
+                words = n.lower().replace("-", "_").split("_")
+                if any(w in _RUN_WORDS or w.rstrip("s") in _RUN_WORDS for w in words):
+                    return True
+        return self._builds_optimizer(loop.body)
+
+    def _builds_optimizer(self, node: cst.CSTNode | None) -> bool:
+        if node is None:
+            return False
+        finder = _OptimizerFinder(self.model)
+        node.visit(finder)
+        return finder.found
+
+
+def _target_names(target: cst.BaseExpression) -> list[cst.BaseExpression]:
+    if isinstance(target, (cst.Tuple, cst.List)):
+        return [n for el in target.elements for n in _target_names(el.value)]
+    return [target]
+
+
+class _OptimizerFinder(cst.CSTVisitor):
+    """An optimizer built here: a torch.optim constructor, or an assignment to `optimizer`."""
+
+    def __init__(self, model) -> None:
+        self.model = model
+        self.found = False
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if self.model.bindings.is_optimizer_constructor(node):
+            self.found = True
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        for t in node.targets:
+            text = (dotted(t.target) or "").split(".")[-1].lower()
+            if text in ("optimizer", "optim", "opt") or text.endswith(("optimizer", "_optim", "_opt", "optimizers")):
+                self.found = True

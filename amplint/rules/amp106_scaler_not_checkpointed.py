@@ -1,0 +1,96 @@
+"""AMP106 scaler-not-checkpointed."""
+
+from __future__ import annotations
+
+from amplint.analysis.checkpoints import Checkpoints
+from amplint.analysis.steps import Kind
+from amplint.rules._base import Report, Rule
+
+
+class ScalerNotCheckpointed(Rule):
+    """
+    ## What it does
+    In a module that uses a GradScaler that may be enabled, flags each checkpoint
+    write (`torch.save`, or a call to a same-module helper that calls it) whose
+    payload holds optimizer state, or model state together with training progress
+    (epoch, step, scheduler), but no scaler state. It also flags
+    `optimizer.load_state_dict(...)` in a module that never restores a scaler with
+    `scaler.load_state_dict(...)`.
+
+    Not flagged: a bare export of weights (`torch.save(model.state_dict(), path)`), a
+    payload we cannot see through (`**extra`, a dict returned by another function),
+    and functions that save the scaler's state in a file of its own.
+
+    ## Why is this bad?
+    The loss scale is learned state: after thousands of steps it sits where fp16
+    gradients neither overflow nor underflow. A run resumed without it restarts at
+    65536, skips a burst of overflowing steps and re-learns the scale; with
+    `growth_interval` steps between increases that costs a noticeable stretch of
+    training, and the resumed run no longer reproduces the uninterrupted one.
+
+    ## Example
+    ```python
+    import torch
+
+    scaler = torch.amp.GradScaler("cuda")
+    ...
+    torch.save(
+        {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "epoch": epoch},
+        "ckpt.pt",
+    )
+    ```
+
+    Use instead:
+    ```python
+    import torch
+
+    scaler = torch.amp.GradScaler("cuda")
+    ...
+    torch.save(
+        {
+            "model": model.state_dict(),
+            "optimizer": optimizer.state_dict(),
+            "scaler": scaler.state_dict(),
+            "epoch": epoch,
+        },
+        "ckpt.pt",
+    )
+    ```
+    and `scaler.load_state_dict(checkpoint["scaler"])` when resuming.
+
+    ## Fix safety
+    No fix: the scaler has to be saved and restored in two places, and the loading
+    side often lives in another file.
+
+    ## Runtime confirmation
+    `amplint verify` inspects `torch.save` payloads while a scaler is live: optimizer
+    state and no scaler state confirms the finding.
+    """
+
+    code = "AMP106"
+    name = "scaler-not-checkpointed"
+    message = "{what} saves {held} but not the GradScaler state"
+    load_message = "`{call}` restores the optimizer, but no `scaler.load_state_dict(...)` restores the loss scale"
+    requires_any = ("GradScaler", "scaler")
+
+    def check(self) -> None:
+        b = self.model.bindings
+        if not b.uses_enabled_scaler:
+            return
+        ckpt = Checkpoints(self.model)
+        code = self.model.module.code_for_node
+        for graph in self.model.steps:
+            saves = [(e, ckpt.payload(e)) for e in graph.of_kind(Kind.SAVE)]
+            if any(p.has_scaler for _, p in saves):
+                continue  # the scaler gets a file of its own next to these
+            for ev, payload in saves:
+                if not payload.known or payload.has_scaler or not payload.is_training_checkpoint:
+                    continue
+                held = " and ".join(
+                    f"{part} state" for part in ("model", "optimizer") if part in payload.parts
+                ) or "training state"
+                what = f"`{code(ev.anchor.func)}(...)`"
+                self.report_event(ev, what=what, held=held)
+        for site in ckpt.optimizer_loads():
+            # NB: a second message for the loading side; `report()` formats `message`.
+            self.reports.append(Report(self.code, self.load_message.format(call=code(site.node.func)), site.node))

@@ -1,0 +1,97 @@
+"""AMP107 update-per-microbatch."""
+
+from __future__ import annotations
+
+from amplint.analysis.scaler_protocol import protocol, runs_without, training_loop
+from amplint.analysis.steps import Kind
+from amplint.rules._base import Rule
+
+
+class UpdatePerMicrobatch(Rule):
+    """
+    ## What it does
+    With gradient accumulation, flags `scaler.update()` and `scaler.unscale_(...)`
+    calls that run on every micro-batch of a training loop while `scaler.step(...)`
+    runs only on some iterations (every N micro-batches).
+
+    Correct accumulation, where `unscale_`, `step` and `update` sit together under
+    the "every N micro-batches" condition, is not flagged.
+
+    ## Why is this bad?
+    One effective batch must be seen with one loss scale: its micro-batch gradients
+    are summed while scaled, and `unscale_` divides the sum by the scale once.
+    Updating per micro-batch changes the scale between micro-batches of the same
+    accumulated gradient (the sum then mixes scales, and an overflow only lowers the
+    scale without skipping anything), and `update()` without a preceding `step()`
+    raises "No inf checks were recorded prior to update". An `unscale_` per
+    micro-batch divides the partial sums repeatedly, and the second one before an
+    update raises "unscale_() has already been called on this optimizer".
+
+    ## Example
+    ```python
+    for i, (x, y) in enumerate(loader):
+        with torch.autocast("cuda", dtype=torch.float16):
+            loss = loss_fn(model(x), y) / accum
+        scaler.scale(loss).backward()
+        if (i + 1) % accum == 0:
+            scaler.step(optimizer)
+            optimizer.zero_grad()
+        scaler.update()
+    ```
+
+    Use instead:
+    ```python
+    for i, (x, y) in enumerate(loader):
+        with torch.autocast("cuda", dtype=torch.float16):
+            loss = loss_fn(model(x), y) / accum
+        scaler.scale(loss).backward()
+        if (i + 1) % accum == 0:
+            scaler.step(optimizer)
+            scaler.update()
+            optimizer.zero_grad()
+    ```
+
+    ## Fix safety
+    No fix: moving the call under the step's condition is a change of block
+    structure that needs a human look (the condition may not be a simple `if`).
+
+    ## Runtime confirmation
+    `amplint verify` counts `update` (and `unscale_`) calls against `scaler.step`
+    calls per scaler; more updates than steps confirms the finding.
+    """
+
+    code = "AMP107"
+    name = "update-per-microbatch"
+    message = "`{call}` runs on every micro-batch, but `{step}` only on some"
+    requires_any = ("update", "unscale_")
+
+    def check(self) -> None:
+        proto = protocol(self.model)
+        code = self.model.module.code_for_node
+        for graph in self.model.steps:
+            steps = graph.of_kind(Kind.SCALER_STEP)
+            if not steps:
+                continue
+            for ev in graph.of_kind(Kind.UPDATE, Kind.UNSCALE):
+                if proto.scaler_disabled(ev.scaler):
+                    continue
+                loop = training_loop(graph, ev)
+                if loop is None:
+                    continue
+                mine = [
+                    s
+                    for s in steps
+                    if loop in s.loops
+                    and proto.same(s.scaler, ev.scaler)
+                    and (ev.kind is Kind.UPDATE or proto.same(s.optimizer, ev.optimizer))
+                ]
+                if not mine:
+                    continue  # the step is elsewhere (a caller, a hook): not our pattern
+                # An iteration with no step at all: a plain `optimizer.step()` on the
+                # path is the no-AMP branch of a split, not a skipped micro-batch.
+                is_step = lambda e, mine=mine: e.kind is Kind.OPT_STEP or any(e is s for s in mine)  # noqa: E731
+                if not runs_without(graph, loop, ev, is_step):
+                    continue
+                step = mine[0]
+                self.report_event(ev, call=code(ev.node.func) + "()", step=code(step.node.func) + "()")
+

@@ -1,0 +1,107 @@
+"""AMP108 unscale-twice."""
+
+from __future__ import annotations
+
+from amplint.analysis.bindings import Bindings
+from amplint.analysis.scaler_protocol import protocol, search
+from amplint.analysis.steps import Kind
+from amplint.diagnostics import Applicability
+from amplint.rules._base import FixAvailability, RemoveStatement, Rule
+
+
+class UnscaleTwice(Rule):
+    """
+    ## What it does
+    Flags a `scaler.unscale_(optimizer)` that can run after another `unscale_` of
+    the same scaler and optimizer with no `scaler.update()` in between, for example an
+    explicit `unscale_` before a helper that unscales again, or two clipping blocks
+    that each unscale. The diagnostic points at the second call.
+
+    An `unscale_` that repeats on every micro-batch of one loop iteration is AMP107's
+    finding, not this one.
+
+    ## Why is this bad?
+    `unscale_` divides the gradients by the scale and records that it did; a second
+    call before `update()` raises "unscale_() has already been called on this
+    optimizer since the last update()". Code paths that only rarely take both calls
+    (a clipping option, a logging step) crash late in a run.
+
+    ## Example
+    ```python
+    scaler.scale(loss).backward()
+    scaler.unscale_(optimizer)
+    log_grad_norm(model)
+    scaler.unscale_(optimizer)
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    scaler.step(optimizer)
+    scaler.update()
+    ```
+
+    Use instead:
+    ```python
+    scaler.scale(loss).backward()
+    scaler.unscale_(optimizer)
+    log_grad_norm(model)
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    scaler.step(optimizer)
+    scaler.update()
+    ```
+
+    ## Fix safety
+    Unsafe: deletes the second `unscale_` statement. Offered only when every path to
+    it passes the first one (so the call could only ever raise) and the statement is
+    not alone in its block.
+
+    ## Runtime confirmation
+    `amplint verify` records the second `unscale_` call for an optimizer between two
+    updates (PyTorch raises there).
+    """
+
+    code = "AMP108"
+    name = "unscale-twice"
+    message = "`{call}` can run after `{first}` already unscaled `{optimizer}` (no `update()` in between)"
+    fix_title = "Remove the second `{call}`"
+    fix_availability = FixAvailability.SOMETIMES
+    safety = Applicability.UNSAFE
+    requires_any = ("unscale_",)
+
+    def check(self) -> None:
+        proto = protocol(self.model)
+        code = self.model.module.code_for_node
+        for graph in self.model.steps:
+            unscales = graph.of_kind(Kind.UNSCALE)
+            if len(unscales) < 2:
+                continue
+            for first in unscales:
+                if proto.scaler_disabled(first.scaler) or first.optimizer is None:
+                    continue
+                # Stay within one iteration: an unscale_ repeated by the loop itself,
+                # with the update skipped on some iterations, is AMP107's finding.
+                headers = {id(loop.header) for loop in graph.loops if loop in first.loops}
+                blocked = lambda p, f=first: id(p) in headers or (  # noqa: E731
+                    p.event is not None and p.event.kind is Kind.UPDATE and proto.same(p.event.scaler, f.scaler)
+                )
+                for second in unscales:
+                    if second is first or second.scaler != first.scaler or second.optimizer != first.optimizer:
+                        continue
+                    target = graph.point(second)
+                    if not search(graph.point(first), found=lambda p, t=target: p is t, blocked=blocked):
+                        continue
+                    if proto.exclusive(first, second):
+                        continue
+                    changes = None
+                    if not second.inlined and proto.removable(second.statement) and self._dominated(graph, first, second):
+                        changes = [RemoveStatement(second.statement)]
+                    self.report_event(
+                        second,
+                        changes=changes,
+                        call=code(second.anchor.func) + "()" if second.inlined else code(second.node),
+                        first=code(first.anchor if first.inlined else first.node),
+                        optimizer=Bindings.text_of(first.optimizer) or "optimizer",
+                    )
+
+    @staticmethod
+    def _dominated(graph, first, second) -> bool:
+        """Every path from the function's entry to `second` passes `first`."""
+        a, b = graph.point(first), graph.point(second)
+        return not search(graph.entry, found=lambda p: p is b, blocked=lambda p: p is a)
