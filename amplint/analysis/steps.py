@@ -211,7 +211,7 @@ class _Builder:
         self.model = model
         self.b = model.bindings
         self.graph = graph
-        self.frontier: list[Point] = [graph.entry]
+        self.frontier = [graph.entry]
         self.regions: list[AutocastRegion] = []
         self.loops: list[Loop] = []
         self.inline_stack: list[cst.FunctionDef] = []
@@ -222,6 +222,17 @@ class _Builder:
         self.via: tuple[str, ...] = ()
 
     # --- graph plumbing ------------------------------------------------------------------
+    @property
+    def frontier(self) -> list[Point]:
+        return self._frontier
+
+    @frontier.setter
+    def frontier(self, points: list[Point]) -> None:
+        # NB: merges (if/else, try, loops) concatenate frontiers; without de-duplication a
+        # run of `if`s without events doubles the list each time (exponential on real code).
+        seen: set[int] = set()
+        self._frontier = [p for p in points if not (id(p) in seen or seen.add(id(p)))]
+
     def _new_point(self, event: Event | None = None) -> Point:
         p = Point(event)
         self.graph.points.append(p)
@@ -292,7 +303,6 @@ class _Builder:
         elif isinstance(s, cst.Try) or type(s).__name__ == "TryStar":
             start = list(self.frontier)
             self.block(_statements(s.body))
-            body_points = [p for p in self.graph.points if p.event is not None]
             after_body = self.frontier
             if s.orelse is not None:
                 self.block(_statements(s.orelse.body))
@@ -306,7 +316,6 @@ class _Builder:
             self.frontier = ends
             if s.finalbody is not None:
                 self.block(_statements(s.finalbody.body))
-            del body_points
         elif isinstance(s, cst.With):
             pushed = 0
             for item in s.items:
