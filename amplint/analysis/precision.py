@@ -1,0 +1,295 @@
+"""Where code runs in reduced precision: lexical autocast regions and fp16 evidence.
+
+The step graph knows the autocast regions *events* run in.  The precision rules ask about
+any expression (a `masked_fill`, a `.half()`, a `torch.log`) and about the module as a
+whole ("does this file run in float16 at all?"), so this view records, in one extra
+walk, the autocast regions that lexically enclose every call, assignment and division,
+and gathers the module's float16 evidence once.
+
+Lexical means: a region covers the statements of its `with` block and the body of a
+function decorated with an autocast context; a function *defined* inside a `with`
+block does not run there, so every function body starts outside any region.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+import libcst as cst
+
+from amplint.analysis.bindings import AutocastInfo
+from amplint.analysis.torch_api import AUTOCAST_CONTEXTS, HALF_DTYPES
+
+FP16_MAX = 65504.0
+
+
+def precision_of(model) -> "Precision":
+    """The model's precision view, built on first use and cached on the model."""
+    view = model.__dict__.get("_amplint_precision")
+    if view is None:
+        view = Precision(model)
+        model.__dict__["_amplint_precision"] = view
+    return view
+
+
+@dataclass(frozen=True, eq=False)
+class LexicalRegion:
+    info: AutocastInfo
+    node: cst.CSTNode  # the `with` statement, or the autocast decorator of a function
+    scope: object
+
+
+def active_region(regions: tuple[LexicalRegion, ...]) -> LexicalRegion | None:
+    """The innermost region that may be enabled, honouring nested `enabled=False` blocks."""
+    disabled: set[str | None] = set()
+    for region in reversed(regions):
+        info = region.info
+        if info.enabled is False:
+            disabled.add(info.device)
+            continue
+        if None in disabled or info.device in disabled:
+            continue
+        return region
+    return None
+
+
+def may_run_fp16(info: AutocastInfo) -> bool:
+    return info.may_be_enabled and not info.managed and info.may_be_fp16
+
+
+class _RegionWalker(cst.CSTVisitor):
+    def __init__(self, view: "Precision") -> None:
+        self.v = view
+        self.model = view.model
+        self.scopes = [self.model.module_scope]
+        self.stacks: list[list[LexicalRegion]] = [[]]
+        self.statement: list[cst.CSTNode] = []
+
+    @property
+    def stack(self) -> list[LexicalRegion]:
+        return self.stacks[-1]
+
+    def _regions_for(self, expr: cst.BaseExpression, node: cst.CSTNode) -> list[LexicalRegion]:
+        infos = self.model.bindings.autocast_of(expr, self.scopes[-1])
+        if not infos:
+            return []
+        from amplint.analysis.steps import _merge_autocast
+
+        region = LexicalRegion(_merge_autocast(infos), node, self.scopes[-1])
+        self.v.regions.append(region)
+        return [region]
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+        for d in node.decorators:
+            d.visit(self)
+        scope = self.model.scope_of.get(node, self.scopes[-1])
+        self.scopes.append(scope)
+        fresh: list[LexicalRegion] = []
+        for d in node.decorators:
+            fresh += self._regions_for(d.decorator, d)
+        self.stacks.append(fresh)
+        node.body.visit(self)
+        self.stacks.pop()
+        self.scopes.pop()
+        return False
+
+    def visit_Lambda(self, node: cst.Lambda) -> bool:
+        return False
+
+    def visit_With(self, node: cst.With) -> bool:
+        pushed = 0
+        for item in node.items:
+            item.visit(self)
+            found = self._regions_for(item.item, node)
+            self.stack.extend(found)
+            pushed += len(found)
+        node.body.visit(self)
+        for _ in range(pushed):
+            self.stack.pop()
+        return False
+
+    def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> None:
+        self.statement.append(node)
+
+    def leave_SimpleStatementLine(self, original_node: cst.SimpleStatementLine) -> None:
+        self.statement.pop()
+
+    def _record(self, node: cst.CSTNode) -> None:
+        key = id(node)
+        self.v.scope_of_node[key] = self.scopes[-1]
+        if self.statement:
+            self.v.statement_of[key] = self.statement[-1]
+        if self.stack:
+            self.v.regions_of_node[key] = tuple(self.stack)
+
+    def visit_Call(self, node: cst.Call) -> None:
+        self._record(node)
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        self._record(node)
+        self.v.assigns.append(node)
+
+    def visit_AugAssign(self, node: cst.AugAssign) -> None:
+        self._record(node)
+        self.v.augassigns.append(node)
+
+    def visit_BinaryOperation(self, node: cst.BinaryOperation) -> None:
+        if isinstance(node.operator, cst.Divide):
+            self._record(node)
+            self.v.divisions.append(node)
+
+
+class Precision:
+    def __init__(self, model) -> None:
+        self.model = model
+        self.regions: list[LexicalRegion] = []
+        self.regions_of_node: dict[int, tuple[LexicalRegion, ...]] = {}
+        self.statement_of: dict[int, cst.CSTNode] = {}
+        self.scope_of_node: dict[int, object] = {}
+        self.assigns: list[cst.Assign] = []
+        self.augassigns: list[cst.AugAssign] = []
+        self.divisions: list[cst.BinaryOperation] = []
+        model.module.visit(_RegionWalker(self))
+
+    # --- lexical regions -----------------------------------------------------------------
+    def regions_of(self, node: cst.CSTNode) -> tuple[LexicalRegion, ...]:
+        return self.regions_of_node.get(id(node), ())
+
+    def active(self, node: cst.CSTNode) -> LexicalRegion | None:
+        return active_region(self.regions_of(node))
+
+    def scope_of(self, node: cst.CSTNode):
+        return self.scope_of_node.get(id(node), self.model.module_scope)
+
+    def statement(self, node: cst.CSTNode) -> cst.CSTNode | None:
+        return self.statement_of.get(id(node))
+
+    # --- autocast anywhere in the module -------------------------------------------------
+    @cached_property
+    def autocast_sites(self) -> list[tuple[cst.Call, object, AutocastInfo]]:
+        """Every call that builds or enters an autocast context (`with`, decorator, `ctx = ...`)."""
+        out = []
+        b = self.model.bindings
+        for site in self.model.calls:
+            func = site.node.func
+            qual = self.model.qualify(func)
+            if qual is not None and qual not in AUTOCAST_CONTEXTS and qual != "functools.partial":
+                continue
+            if qual is None and not isinstance(func, (cst.Name, cst.Attribute)):
+                continue
+            for info in b.autocast_of(site.node, site.scope):
+                out.append((site.node, site.scope, info))
+        return out
+
+    @cached_property
+    def autocast_dtypes(self) -> frozenset[str] | None:
+        """Union of the dtypes of every autocast context that may be enabled; None if one is unknown."""
+        found: set[str] = set()
+        for _, _, info in self.autocast_sites:
+            if not info.may_be_enabled or info.managed:
+                continue
+            if info.dtypes is None:
+                return None
+            found |= info.dtypes
+        return frozenset(found)
+
+    # --- scalers -------------------------------------------------------------------------
+    @cached_property
+    def enabled_scaler(self) -> bool:
+        """A GradScaler that is not literally `enabled=False` is built or used in the module."""
+        b = self.model.bindings
+        disabled_keys = set()
+        for c in b.scaler_constructions:
+            if c.enabled is False:
+                if c.target is not None:
+                    disabled_keys.add(b.key(cst.parse_expression(c.target), c.scope))
+            else:
+                return True
+        return any(k not in disabled_keys for k in b.scaler_keys)
+
+    # --- does this module run in float16? ------------------------------------------------
+    @cached_property
+    def fp16_evidence(self) -> str | None:
+        """Why we believe the module's code runs in float16, or None.
+
+        A linter that flags every `-1e9` in every model file is switched off within a
+        day, yet the same constant is a crash in a model trained with fp16 autocast.  The
+        module must say that it runs in float16 itself: an autocast context that may be
+        float16 (cuda's default included), an enabled GradScaler (only fp16 needs one),
+        `torch.float16`/`torch.half` or `.half()`, apex amp, or an `fp16` option
+        (`args.fp16`, `mixed_precision="fp16"`); code under an option counts as if the
+        option were on.  bfloat16 alone is no evidence: -1e9 fits bfloat16.
+        """
+        for _, _, info in self.autocast_sites:
+            if may_run_fp16(info):
+                return "the module uses float16 autocast"
+        for c in self.model.bindings.scaler_constructions:
+            if c.enabled is not False:
+                return "the module builds a GradScaler"
+        for ref in self.model.references:
+            qual = self.model.imports.qualify_text(ref.text) or ""
+            if HALF_DTYPES.get(qual) == "float16":
+                return f"the module uses `{ref.text}`"
+            if qual.startswith("apex.amp"):
+                return "the module uses apex amp"
+        for site in self.model.calls:
+            func = site.node.func
+            if isinstance(func, cst.Attribute) and func.attr.value == "half" and not site.node.args:
+                return "the module calls `.half()`"
+        for scope in self.model.scopes:
+            for text in scope.assignments:
+                if _names_fp16(text):
+                    return f"the module has an fp16 option (`{text}`)"
+        return self._fp16_words
+
+    @cached_property
+    def _fp16_words(self) -> str | None:
+        class V(cst.CSTVisitor):
+            found: str | None = None
+
+            def visit_Attribute(self, node: cst.Attribute) -> None:
+                if V.found is None and _names_fp16(node.attr.value):
+                    V.found = f"the module has an fp16 option (`{node.attr.value}`)"
+
+            def visit_SimpleString(self, node: cst.SimpleString) -> None:
+                value = node.evaluated_value
+                if V.found is None and isinstance(value, str) and value.lower() in ("fp16", "float16", "--fp16"):
+                    V.found = f'the module names "{value}"'
+
+        V.found = None
+        self.model.module.visit(V())
+        return V.found
+
+
+def _names_fp16(text: str) -> bool:
+    last = text.split(".")[-1].lower()
+    return last == "fp16" or last.startswith("fp16_") or last.endswith("_fp16") or last in ("half_precision",)
+
+
+# --- literals ------------------------------------------------------------------------
+
+
+def number_of(expr: cst.BaseExpression | None) -> float | None:
+    """The value of a float literal (`-1e9`, `1e5`, `-10000.0`), else None.
+
+    Only floats: an integer fill (`-100`, `1_000_000`) usually targets an integer tensor
+    (labels, ids), which has no fp16 range problem.
+    """
+    sign = 1.0
+    node = expr
+    while isinstance(node, cst.UnaryOperation) and isinstance(node.operator, (cst.Minus, cst.Plus)):
+        if isinstance(node.operator, cst.Minus):
+            sign = -sign
+        node = node.expression
+    if isinstance(node, cst.Float):
+        try:
+            return sign * float(node.value.replace("_", ""))
+        except ValueError:
+            return None
+    return None
+
+
+def overflows_fp16(value: float | None) -> bool:
+    return value is not None and value == value and abs(value) != float("inf") and abs(value) > FP16_MAX
+

@@ -1,0 +1,59 @@
+"""AMP202 step-inside-autocast."""
+
+from __future__ import annotations
+
+from amplint.analysis.steps import Kind
+from amplint.rules._base import Rule
+
+
+class StepInsideAutocast(Rule):
+    """
+    ## What it does
+    Flags `optimizer.step()` and `scaler.step(optimizer)` that run inside an autocast
+    region that may be enabled, written in the block itself or reached through a
+    same-module helper called there.
+
+    ## Why is this bad?
+    Autocast belongs around the forward pass and the loss only. An optimizer step
+    inside the region runs its arithmetic under autocast's op rules: fused and
+    foreach kernels, `torch.compile`d optimizers and optimizers written with matmuls
+    (Shampoo, SOAP, Muon's Newton-Schulz iterations) then compute the update of the
+    fp32 master weights in float16 or bfloat16, losing the small updates that mixed
+    precision keeps fp32 weights for. PyTorch's AMP recipe exits the region before
+    `backward()` and `step()`.
+
+    ## Example
+    ```python
+    with torch.autocast("cuda", dtype=torch.float16):
+        loss = model(x).mean()
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+    scaler.update()
+    ```
+
+    Use instead:
+    ```python
+    with torch.autocast("cuda", dtype=torch.float16):
+        loss = model(x).mean()
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+    ```
+
+    ## Runtime confirmation
+    `amplint verify` checks `torch.is_autocast_enabled(device)` in an optimizer step
+    pre-hook.
+    """
+
+    code = "AMP202"
+    name = "step-inside-autocast"
+    message = "`{call}` runs inside an autocast region"
+    requires_any = ("step",)
+
+    def check(self) -> None:
+        for graph in self.model.steps:
+            for event in graph.of_kind(Kind.OPT_STEP, Kind.SCALER_STEP):
+                if event.active_autocast is None:
+                    continue
+                call_text = self.model.module.code_for_node(event.anchor.func) + "()"
+                self.report_event(event, call=call_text)

@@ -1,0 +1,90 @@
+"""AMP203 fp16-autocast-without-scaler."""
+
+from __future__ import annotations
+
+from amplint.analysis.precision import may_run_fp16, precision_of
+from amplint.analysis.steps import Kind
+from amplint.rules._base import Rule
+
+
+class Fp16AutocastWithoutScaler(Rule):
+    """
+    ## What it does
+    Flags a float16 autocast region (an explicit `dtype=torch.float16`, a dtype option
+    that can be float16, or cuda autocast's default dtype) entered by code that trains
+    (a plain `backward()` and an `optimizer.step()` in the same function, helpers
+    inlined) in a module that builds or uses no enabled GradScaler. A region in a
+    model's `forward` (`with autocast():` or `@autocast()`) counts when the module
+    trains without a scaler. The diagnostic points at the autocast `with` (or
+    decorator).
+
+    ## Why is this bad?
+    float16's smallest subnormal is about 6e-8. Gradients of real networks are often
+    smaller; without loss scaling they flush to zero in the float16 backward and the
+    corresponding weights never learn, with no error and a loss that still goes down
+    a little. `torch.amp.GradScaler` multiplies the loss before backward and divides
+    the gradients before the step. bfloat16 has float32's exponent range and needs no
+    scaler; a library that manages precision (`accelerator.autocast()`,
+    `accelerator.backward`) scales for you and is not reported.
+
+    ## Example
+    ```python
+    for x, y in loader:
+        with torch.autocast("cuda"):
+            loss = loss_fn(model(x), y)
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    ```
+
+    Use instead:
+    ```python
+    scaler = torch.amp.GradScaler("cuda")
+    for x, y in loader:
+        with torch.autocast("cuda"):
+            loss = loss_fn(model(x), y)
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+        optimizer.zero_grad()
+    ```
+
+    ## Runtime confirmation
+    `amplint verify` sees a backward under float16 autocast with no scaler and counts
+    the gradients flushed to zero.
+    """
+
+    code = "AMP203"
+    name = "fp16-autocast-without-scaler"
+    message = "float16 autocast is used for training without a GradScaler"
+    requires_any = ("autocast",)
+
+    def check(self) -> None:
+        precision = precision_of(self.model)
+        if precision.enabled_scaler:
+            return
+        reported: set[int] = set()
+        trains = False
+        for graph in self.model.steps:
+            events = graph.events
+            # NB: with no enabled scaler in the module, `scaler.scale(loss)` of a
+            # literally disabled one returns the loss unchanged: still an unscaled backward.
+            backward = any(e.kind is Kind.BACKWARD and not e.managed for e in events)
+            stepped = any(e.kind in (Kind.OPT_STEP, Kind.SCALER_STEP) for e in events)
+            if not (backward and stepped):
+                continue
+            trains = True
+            for region in graph.regions:
+                if may_run_fp16(region.info) and id(region.with_node) not in reported:
+                    reported.add(id(region.with_node))
+                    self.report(region.with_node)
+        if not trains:
+            return
+        # A model whose forward enters autocast itself (the DataParallel recipe).
+        for region in precision.regions:
+            scope = region.scope
+            method = getattr(getattr(scope, "node", None), "name", None)
+            in_forward = scope.cls is not None and method is not None and method.value == "forward"
+            if in_forward and may_run_fp16(region.info) and id(region.node) not in reported:
+                reported.add(id(region.node))
+                self.report(region.node)

@@ -1,0 +1,87 @@
+"""AMP204 scaler-with-bf16."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from amplint.analysis.bindings import call_arg
+from amplint.analysis.precision import precision_of
+from amplint.analysis.torch_api import HALF_DTYPES
+from amplint.rules._base import Rule
+
+
+class ScalerWithBf16(Rule):
+    """
+    ## What it does
+    Flags a `GradScaler(...)` construction that may be enabled in a module whose
+    autocast contexts all run in bfloat16 (an explicit `dtype=torch.bfloat16`, or cpu
+    autocast's default). A dtype option that can also be float16 keeps the scaler
+    useful and is not reported, nor is a scaler whose `enabled=` tests for float16.
+
+    ## Why is this bad?
+    bfloat16 has float32's exponent range: gradients do not underflow, so there is
+    nothing to scale. The scaler still multiplies the loss, checks every gradient for
+    inf/NaN on each step (a device sync and an extra pass over all gradients), and
+    adds a moving part to checkpoints. It usually means the script was switched from
+    fp16 to bf16 halfway.
+
+    ## Example
+    ```python
+    scaler = torch.amp.GradScaler("cuda")
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        loss = model(x).mean()
+    scaler.scale(loss).backward()
+    ```
+
+    Use instead:
+    ```python
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        loss = model(x).mean()
+    loss.backward()
+    ```
+
+    ## Runtime confirmation
+    `amplint verify` sees `scaler.scale()` called while bf16 autocast is active.
+    """
+
+    code = "AMP204"
+    name = "scaler-with-bf16"
+    message = "`GradScaler` is used with bfloat16 autocast, which needs no loss scaling"
+    requires_any = ("GradScaler",)
+
+    def check(self) -> None:
+        dtypes = precision_of(self.model).autocast_dtypes
+        if dtypes != frozenset({"bfloat16"}):
+            return  # no autocast, an unknown dtype, or a float16 path that needs the scaler
+        for c in self.model.bindings.scaler_constructions:
+            if c.enabled is False:
+                continue
+            enabled = call_arg(c.call, None, "enabled")
+            if enabled is not None and self._tests_fp16(enabled):
+                continue
+            self.report(c.call)
+
+    def _tests_fp16(self, expr: cst.BaseExpression) -> bool:
+        """`enabled=args.fp16`, `enabled=(dtype == torch.float16)`: on only for float16."""
+        model = self.model
+        found = False
+
+        class V(cst.CSTVisitor):
+            def visit_Attribute(self, node: cst.Attribute) -> bool:
+                nonlocal found
+                if HALF_DTYPES.get(model.qualify(node) or "") == "float16" or "fp16" in node.attr.value.lower():
+                    found = True
+                return True
+
+            def visit_Name(self, node: cst.Name) -> None:
+                nonlocal found
+                if "fp16" in node.value.lower() or HALF_DTYPES.get(model.qualify(node) or "") == "float16":
+                    found = True
+
+            def visit_SimpleString(self, node: cst.SimpleString) -> None:
+                nonlocal found
+                if node.evaluated_value in ("fp16", "float16"):
+                    found = True
+
+        expr.visit(V())
+        return found

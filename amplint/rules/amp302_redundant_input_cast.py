@@ -1,0 +1,96 @@
+"""AMP302 redundant-input-cast."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from amplint.analysis.bindings import call_arg
+from amplint.analysis.names import dotted
+from amplint.analysis.precision import precision_of
+from amplint.analysis.torch_api import HALF_CAST_METHODS
+from amplint.diagnostics import Applicability
+from amplint.rules._base import FixAvailability, Replace, Rule
+
+
+class RedundantInputCast(Rule):
+    """
+    ## What it does
+    Flags `.half()`, `.bfloat16()` and `.to(torch.float16)` / `.to(dtype=...)` casts to
+    the dtype of the enclosing, possibly enabled, autocast region, written inside that
+    region. Casts of modules (`model.half()`, which AMP301 covers) are not reported.
+    Opt-in: a cast is sometimes wanted for an op autocast does not cover.
+
+    ## Why is this bad?
+    Autocast already casts the inputs of every op on its lower-precision list to the
+    region's dtype, and keeps the ops on its float32 list (softmax, norms, losses) in
+    float32. A manual cast forces those numerically sensitive ops to run on already
+    rounded inputs, costs an extra copy, and ties the code to one dtype, so switching
+    the region to bfloat16 or disabling it leaves stray float16 tensors behind.
+
+    ## Example
+    ```python
+    with torch.autocast("cuda", dtype=torch.float16):
+        logits = model(x.half())
+    ```
+
+    Use instead:
+    ```python
+    with torch.autocast("cuda", dtype=torch.float16):
+        logits = model(x)
+    ```
+
+    ## Fix safety
+    Unsafe: removes the cast (`x.half()` becomes `x`, `x.to(torch.float16)` becomes
+    `x`). Ops that autocast does not cover then run in the input's dtype.
+    """
+
+    code = "AMP302"
+    name = "redundant-input-cast"
+    message = "`{cast}` inside a {dtype} autocast region is redundant"
+    fix_title = "Remove the cast and let autocast choose"
+    fix_availability = FixAvailability.SOMETIMES
+    safety = Applicability.UNSAFE
+    default_enabled = False
+    requires_any = ("half", "bfloat16", "float16")
+
+    def check(self) -> None:
+        model = self.model
+        precision = precision_of(model)
+        for site in model.calls:
+            call = site.node
+            func = call.func
+            if not isinstance(func, cst.Attribute):
+                continue
+            region = precision.active(call)
+            if region is None or region.info.dtypes is None or region.info.managed:
+                continue
+            name = func.attr.value
+            simple = False
+            if name in HALF_CAST_METHODS and not call.args:
+                dtype, simple = HALF_CAST_METHODS[name], True
+            elif name == "to":
+                dtype_expr = call_arg(call, None, "dtype")
+                positional = [a for a in call.args if a.keyword is None and not a.star]
+                if dtype_expr is None and len(positional) == 1:
+                    dtype_expr = positional[0].value
+                    simple = len(call.args) == 1
+                dtypes = model.bindings.values.dtypes(dtype_expr, site.scope) if dtype_expr is not None else None
+                if not dtypes or len(dtypes) != 1:
+                    continue
+                dtype = next(iter(dtypes))
+            else:
+                continue
+            if dtype not in region.info.dtypes or self._is_module(func.value, site.scope):
+                continue
+            changes = [Replace(call, func.value)] if simple else None
+            self.report(call, changes=changes, cast=model.module.code_for_node(call), dtype=dtype)
+
+    def _is_module(self, receiver: cst.BaseExpression, scope) -> bool:
+        """`self.half()` and names an optimizer trains are modules, not inputs."""
+        text = dotted(receiver)
+        if text is None:
+            return False
+        if scope.self_name is not None and text == scope.self_name:
+            return True
+        key = self.model.bindings.key(receiver, scope)
+        return any(key in keys for _, keys in self.model.casts.optimizer_inputs)

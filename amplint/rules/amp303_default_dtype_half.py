@@ -1,0 +1,93 @@
+"""AMP303 default-dtype-half."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from amplint.analysis.bindings import call_arg
+from amplint.analysis.steps import Kind
+from amplint.rules._base import Rule
+
+_SET_DEFAULT_DTYPE = "torch.set_default_dtype"
+_SET_DEFAULT_TENSOR_TYPE = "torch.set_default_tensor_type"
+_HALF_TENSOR_TYPES = {
+    "torch.HalfTensor": "float16",
+    "torch.cuda.HalfTensor": "float16",
+    "torch.BFloat16Tensor": "bfloat16",
+    "torch.cuda.BFloat16Tensor": "bfloat16",
+}
+_TRAINING_KINDS = (Kind.BACKWARD, Kind.OPT_STEP, Kind.SCALER_STEP)
+
+
+class DefaultDtypeHalf(Rule):
+    """
+    ## What it does
+    Flags `torch.set_default_dtype(torch.float16 / torch.bfloat16)` (also through a
+    variable or option that can hold those dtypes) and
+    `torch.set_default_tensor_type(torch.cuda.HalfTensor)` in a module that trains
+    (it calls backward, steps an optimizer or builds one).
+
+    ## Why is this bad?
+    Every floating-point tensor and parameter created afterwards is half precision:
+    the model's weights, the optimizer's state, `torch.zeros` accumulators and loss
+    buffers. That is pure low-precision training, not mixed precision: small updates
+    vanish, Adam's `eps=1e-8` is 0 in float16, and running sums lose their low bits.
+    Inference-only code that sets the default dtype is not reported.
+
+    ## Example
+    ```python
+    torch.set_default_dtype(torch.float16)
+    model = Net()
+    optimizer = torch.optim.AdamW(model.parameters())
+    ```
+
+    Use instead:
+    ```python
+    model = Net()
+    optimizer = torch.optim.AdamW(model.parameters())
+    with torch.autocast("cuda", dtype=torch.float16):
+        loss = model(x).mean()
+    ```
+
+    ## Runtime confirmation
+    `amplint verify` reads `torch.get_default_dtype()` at the first optimizer step.
+    """
+
+    code = "AMP303"
+    name = "default-dtype-half"
+    message = "`{call}` makes every new tensor and parameter {dtype} in training code"
+    requires_any = ("set_default_",)
+
+    def check(self) -> None:
+        model = self.model
+        found = []
+        for site in model.calls:
+            qual = model.qualify(site.node.func)
+            if qual == _SET_DEFAULT_DTYPE:
+                dtypes = model.bindings.values.dtypes(call_arg(site.node, 0, "d"), site.scope) or frozenset()
+                half = sorted(dtypes & {"float16", "bfloat16"})
+            elif qual == _SET_DEFAULT_TENSOR_TYPE:
+                half = self._tensor_type(call_arg(site.node, 0, "t"))
+            else:
+                continue
+            if half:
+                found.append((site.node, qual, " or ".join(half)))
+        if not found or not self._trains():
+            return
+        for call, qual, dtype in found:
+            self.report(call, call=qual, dtype=dtype)
+
+    def _tensor_type(self, expr: cst.BaseExpression | None) -> list[str]:
+        if expr is None:
+            return []
+        qual = self.model.qualify(expr)
+        if qual is None and isinstance(expr, cst.SimpleString):
+            qual = expr.evaluated_value if isinstance(expr.evaluated_value, str) else None
+        dtype = _HALF_TENSOR_TYPES.get(qual or "")
+        return [dtype] if dtype else []
+
+    def _trains(self) -> bool:
+        model = self.model
+        if any(model.bindings.is_optimizer_constructor(site.node) for site in model.calls):
+            return True
+        return any(e.kind in _TRAINING_KINDS and not e.managed for e in model.steps.all_events())

@@ -1,0 +1,88 @@
+"""AMP304 fp16-eps-underflow."""
+
+from __future__ import annotations
+
+from amplint.analysis.bindings import call_arg
+from amplint.analysis.precision import number_of
+from amplint.rules._base import Rule
+
+# Smallest positive float16 (subnormal) is 2**-24, about 5.96e-8; anything below rounds to 0.
+FP16_TINY = 2.0**-24
+
+# Optimizer -> (default eps, position of eps among the positional parameters).
+EPS_DEFAULTS = {
+    "Adam": (1e-8, 3),
+    "AdamW": (1e-8, 3),
+    "Adamax": (1e-8, 3),
+    "NAdam": (1e-8, 3),
+    "RAdam": (1e-8, 3),
+    "SparseAdam": (1e-8, 3),
+    "RMSprop": (1e-8, 3),
+    "Adagrad": (1e-10, 5),
+}
+
+
+class Fp16EpsUnderflow(Rule):
+    """
+    ## What it does
+    Flags the construction of an optimizer whose `eps` is below float16's smallest
+    positive value (about 6e-8), including the defaults of `torch.optim.Adam`,
+    `AdamW`, `Adamax`, `NAdam`, `RAdam`, `RMSprop` (1e-8) and `Adagrad` (1e-10),
+    when it receives the parameters of a module cast to float16 (`.half()`,
+    `.to(torch.float16)`, `from_pretrained(torch_dtype=torch.float16)`, or a dtype
+    option that can be float16).
+
+    ## Why is this bad?
+    With float16 parameters the optimizer state is float16 too, and `eps` is added in
+    float16: 1e-8 rounds to exactly 0. Adam's update `m / (sqrt(v) + eps)` then
+    divides by zero wherever `v` underflowed, and the weights turn inf/NaN after a few
+    steps. bfloat16 represents 1e-8 and is not reported.
+
+    ## Example
+    ```python
+    model = Net().half()
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    ```
+
+    Use instead:
+    ```python
+    model = Net()  # fp32 master weights; autocast for the forward pass
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    # or, if pure float16 training is intended:
+    optimizer = torch.optim.Adam(model.half().parameters(), lr=1e-3, eps=1e-4)
+    ```
+
+    ## Runtime confirmation
+    `amplint verify` checks at the first step whether `eps` rounds to 0 in the
+    parameters' dtype and whether the step produced non-finite weights.
+    """
+
+    code = "AMP304"
+    name = "fp16-eps-underflow"
+    message = "`{optimizer}` eps={eps:g} is 0 in float16, and it updates float16 parameters of `{target}`"
+    requires_any = ("half", "float16", "fp16", "dtype")
+
+    def check(self) -> None:
+        model = self.model
+        casts = model.casts
+        fp16_casts = [c for c in casts.module_casts if "float16" in c.dtypes and not casts._upcast_after(c)]
+        if not fp16_casts:
+            return
+        for call, keys in casts.optimizer_inputs:
+            qual = model.qualify(call.func) or ""
+            name = qual.rsplit(".", 1)[-1]
+            eps = self._eps(call, name)
+            if eps is None or eps >= FP16_TINY:
+                continue
+            for cast in fp16_casts:
+                if any(k == cast.key or cast.key.startswith(k + ".") or k.startswith(cast.key + ".") for k in keys):
+                    self.report(call, optimizer=name or "optimizer", eps=eps, target=cast.target_text)
+                    break
+
+    def _eps(self, call, name: str) -> float | None:
+        """The eps the optimizer uses: a literal argument, else the default; None if unknown."""
+        default, position = EPS_DEFAULTS.get(name, (None, None))
+        expr = call_arg(call, position, "eps")
+        if expr is None:
+            return default if self.model.bindings.is_optimizer_constructor(call) else None
+        return number_of(expr)

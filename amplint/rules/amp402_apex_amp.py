@@ -1,0 +1,76 @@
+"""AMP402 apex-amp."""
+
+from __future__ import annotations
+
+from amplint.analysis.names import dotted, module_name_of
+from amplint.rules._base import Rule
+
+
+def _is_apex_amp(qualname: str | None) -> bool:
+    return qualname is not None and (qualname == "apex.amp" or qualname.startswith("apex.amp."))
+
+
+class ApexAmp(Rule):
+    """
+    ## What it does
+    Flags every reference to NVIDIA apex's `amp` module: `from apex import amp`,
+    `import apex.amp`, `from apex.amp import ...`, and each use such as
+    `amp.initialize(...)`, `amp.scale_loss(...)`, `amp.master_params(...)` and
+    `amp.state_dict()`, one finding per reference, whatever alias reaches them.
+    Other apex packages (fused optimizers, `apex.normalization`) are not reported.
+
+    ## Why is this bad?
+    apex.amp is deprecated and unmaintained: NVIDIA points users to native
+    `torch.amp` since PyTorch 1.6. Its O2/O3 modes keep fp16 models with hidden fp32
+    master copies that native checkpoints, FSDP and `torch.compile` do not know
+    about, and it no longer builds against current CUDA and PyTorch releases.
+
+    ## Example
+    ```python
+    from apex import amp
+
+    model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
+    with amp.scale_loss(loss, optimizer) as scaled_loss:
+        scaled_loss.backward()
+    optimizer.step()
+    ```
+
+    Use instead:
+    ```python
+    scaler = torch.amp.GradScaler("cuda")
+    with torch.autocast("cuda", dtype=torch.float16):
+        loss = model(x).mean()
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+    ```
+
+    ## Runtime confirmation
+    `amplint verify` reports whether `apex.amp` was imported during the run.
+    """
+
+    code = "AMP402"
+    name = "apex-amp"
+    message = "`{ref}` uses NVIDIA apex amp, which is deprecated; use `torch.amp`"
+    requires_any = ("apex",)
+
+    def check(self) -> None:
+        model = self.model
+        for node, _scope in model.import_froms:
+            module = module_name_of(node, model.imports.package)
+            if module is None or isinstance(node.names, type(None)):
+                continue
+            names = node.names if isinstance(node.names, (list, tuple)) else ()
+            for alias in names:
+                name = dotted(alias.name) or ""
+                full = f"{module}.{name}"
+                if _is_apex_amp(module) or _is_apex_amp(full):
+                    self.report(alias, ref=full)
+        for ref in model.references:
+            qual = model.imports.qualify_text(ref.text)
+            if ref.context == "import":
+                if _is_apex_amp(ref.text):
+                    self.report(ref.node, ref=ref.text)
+                continue
+            if _is_apex_amp(qual):
+                self.report(ref.node, ref=ref.text)

@@ -1,0 +1,236 @@
+"""AMP501 fp16-overflow-constant."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from amplint.analysis.bindings import call_arg
+from amplint.analysis.names import dotted
+from amplint.analysis.precision import may_run_fp16, number_of, overflows_fp16, precision_of
+from amplint.diagnostics import Applicability
+from amplint.rules._base import FixAvailability, Replace, Rule
+
+# Tensor methods that write a scalar into their receiver (or a copy of it):
+# method -> (position, keyword) of the scalar.
+_WRITING_METHODS = {
+    "masked_fill": (1, "value"),
+    "masked_fill_": (1, "value"),
+    "fill_": (0, "value"),
+    "new_full": (1, "fill_value"),
+    "add_": (0, "other"),
+    "sub_": (0, "other"),
+    "mul_": (0, "other"),
+    "where": (1, "other"),
+}
+# Receivers that are no longer float16 whatever the module does.
+_FULL_PRECISION_METHODS = ("float", "double")
+_FULL_DTYPES = frozenset({"float32", "float64"})
+
+
+class Fp16OverflowConstant(Rule):
+    """
+    ## What it does
+    Flags a float literal outside float16's range (|x| > 65504: `-1e9`, `-1e10`,
+    `1e5`, also `torch.finfo(torch.float32).min`, directly or through a name bound
+    only to such literals) written into a tensor with `masked_fill(_)`, `fill_`,
+    `new_full`, `add_`/`sub_`/`mul_`, `torch.where` / `Tensor.where`, `full_like`,
+    `torch.full(..., dtype=<maybe float16>)`, or an index/slice assignment
+    (`x[mask] = -1e9`, `x[i] += 1e5`), in code that runs in float16.
+    `float("-inf")`, `-1e4` and other values that fit are fine.
+
+    How the rule knows the code runs in float16 (no configuration needed): the
+    statement is inside an autocast region that may be float16 (cuda's default
+    included), or the module itself shows it runs in float16: it enters float16
+    autocast anywhere, builds an enabled GradScaler (only float16 needs one),
+    mentions `torch.float16` / `torch.half` or calls `.half()`, uses apex amp, or has
+    an fp16 option (`args.fp16`, `use_fp16 = ...`, `mixed_precision="fp16"`); code
+    under an option counts as if the option were on. A model file that never says
+    so is not reported (a plain `-1e9` is fine in float32 and in bfloat16), nor is a
+    write into a tensor just made float32 (`x.float().masked_fill(...)`, a name
+    assigned only from `.float()`), a statement inside `autocast(enabled=False)` or a
+    bfloat16-only region, `torch.full` without a dtype (float32), or a value chosen
+    by a dtype test (`-1e9 if x.dtype == torch.float32 else -1e4`).
+
+    ## Why is this bad?
+    float16's largest finite value is 65504. `masked_fill` with `-1e9` on a float16
+    tensor raises "value cannot be converted to type at::Half without overflow";
+    `torch.where`, `fill_` and index assignment silently store `-inf`, and a row of
+    attention scores that is all `-inf` turns softmax into NaN. Under autocast the
+    attention scores are float16 because the matmul that produced them is, so code
+    that works in float32 breaks the day AMP is switched on.
+
+    ## Example
+    ```python
+    with torch.autocast("cuda", dtype=torch.float16):
+        scores = q @ k.transpose(-2, -1)
+        scores = scores.masked_fill(mask == 0, -1e9)
+    ```
+
+    Use instead:
+    ```python
+    with torch.autocast("cuda", dtype=torch.float16):
+        scores = q @ k.transpose(-2, -1)
+        scores = scores.masked_fill(mask == 0, torch.finfo(scores.dtype).min)
+    ```
+
+    ## Fix safety
+    Unsafe: replaces the literal with `torch.finfo(<tensor>.dtype).min` (or `.max`)
+    when the tensor is a plain name or attribute. In float32 the value becomes
+    -3.4e38 instead of -1e9, and code that adds two such masks can reach -inf.
+
+    ## Runtime confirmation
+    `amplint verify --nan-guard` reports the overflow error or the first module whose
+    output holds inf/NaN.
+    """
+
+    code = "AMP501"
+    name = "fp16-overflow-constant"
+    message = "`{literal}` is outside float16's range (max 65504) and is written into a tensor that can be float16"
+    fix_title = "Use `{replacement}`"
+    fix_availability = FixAvailability.SOMETIMES
+    safety = Applicability.UNSAFE
+    requires_any = ("e5", "e6", "e7", "e8", "e9", "e1", "e2", "e3", "E", "finfo", "00000")
+
+    def check(self) -> None:
+        self.precision = precision_of(self.model)
+        for site in self.model.calls:
+            self._call(site.node, site.scope)
+        for node in self.precision.assigns:
+            for target in node.targets:
+                if isinstance(target.target, cst.Subscript):
+                    self._sink(node, target.target.value, node.value, self.precision.scope_of(node))
+        for node in self.precision.augassigns:
+            if isinstance(node.target, cst.Subscript) and isinstance(node.operator, (cst.AddAssign, cst.SubtractAssign, cst.MultiplyAssign)):
+                self._sink(node, node.target.value, node.value, self.precision.scope_of(node))
+
+    # --- sinks ---------------------------------------------------------------------------
+    def _call(self, call: cst.Call, scope) -> None:
+        qual = self.model.qualify(call.func)
+        if qual == "torch.where":
+            cond_x, other = call_arg(call, 1, "input"), call_arg(call, 2, "other")
+            for value, tensor in ((cond_x, other), (other, cond_x)):
+                if value is not None:
+                    self._sink(call, tensor, value, scope)
+            return
+        if qual == "torch.masked_fill":
+            self._sink(call, call_arg(call, 0, "input"), call_arg(call, 2, "value"), scope)
+            return
+        if qual == "torch.full_like":
+            if not self._full_dtype(call_arg(call, None, "dtype"), scope, unknown_is_full=False):
+                self._sink(call, call_arg(call, 0, "input"), call_arg(call, 1, "fill_value"), scope)
+            return
+        if qual == "torch.full":
+            dtype = call_arg(call, None, "dtype")
+            # NB: without a dtype torch.full makes a float32 tensor, autocast or not.
+            if dtype is not None and not self._full_dtype(dtype, scope, unknown_is_full=False):
+                self._sink(call, None, call_arg(call, 1, "fill_value"), scope, dtype_expr=dtype)
+            return
+        if qual is not None or not isinstance(call.func, cst.Attribute):
+            return
+        method = call.func.attr.value
+        if method not in _WRITING_METHODS:
+            return
+        position, keyword = _WRITING_METHODS[method]
+        self._sink(call, call.func.value, call_arg(call, position, keyword), scope)
+
+    def _sink(self, node, tensor, value, scope, dtype_expr=None) -> None:
+        if value is None:
+            return
+        literal = self._overflowing(value, scope)
+        if literal is None:
+            return
+        if tensor is not None and self._full_precision_tensor(tensor, scope):
+            return
+        regions = self.precision.regions_of(node)
+        region = self.precision.active(node)
+        if region is not None:
+            if not may_run_fp16(region.info) and region.info.dtypes is not None and not region.info.managed:
+                return  # a bfloat16-only region: -1e9 fits
+            why = "inside float16 autocast" if may_run_fp16(region.info) else self.precision.fp16_evidence
+        elif regions:
+            return  # autocast(enabled=False): the author made this part full precision
+        else:
+            why = self.precision.fp16_evidence
+        if why is None:
+            return
+        text = self.model.module.code_for_node(value)
+        bound = "min" if literal < 0 else "max"
+        replacement = None
+        subject = dotted(tensor) if tensor is not None else None
+        torch_name = self._torch_name()
+        if torch_name and self._is_direct(value):
+            if subject is not None:
+                replacement = f"{torch_name}.finfo({subject}.dtype).{bound}"
+            elif dtype_expr is not None and dotted(dtype_expr) is not None:
+                replacement = f"{torch_name}.finfo({dotted(dtype_expr)}).{bound}"
+        statement = self.precision.statement(node) or node
+        self.report(
+            statement,
+            changes=[Replace(value, replacement)] if replacement else None,
+            notes=(why,),
+            literal=text,
+            replacement=replacement or f"torch.finfo(<tensor>.dtype).{bound}",
+        )
+
+    # --- values --------------------------------------------------------------------------
+    def _overflowing(self, value: cst.BaseExpression, scope, depth: int = 0) -> float | None:
+        """The out-of-range number `value` certainly is, else None."""
+        if isinstance(value, cst.IfExp) or depth > 2:
+            return None  # chosen at run time, usually by a dtype test
+        number = number_of(value)
+        if number is None:
+            number = self._finfo_full(value)
+        if number is not None:
+            return number if overflows_fp16(number) else None
+        if isinstance(value, (cst.Name, cst.Attribute)):
+            assigned = self.model.bindings.values.assigned(value, scope)
+            got = [self._overflowing(v, s, depth + 1) for v, s in assigned]
+            if got and all(g is not None for g in got):
+                return got[0]
+        return None
+
+    def _finfo_full(self, value: cst.BaseExpression) -> float | None:
+        """`torch.finfo(torch.float32).min` and friends."""
+        if not (isinstance(value, cst.Attribute) and value.attr.value in ("min", "max") and isinstance(value.value, cst.Call)):
+            return None
+        call = value.value
+        if self.model.qualify(call.func) != "torch.finfo" or not call.args:
+            return None
+        dtypes = self.model.bindings.values.dtypes(call.args[0].value, self.model.module_scope)
+        if dtypes and dtypes <= _FULL_DTYPES:
+            return -3.4e38 if value.attr.value == "min" else 3.4e38
+        return None
+
+    def _is_direct(self, value: cst.BaseExpression) -> bool:
+        return number_of(value) is not None or self._finfo_full(value) is not None
+
+    def _full_dtype(self, expr, scope, *, unknown_is_full: bool) -> bool:
+        if expr is None:
+            return False
+        dtypes = self.model.bindings.values.dtypes(expr, scope)
+        if dtypes is None:
+            return unknown_is_full
+        return bool(dtypes) and dtypes <= _FULL_DTYPES
+
+    def _full_precision_tensor(self, tensor: cst.BaseExpression, scope, depth: int = 0) -> bool:
+        """`x.float()`, `x.to(torch.float32)`, or a name assigned only from such."""
+        if depth > 2:
+            return False
+        if isinstance(tensor, cst.Call) and isinstance(tensor.func, cst.Attribute):
+            method = tensor.func.attr.value
+            if method in _FULL_PRECISION_METHODS and not tensor.args:
+                return True
+            if method in ("to", "type"):
+                dtype = call_arg(tensor, None, "dtype") or (tensor.args[0].value if tensor.args else None)
+                return self._full_dtype(dtype, scope, unknown_is_full=False)
+            if method in ("masked_fill", "masked_fill_", "clone", "contiguous", "view", "reshape"):
+                return self._full_precision_tensor(tensor.func.value, scope, depth + 1)
+            return False
+        if isinstance(tensor, (cst.Name, cst.Attribute)):
+            assigned = self.model.bindings.values.assigned(tensor, scope)
+            return bool(assigned) and all(self._full_precision_tensor(v, s, depth + 1) for v, s in assigned)
+        return False
+
+    def _torch_name(self) -> str | None:
+        names = self.model.imports.local_names_for("torch")
+        return names[0] if names else None
