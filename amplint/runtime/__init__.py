@@ -1,0 +1,13 @@
+"""amplint's runtime half (`verify`, `compare`): the only package that imports torch.
+
+Layout (interception separate from judging, STYLE.md 2.8):
+- `launch.py` runs the user's command with `_boot/sitecustomize.py` first on PYTHONPATH, so
+  `bootstrap.py` installs itself in every Python process of the command, and merges the
+  per-process evidence files;
+- `interception.py` patches torch's AMP entry points once and publishes events;
+- `probes/ampNNN_*.py` subscribe to those events and record `Observation`s (they never print
+  and never raise into the training loop);
+- `correlate.py` turns static diagnostics x observations into verdicts; `cli.py` reports them.
+
+Nothing here is imported by `amplint check`.
+"""

@@ -1,0 +1,254 @@
+"""Runs at interpreter start (from `_boot/sitecustomize.py`) in every Python process of the command.
+
+Installs, in order: CPU emulation (`AMPLINT_DEVICE=cpu`), the interception layer, the step budget
+(`AMPLINT_STEPS`), the probes, then the extension installers named in `AMPLINT_EXTENSIONS`
+(`module:function`, comma-separated; each is called with this process's `Observations` sink and
+returns a handle or an iterable of handles with `.remove()`).  At exit every handle is removed in
+reverse order and the evidence file `AMPLINT_OUT/evidence-<pid>.json` is written, whether the script
+returned, raised, called sys.exit or os._exit, or got SIGINT/SIGTERM.
+
+Which processes write: the script's own (`AMPLINT_SCRIPT`), and any other process that made an
+optimizer step or recorded something (torchrun ranks, mp.spawn workers).  A forked child starts with
+an empty sink, so a DataLoader worker (fork or spawn) never writes and is never counted twice.
+
+NB: torch is imported here, before the script's own imports, so `from torch.nn.utils import
+clip_grad_norm_` in the script binds the patched function.  Environment variables the script sets
+before `import torch` that torch reads at import time (OMP_NUM_THREADS) are therefore read earlier.
+"""
+
+from __future__ import annotations
+
+import atexit
+import importlib
+import os
+import signal
+import sys
+import time
+from typing import Any
+
+_session = None
+
+
+class _EnoughSteps(SystemExit):
+    """Raised at the start of optimizer step N+1: ends the script like sys.exit(0).
+
+    A SystemExit so that the script's own `except Exception:` cannot swallow it and the
+    interpreter exits cleanly (atexit runs, status 0, no traceback).
+    """
+
+    def __init__(self, steps: int) -> None:
+        super().__init__(0)
+        self.steps = steps
+
+
+class StepBudget:
+    """Counts optimizer step attempts per optimizer (executed or skipped by GradScaler)."""
+
+    def __init__(self, sink, limit: int | None) -> None:
+        self.sink, self.limit = sink, limit
+        self.counts: dict[int, int] = {}
+        self.stopped = False
+
+    def install(self, bus):
+        yield bus.subscribe("opt_step_pre", lambda opt, in_scaler: None if in_scaler else self._check(opt))
+        yield bus.subscribe("opt_step_post", lambda opt, in_scaler: None if in_scaler else self._count(opt))
+        yield bus.subscribe("scaler_step_pre", lambda scaler, opt: self._check(opt))
+        yield bus.subscribe("scaler_step_post", lambda scaler, opt, ran: self._count(opt))
+
+    def _check(self, opt) -> None:
+        if self.limit is not None and self.counts.get(id(opt), 0) >= self.limit:
+            self.stopped = True
+            raise _EnoughSteps(self.limit)
+
+    def _count(self, opt) -> None:
+        n = self.counts[id(opt)] = self.counts.get(id(opt), 0) + 1
+        if n > self.sink.step:
+            self.sink.step = n
+            self.sink.flush(force=False)  # progress for the parent's bar; throttled to 1/s
+
+
+class Session:
+    def __init__(self) -> None:
+        from amplint.runtime.observations import Observations
+
+        env = os.environ
+        self.out = env["AMPLINT_OUT"]
+        self.pid = os.getpid()
+        argv0 = os.path.realpath(sys.argv[0]) if sys.argv and sys.argv[0] not in ("", "-c", "-m") else ""
+        self.is_script = bool(env.get("AMPLINT_SCRIPT")) and argv0 == os.path.realpath(env["AMPLINT_SCRIPT"])
+        self.is_script = self.is_script and "--multiprocessing-fork" not in sys.argv
+        self.forked = False
+        self.sink = Observations(self._path(), label=_label())
+        steps = env.get("AMPLINT_STEPS")
+        self.budget = StepBudget(self.sink, int(steps) if steps else None)
+        self.ended: str | None = None
+        self.handles: list[Any] = []
+        self.probes: list[Any] = []
+        self.finished = False
+        self.sink.meta.update(
+            pid=self.pid,
+            argv=list(sys.argv),
+            is_script=self.is_script,
+            device=env.get("AMPLINT_DEVICE") or "native",
+            emulated=env.get("AMPLINT_DEVICE") == "cpu",
+            started=time.time(),
+        )
+
+    def _path(self) -> str:
+        return os.path.join(self.out, f"evidence-{os.getpid()}.json")
+
+    # --- start -------------------------------------------------------------------------
+    def start(self) -> None:
+        import torch  # noqa: F401  (so probes bind before the script imports anything)
+
+        from amplint.runtime import interception, probes
+
+        bus = interception.Bus(self.sink)
+        self.sink.bus = bus
+        if self.sink.meta["emulated"]:
+            from amplint.runtime import emulation
+
+            self._add(emulation.install())
+        self._add(interception.install(bus))
+        self._add(self.budget.install(bus))
+        wanted = os.environ.get("AMPLINT_PROBES", "all")
+        for cls in probes.probe_classes(nan_guard=os.environ.get("AMPLINT_NAN_GUARD") == "1"):
+            if wanted != "all" and cls.code not in wanted.split(","):
+                continue
+            try:
+                probe = cls(self.sink).__enter__()
+            except Exception as exc:  # noqa: BLE001
+                self.sink.error(f"install {cls.code}", exc)
+                continue
+            self.probes.append(probe)
+            self.handles.append(probe)
+        for spec in filter(None, (s.strip() for s in os.environ.get("AMPLINT_EXTENSIONS", "").split(","))):
+            try:
+                mod, _, fn = spec.partition(":")
+                result = getattr(importlib.import_module(mod), fn)(self.sink)
+                if result is not None:
+                    self._add([result] if hasattr(result, "remove") else result)
+            except Exception as exc:  # noqa: BLE001
+                self.sink.error(f"extension {spec}", exc)
+        self._hook_exits()
+
+    def _add(self, handles) -> None:
+        for h in handles:
+            self.handles.append(h)
+
+    def _hook_exits(self) -> None:
+        atexit.register(self.finish)
+        self._orig_excepthook = sys.excepthook
+        self._orig_exit = sys.exit
+        self._orig_os_exit = os._exit
+
+        def excepthook(tp, value, tb):
+            if issubclass(tp, KeyboardInterrupt):
+                self.ended = "interrupted (SIGINT)"
+            else:
+                self.ended = f"raised {tp.__name__}: {value}"[:300]
+            return self._orig_excepthook(tp, value, tb)
+
+        def sys_exit(code=None):
+            if self.ended is None:
+                self.ended = f"sys.exit({code!r})"
+            return self._orig_exit(code)
+
+        def os_exit(code):
+            if os.getpid() == self.pid:
+                if self.ended is None:
+                    self.ended = f"os._exit({code})"
+                self.finish()
+            return self._orig_os_exit(code)
+
+        sys.excepthook, sys.exit, os._exit = excepthook, sys_exit, os_exit
+        if signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):
+            try:
+                signal.signal(signal.SIGTERM, self._on_sigterm)
+            except ValueError:  # not the main thread
+                pass
+        os.register_at_fork(after_in_child=self._after_fork)
+
+    def _on_sigterm(self, signum, frame) -> None:
+        self.ended = "terminated (SIGTERM)"
+        self.finish()
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    def _after_fork(self) -> None:
+        """A forked child (DataLoader worker, fork-started rank) starts with empty evidence."""
+        self.forked = True
+        self.is_script = False
+        self.pid = os.getpid()
+        self.sink.records.clear()
+        self.sink.extra.clear()
+        self.sink.step = 0
+        self.budget.counts.clear()
+        self.sink.path = self._path()
+        self.sink.meta.update(pid=self.pid, is_script=False, forked=True)
+
+    # --- finish ------------------------------------------------------------------------
+    def finish(self) -> None:
+        if self.finished:
+            return
+        self.finished = True
+        for probe in self.probes:
+            try:
+                probe.finish()
+            except Exception as exc:  # noqa: BLE001
+                self.sink.error(f"finish {probe.code}", exc)
+        while self.handles:
+            try:
+                self.handles.pop().remove()
+            except Exception as exc:  # noqa: BLE001
+                self.sink.error("remove", exc)
+        if sys.excepthook is not self._orig_excepthook:
+            sys.excepthook = self._orig_excepthook
+        sys.exit, os._exit = self._orig_exit, self._orig_os_exit
+        if self.budget.stopped:
+            self.ended = f"stopped after {self.budget.limit} steps"
+        self.sink.label = _label()
+        self.sink.meta.update(
+            ended=self.ended or "completed",
+            stopped_by_budget=self.budget.stopped,
+            rank=_rank(),
+            finished=time.time(),
+        )
+        if self.is_script or self.sink.step > 0 or (self.sink.records and not self.forked):
+            self.sink.flush(force=True)
+
+
+def _rank() -> int | None:
+    for var in ("RANK", "LOCAL_RANK"):
+        if os.environ.get(var, "").isdigit():
+            return int(os.environ[var])
+    try:
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized():
+            return dist.get_rank()
+    except Exception:  # noqa: BLE001
+        pass
+    return None
+
+
+def _label() -> str:
+    r = _rank()
+    return f"rank{r}" if r is not None else "main"
+
+
+def start() -> None:
+    """Entry point from sitecustomize; a second call in the same process does nothing."""
+    global _session
+    if _session is not None or not os.environ.get("AMPLINT_OUT"):
+        return
+    try:
+        _session = Session()
+        _session.start()
+    except Exception as exc:  # noqa: BLE001 - never break the user's program
+        print(f"amplint verify: instrumentation failed in pid {os.getpid()}: {exc}", file=sys.stderr)
+
+
+def current():
+    """The live session in this process (None when verify is not active)."""
+    return _session

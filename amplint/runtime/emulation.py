@@ -1,0 +1,111 @@
+"""CPU emulation of a CUDA script (`--device cpu`): "cuda" lands on the CPU.
+
+- autocast / GradScaler device "cuda" become "cpu" (autocast keeps CUDA's default dtype, float16,
+  because CPU autocast would otherwise default to bfloat16);
+- `.cuda()`, `.to("cuda")`, `device="cuda"` (factories, `torch.device("cuda")` objects) stay on the CPU,
+  through a TorchFunctionMode that is pushed for the whole run and popped at the end;
+- `torch.cuda.synchronize/set_device/current_device` become no-ops, and a "nccl" process group becomes "gloo".
+
+NB: this is an emulation.  CPU autocast casts differently from CUDA autocast (softmax, log_softmax,
+layer_norm, exp, sum, cumsum, norm, pow stay in reduced precision on CPU; they run in float32 on
+CUDA), bf16 gradients unscale on CPU but not on CUDA, and TF32/Tensor Core questions have no
+answer here.  Reports say "CPU emulation".
+"""
+
+from __future__ import annotations
+
+import inspect
+
+import torch
+from torch.overrides import TorchFunctionMode
+
+from amplint.runtime import torch_state
+from amplint.runtime.patching import Handle, Patch, wrap
+
+NOTES = (
+    "CPU emulation of a CUDA run: CPU autocast keeps softmax, log_softmax, layer_norm, exp, sum, "
+    "cumsum, norm and pow in reduced precision where CUDA runs them in float32, so NaN/Inf seen here "
+    "may not occur on a GPU (and the other way round); bf16 gradients unscale on CPU but not on CUDA."
+)
+
+
+def _is_cuda(d) -> bool:
+    if isinstance(d, str):
+        return d == "cuda" or d.startswith("cuda:")
+    if isinstance(d, torch.device):
+        return d.type == "cuda"
+    return False
+
+
+def _cpu(d):
+    return "cpu" if _is_cuda(d) else d
+
+
+class _CudaToCpu(TorchFunctionMode):
+    """Private: rewrite CUDA device arguments to CPU for every torch call."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._identity = {torch.Tensor.cuda, torch.Tensor.pin_memory}
+        self._positional = {torch.Tensor.to, torch.Tensor.new_empty, torch.Tensor.new_zeros}
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func in self._identity:
+            return args[0]
+        d = kwargs.get("device")
+        if d is not None and _is_cuda(d):
+            kwargs = {**kwargs, "device": "cpu"}
+        if func is torch.Tensor.to:
+            args = tuple(_cpu(a) for a in args)
+        return func(*args, **kwargs)
+
+
+def install():
+    S = torch_state.BaseGradScaler
+    sig = inspect.signature(S.__init__)
+
+    def w_scaler(orig):
+        def init(self, *a, **kw):
+            bound = sig.bind_partial(self, *a, **kw)
+            if _is_cuda(bound.arguments.get("device", "cuda")):
+                bound.arguments["device"] = "cpu"
+            return orig(*bound.args, **bound.kwargs)
+
+        return init
+
+    yield wrap(S, "__init__", w_scaler)
+
+    def w_autocast(orig):
+        def init(self, device_type, dtype=None, enabled=True, cache_enabled=None):
+            if device_type == "cuda":
+                device_type = "cpu"
+                dtype = torch.float16 if dtype is None else dtype  # CUDA autocast's default
+            return orig(self, device_type, dtype=dtype, enabled=enabled, cache_enabled=cache_enabled)
+
+        return init
+
+    yield wrap(torch.amp.autocast_mode.autocast, "__init__", w_autocast)
+
+    yield wrap(torch.nn.Module, "cuda", lambda orig: (lambda self, device=None: self))
+    for name in ("synchronize", "set_device"):
+        yield Patch(torch.cuda, name, lambda *a, **k: None)
+    yield Patch(torch.cuda, "current_device", lambda: 0)
+
+    import torch.distributed as dist
+
+    if dist.is_available():
+
+        def w_pg(orig):
+            def init_process_group(backend=None, *a, **kw):
+                if isinstance(backend, str) and "nccl" in backend:
+                    backend = "gloo"
+                return orig(backend, *a, **kw)
+
+            return init_process_group
+
+        yield wrap(dist, "init_process_group", w_pg)
+
+    mode = _CudaToCpu()
+    mode.__enter__()
+    yield Handle(lambda: mode.__exit__(None, None, None))

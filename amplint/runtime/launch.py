@@ -1,0 +1,227 @@
+"""Run the user's command with the bootstrap active in every Python process; merge the evidence.
+
+`run_instrumented(command, steps=..., device=..., out_dir=...)` is the one way the runtime starts a
+training command (verify and compare both use it).  Configuration travels in `AMPLINT_*`
+environment variables, so `python`, `torchrun` and `accelerate launch` behave the same.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+BOOT_DIR = Path(__file__).resolve().parent / "_boot"
+AMPLINT_HOME = Path(__file__).resolve().parents[2]
+
+
+@dataclass
+class RunOutcome:
+    """What one instrumented run produced.
+
+    exit_code: the command's own status (negative signals mapped to 128+N); 0 when every process
+    that ended early was stopped by the step budget.  processes: one evidence dict per instrumented
+    process that wrote one, each with `label` ("main", "rank0", ...).  observations: all processes'
+    observations, each with a "rank" key.  extras: extension data, {key: {label: value}}.
+    """
+
+    command: list[str]
+    exit_code: int
+    returncode: int
+    steps: int
+    ended: str
+    device: str
+    emulated: bool
+    processes: list[dict[str, Any]] = field(default_factory=list)
+    observations: list[dict[str, Any]] = field(default_factory=list)
+    extras: dict[str, dict[str, Any]] = field(default_factory=dict)
+    errors: list[str] = field(default_factory=list)
+    wall_s: float = 0.0
+
+    @property
+    def stopped_by_budget(self) -> bool:
+        return any(p.get("stopped_by_budget") for p in self.processes)
+
+
+def script_of(command: list[str]) -> str | None:
+    """The training script a command runs (`python x.py`, `torchrun ... x.py`, `accelerate launch x.py`)."""
+    for arg in command[1:] if command and not command[0].endswith(".py") else command:
+        if arg.endswith(".py") and not arg.startswith("-"):
+            return arg
+    return None
+
+
+def build_env(
+    out_dir: Path,
+    *,
+    steps: int | None,
+    device: str | None,
+    script: str | None,
+    extra_env: dict[str, str] | None = None,
+    base: dict[str, str] | None = None,
+) -> dict[str, str]:
+    env = dict(os.environ if base is None else base)
+    old = env.get("PYTHONPATH", "")
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(BOOT_DIR), old) if p)
+    env.update(
+        AMPLINT_ACTIVE="1",
+        AMPLINT_OUT=str(out_dir),
+        AMPLINT_HOME=str(AMPLINT_HOME),
+    )
+    for key in ("AMPLINT_STEPS", "AMPLINT_DEVICE", "AMPLINT_SCRIPT", "AMPLINT_ROOT"):
+        env.pop(key, None)
+    if steps is not None:
+        env["AMPLINT_STEPS"] = str(steps)
+    if device:
+        env["AMPLINT_DEVICE"] = device
+    if script:
+        env["AMPLINT_SCRIPT"] = str(Path(script).resolve())
+        env["AMPLINT_ROOT"] = str(Path(script).resolve().parent)
+    env.update(extra_env or {})
+    return env
+
+
+def run_instrumented(
+    command: list[str],
+    *,
+    steps: int | None,
+    device: str | None,
+    out_dir: Path,
+    extra_env: dict[str, str] = {},  # noqa: B006 - read only
+    on_progress: Callable[[int], None] | None = None,
+    cwd: str | None = None,
+    timeout: float | None = None,
+) -> RunOutcome:
+    """Run `command` under the bootstrap; wait; merge the per-process evidence in `out_dir`."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for old in out_dir.glob("evidence-*.json"):
+        old.unlink()
+    script = script_of(command)
+    env = build_env(out_dir, steps=steps, device=device, script=script, extra_env=extra_env)
+    start = time.monotonic()
+    try:
+        proc = subprocess.Popen(command, env=env, cwd=cwd)
+    except OSError as exc:
+        return RunOutcome(command, 127, 127, 0, f"could not start: {exc}", device or "native", device == "cpu", errors=[str(exc)])
+    stop = threading.Event()
+    if on_progress is not None:
+        t = threading.Thread(target=_poll, args=(out_dir, on_progress, stop), daemon=True)
+        t.start()
+    interrupted = False
+    while True:
+        try:
+            proc.wait(timeout=timeout)
+            break
+        except KeyboardInterrupt:
+            # Ctrl-C reached the child too (same process group); let it write its evidence.
+            interrupted = True
+            continue
+        except subprocess.TimeoutExpired:
+            proc.send_signal(signal.SIGINT)
+            interrupted = True
+            timeout = None
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+            break
+    stop.set()
+    outcome = collect(out_dir, command, proc.returncode, device)
+    outcome.wall_s = time.monotonic() - start
+    if interrupted and "interrupt" not in outcome.ended:
+        outcome.ended = f"interrupted ({outcome.ended})"
+    if on_progress is not None:
+        on_progress(outcome.steps)
+    return outcome
+
+
+def _poll(out_dir: Path, on_progress, stop: threading.Event) -> None:
+    last = -1
+    while not stop.wait(0.25):
+        steps = max((_read(p).get("steps", 0) for p in out_dir.glob("evidence-*.json")), default=0)
+        if steps != last:
+            last = steps
+            on_progress(steps)
+
+
+def _read(path: Path) -> dict[str, Any]:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+
+
+def exit_status(returncode: int) -> int:
+    return 128 - returncode if returncode < 0 else returncode
+
+
+def collect(out_dir: Path, command: list[str], returncode: int, device: str | None) -> RunOutcome:
+    """Merge every process's evidence; label ranks; decide why the run ended."""
+    procs = [p for p in (_read(f) for f in sorted(Path(out_dir).glob("evidence-*.json"))) if p]
+    procs.sort(key=lambda p: (p.get("rank") is None, p.get("rank") or 0, p.get("pid", 0)))
+    labels: dict[str, int] = {}
+    for p in procs:
+        label = p.get("label") or "main"
+        labels[label] = labels.get(label, 0) + 1
+        if labels[label] > 1:
+            label = f"{label}.{p.get('pid')}"
+        p["label"] = label
+    observations = [dict(o, rank=p["label"]) for p in procs for o in p.get("observations", [])]
+    extras: dict[str, dict[str, Any]] = {}
+    for p in procs:
+        for key, value in (p.get("extra") or {}).items():
+            extras.setdefault(key, {})[p["label"]] = value
+    steps = max((p.get("steps", 0) for p in procs), default=0)
+    budget = any(p.get("stopped_by_budget") for p in procs)
+    status = exit_status(returncode)
+    if budget and status != 0 and all(p.get("stopped_by_budget") or p.get("ended") == "completed" for p in procs):
+        status = 0  # a launcher may report the budget's early exit of a rank as a failure
+    ended = _ended(procs, status, steps)
+    return RunOutcome(
+        command=list(command),
+        exit_code=status,
+        returncode=returncode,
+        steps=steps,
+        ended=ended,
+        device=device or "native",
+        emulated=device == "cpu",
+        processes=procs,
+        observations=observations,
+        extras=extras,
+        errors=[e for p in procs for e in p.get("errors", [])],
+    )
+
+
+def _ended(procs: list[dict[str, Any]], status: int, steps: int) -> str:
+    if not procs:
+        return f"no evidence written (exit status {status}): the command may not have run Python with torch"
+    reasons = [p.get("ended") or "killed before it could write its evidence" for p in procs]
+    failed = [r for r in reasons if not (r == "completed" or r.startswith("stopped after"))]
+    if failed:
+        reason = failed[0]
+    elif any(r.startswith("stopped after") for r in reasons):
+        reason = next(r for r in reasons if r.startswith("stopped after"))
+    else:
+        reason = "completed"
+    if steps == 0:
+        reason += "; no optimizer step was taken"
+    return reason
+
+
+def clean(out_dir: Path) -> None:
+    shutil.rmtree(out_dir, ignore_errors=True)
+
+
+def python_command(script: str, args: list[str]) -> list[str]:
+    """`amplint verify train.py ARGS` is shorthand for `python train.py ARGS` (this interpreter)."""
+    return [sys.executable, script, *args]

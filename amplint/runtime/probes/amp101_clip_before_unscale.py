@@ -1,0 +1,67 @@
+"""AMP101 probe: clipping while the owning optimizer's gradients are still scaled."""
+
+from __future__ import annotations
+
+from amplint.runtime import torch_state
+from amplint.runtime.probes._base import Probe
+
+
+class ClipBeforeUnscaleProbe(Probe):
+    """At each clip call: for every enabled scaler that scaled since its last update, and every
+    optimizer holding a clipped parameter, the scaler's stage for that optimizer.  READY means the
+    gradients are still multiplied by the scale.  Evidence: stage, scale, the norm clip measured,
+    norm/scale (the true norm) and max_norm."""
+
+    code = "AMP101"
+
+    def install(self):
+        yield self.on("clip_pre", self._pre)
+        yield self.on("clip_post", self._post)
+        self._pending = None
+
+    def _scaled_owner(self, params):
+        ids = {id(p) for p in params}
+        for scaler in self.state.enabled_scalers():
+            if not self.state.scaled_since_update.get(id(scaler)):
+                continue
+            owners = [o for o in list(self.state.optimizers) if any(id(p) in ids for g in o.param_groups for p in g["params"])]
+            if not owners:
+                continue
+            for opt in owners:
+                stage = torch_state.scaler_stage(scaler, opt)
+                if stage == "READY":
+                    return scaler, opt, stage
+        return None
+
+    def _pre(self, name, params, args, kwargs):
+        hit = self._scaled_owner(params)
+        if hit is None:
+            self._pending = None
+            return
+        scaler, opt, stage = hit
+        scale = torch_state.scale_value(scaler)
+        if scale is None or scale == 1.0:
+            self._pending = None
+            return
+        self._pending = (scaler, opt, stage, scale)
+
+    def _post(self, name, params, args, kwargs, result):
+        if self._pending is None:
+            return
+        scaler, opt, stage, scale = self._pending
+        self._pending = None
+        ev = {"clip": f"torch.nn.utils.{name}", "stage": stage, "scale": scale, "optimizer": type(opt).__name__}
+        if name == "clip_grad_norm_":
+            max_norm = args[0] if args else kwargs.get("max_norm")
+            norm = float(result) if result is not None else None
+            ev.update(norm_at_clip=norm, norm_unscaled=None if norm is None else norm / scale, max_norm=float(max_norm) if max_norm is not None else None)
+        else:
+            clip_value = args[0] if args else kwargs.get("clip_value")
+            ev.update(clip_value=float(clip_value) if clip_value is not None else None, clip_value_unscaled_equivalent=None if clip_value is None else float(clip_value) / scale)
+        rec = self.sink.record_here(self.code, ev)
+        old = rec["evidence"].get("norm_at_clip")
+        if old is not None and old != old and ev.get("norm_at_clip") == ev.get("norm_at_clip"):
+            rec["evidence"].update(ev)  # the first clip often sees inf/NaN (a calibration skip): keep a finite one
+
+
+PROBE = ClipBeforeUnscaleProbe

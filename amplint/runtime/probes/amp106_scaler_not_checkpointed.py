@@ -1,0 +1,67 @@
+"""AMP106 probe: a torch.save payload with model/optimizer state but no scaler state."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import torch
+
+from amplint.runtime import torch_state
+from amplint.runtime.probes._base import Probe
+
+_SCALER_KEYS = {"scale", "growth_factor", "backoff_factor", "growth_interval", "_growth_tracker"}
+
+
+def _kinds(obj, depth: int = 0, out: set | None = None, keys: list | None = None) -> set:
+    out = set() if out is None else out
+    if depth > 4:
+        return out
+    if isinstance(obj, torch_state.BaseGradScaler):
+        out.add("scaler")
+    elif isinstance(obj, torch.nn.Module):
+        out.add("model")
+    elif isinstance(obj, torch.optim.Optimizer):
+        out.add("optimizer")
+    elif isinstance(obj, Mapping):
+        ks = set(obj.keys()) if len(obj) < 10_000 else set()
+        if {"state", "param_groups"} <= ks:
+            out.add("optimizer")
+        elif ks and _SCALER_KEYS & ks >= {"scale", "_growth_tracker"}:
+            out.add("scaler")
+        elif obj and all(isinstance(v, torch.Tensor) for v in list(obj.values())[:50]) and all(isinstance(k, str) for k in list(obj)[:50]):
+            out.add("model")
+        else:
+            for k, v in list(obj.items())[:200]:
+                if keys is not None and depth == 0:
+                    keys.append(str(k))
+                _kinds(v, depth + 1, out)
+    elif isinstance(obj, (list, tuple)):
+        for v in obj[:200]:
+            _kinds(v, depth + 1, out)
+    return out
+
+
+class ScalerNotCheckpointedProbe(Probe):
+    """At torch.save: the payload holds model or optimizer state and no scaler state while an
+    enabled scaler is live.  Evidence: what the payload holds, its top-level keys, the scale."""
+
+    code = "AMP106"
+
+    def install(self):
+        yield self.on("save", self._save)
+
+    def _save(self, obj):
+        scalers = self.state.enabled_scalers()
+        if not scalers:
+            return
+        keys: list = []
+        kinds = _kinds(obj, keys=keys)
+        if "scaler" in kinds or not ({"model", "optimizer"} & kinds):
+            return
+        self.sink.record_here(
+            self.code,
+            {"payload_holds": sorted(kinds), "payload_keys": keys[:20], "live_scale": torch_state.scale_value(scalers[0])},
+        )
+
+
+PROBE = ScalerNotCheckpointedProbe

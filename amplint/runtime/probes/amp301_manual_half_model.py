@@ -1,0 +1,61 @@
+"""AMP301 probe: the optimizer holds float16/bfloat16 parameters of a module cast by hand."""
+
+from __future__ import annotations
+
+import weakref
+
+from amplint.runtime import torch_state
+from amplint.runtime.attribution import user_stack
+from amplint.runtime.probes._base import Probe
+
+
+class ManualHalfModelProbe(Probe):
+    """Remembers where each parameter was cast to low precision (.half(), .bfloat16(), .to(dtype));
+    at an optimizer's first step, low-precision parameters it holds confirm the cast site.
+    Evidence: dtypes, the optimizer, how many parameters; the share of updates lost comes from the
+    AMP903 probe's measurement (event `lost_updates`)."""
+
+    code = "AMP301"
+
+    def install(self):
+        self.cast_site: dict[int, tuple] = {}
+        self.checked: weakref.WeakSet = weakref.WeakSet()
+        self.confirmed: dict[int, list] = {}
+        yield self.on("module_cast", self._cast)
+        yield self.on("opt_step_pre", self._step)
+        yield self.bus.subscribe("lost_updates", self._lost)
+
+    def _cast(self, module, dtype, how):
+        stack = user_stack(1)
+        for p in module.parameters():
+            self.cast_site[id(p)] = (stack, torch_state.dtype_name(dtype), how)
+
+    def _step(self, opt, in_scaler):
+        if opt in self.checked:
+            return
+        self.checked.add(opt)
+        found: dict = {}
+        for g in opt.param_groups:
+            for p in g["params"]:
+                if p.dtype in torch_state.LOW_PRECISION:
+                    hit = self.cast_site.get(id(p))
+                    key = tuple(hit[0][0].as_list()) if hit and hit[0] else None
+                    entry = found.setdefault(key, {"stack": hit[0] if hit else [], "dtypes": set(), "params": 0, "how": hit[2] if hit else None})
+                    entry["dtypes"].add(torch_state.dtype_name(p.dtype))
+                    entry["params"] += 1
+        for key, e in found.items():
+            stack = e["stack"]
+            rec = self.sink.record_site(
+                self.code,
+                stack[0] if stack else None,
+                {"optimizer": type(opt).__name__, "param_dtypes": sorted(e["dtypes"]), "low_precision_params": e["params"], "cast": e["how"]},
+                stack=stack,
+            )
+            self.confirmed.setdefault(id(opt), []).append(rec)
+
+    def _lost(self, opt, share):
+        for rec in self.confirmed.get(id(opt), []):
+            rec["evidence"]["lost_update_share"] = share
+
+
+PROBE = ManualHalfModelProbe
