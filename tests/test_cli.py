@@ -1,0 +1,110 @@
+"""The `amplint` command as editors and scripts use it: stdin, rules, explain, exit codes."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from amplint.docs import rule_page
+from amplint.registry import ALL_RULES, BY_CODE
+
+ROOT = Path(__file__).resolve().parent.parent
+BAD = ROOT / "fixtures" / "AMP101" / "bad_clip_between_backward_and_step.py"
+DEPRECATED = "import torch\n\nscaler = torch.cuda.amp.GradScaler()\n"
+
+
+def amplint(*args: str, cwd: Path = ROOT, stdin: str | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "amplint", *args], cwd=cwd, input=stdin, capture_output=True, text=True, timeout=120
+    )
+
+
+def test_stdin_reports_under_the_stdin_filename() -> None:
+    proc = amplint("check", "--isolated", "--output-format", "json", "-", "--stdin-filename", "pkg/train.py",
+                   stdin=BAD.read_text())
+    assert proc.returncode == 1, proc.stderr
+    (d,) = json.loads(proc.stdout)
+    assert (d["filename"], d["code"], d["location"]["row"]) == ("pkg/train.py", "AMP101", 15)
+
+
+def test_stdin_text_shows_the_source_line() -> None:
+    proc = amplint("check", "--isolated", "-", stdin=BAD.read_text())
+    assert proc.returncode == 1
+    assert "-:15:5: AMP101" in proc.stdout
+    assert "torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)" in proc.stdout
+
+
+def test_stdin_filename_picks_the_config_and_per_file_ignores(tmp_path: Path) -> None:
+    (tmp_path / "pyproject.toml").write_text('[tool.amplint]\nper-file-ignores = { "legacy/*" = ["AMP401"] }\n')
+    (tmp_path / "legacy").mkdir()
+    ignored = amplint("check", "-", "--stdin-filename", str(tmp_path / "legacy" / "old.py"), stdin=DEPRECATED)
+    assert ignored.returncode == 0, ignored.stdout
+    reported = amplint("check", "-", "--stdin-filename", str(tmp_path / "new.py"), stdin=DEPRECATED)
+    assert reported.returncode == 1 and "AMP401" in reported.stdout
+
+
+def test_stdin_fix_writes_the_fixed_source_to_stdout() -> None:
+    proc = amplint("check", "--isolated", "--fix", "-", stdin=DEPRECATED)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == 'import torch\n\nscaler = torch.amp.GradScaler("cuda")\n'
+    assert "All checks passed!" in proc.stderr
+
+
+def test_stdin_syntax_error_is_exit_2_and_fix_gives_the_text_back() -> None:
+    proc = amplint("check", "--isolated", "--fix", "-", stdin="def broken(:\n")
+    assert proc.returncode == 2
+    assert proc.stdout == "def broken(:\n"
+    assert "SyntaxError" in proc.stderr
+
+
+def test_rules_lists_every_code_with_default_and_fix() -> None:
+    proc = amplint("rules", "--format", "json")
+    assert proc.returncode == 0
+    rows = json.loads(proc.stdout)
+    assert [r["code"] for r in rows] == sorted(r.code for r in ALL_RULES)
+    for row in rows:
+        rule = BY_CODE[row["code"]]
+        assert row["name"] == rule.name
+        assert row["default"] is rule.default_enabled
+        assert row["fix"] == rule.fix_availability.value
+        assert row["summary"]
+    text = amplint("rules").stdout.splitlines()
+    assert len(text) == len(ALL_RULES)
+    assert all(line.split()[0] in BY_CODE for line in text)
+
+
+def test_explain_prints_the_rule_page() -> None:
+    by_code = amplint("explain", "AMP101")
+    by_name = amplint("explain", "clip-before-unscale")
+    assert by_code.returncode == by_name.returncode == 0
+    assert by_code.stdout == by_name.stdout == rule_page(BY_CODE["AMP101"]) + "\n"
+    assert by_code.stdout == (ROOT / "rules" / "AMP101.md").read_text() + "\n"
+    unknown = amplint("explain", "AMP999")
+    assert unknown.returncode == 2 and "AMP999" in unknown.stderr
+
+
+def test_exit_codes() -> None:
+    assert amplint("check", "--isolated", str(BAD)).returncode == 1
+    good = ROOT / "fixtures" / "AMP101" / "good_unscale_then_clip.py"
+    assert amplint("check", "--isolated", str(good)).returncode == 0
+    assert amplint("check", "--isolated", "--exit-zero", str(BAD)).returncode == 0
+    missing = amplint("check", "--isolated", "no/such/file.py")
+    assert missing.returncode == 2 and "no/such/file.py" in missing.stderr
+    unknown = amplint("check", "--isolated", "--select", "AMP999", str(BAD))
+    assert unknown.returncode == 2 and "'AMP999'" in unknown.stderr
+    assert amplint("check", "--output-format", "yaml", str(BAD)).returncode == 2
+
+
+def test_stdin_cannot_mix_with_paths() -> None:
+    proc = amplint("check", "-", str(BAD), stdin="")
+    assert proc.returncode == 2 and "stdin" in proc.stderr
+
+
+def test_broken_pipe_is_quiet() -> None:
+    """`amplint rules | head -1` must not print a traceback."""
+    proc = subprocess.run(f"{sys.executable} -m amplint rules | head -1", shell=True, cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.stdout.startswith("AMP")
+    assert "Traceback" not in proc.stderr

@@ -1,0 +1,208 @@
+"""Output formats, each checked against what its consumer expects (ruff's JSON keys, GitHub's
+annotation syntax, the official SARIF 2.1.0 schema), through the real `amplint` CLI."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from amplint import output
+from amplint.diagnostics import Applicability, Diagnostic, Edit, Fix, Span
+from amplint.registry import ALL_RULES
+
+ROOT = Path(__file__).resolve().parent.parent
+SARIF_SCHEMA = ROOT.parent / "shared" / "data" / "sarif-schema-2.1.0.json"
+BAD = "fixtures/AMP101/bad_clip_between_backward_and_step.py"
+
+# A deprecated API (AMP401, safe fix) and clipping before unscale_ (AMP101, unsafe fix).
+TRAIN = '''\
+import torch
+
+model = torch.nn.Linear(4, 4)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+scaler = torch.cuda.amp.GradScaler()
+for _ in range(2):
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        loss = model(torch.randn(2, 4)).sum()
+    scaler.scale(loss).backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    scaler.step(optimizer)
+    scaler.update()
+'''
+
+
+def amplint(*args: str, cwd: Path = ROOT, stdin: str | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "amplint", *args], cwd=cwd, input=stdin, capture_output=True, text=True, timeout=120
+    )
+
+
+@pytest.fixture
+def train(tmp_path: Path) -> Path:
+    path = tmp_path / "train.py"
+    path.write_text(TRAIN)
+    return path
+
+
+def _codes_at(proc) -> list[tuple[str, int, int]]:
+    return [(d["code"], d["location"]["row"], d["location"]["column"]) for d in json.loads(proc.stdout)]
+
+
+def test_text_is_ruff_like_with_source_caret_and_summary(train: Path) -> None:
+    proc = amplint("check", "--isolated", "train.py", cwd=train.parent)
+    assert proc.returncode == 1
+    lines = proc.stdout.splitlines()
+    assert "train.py:5:10: AMP401 [*] `torch.cuda.amp.GradScaler` is deprecated since PyTorch 2.4" in lines
+    i = lines.index("train.py:10:5: AMP101 `torch.nn.utils.clip_grad_norm_` runs on gradients still multiplied by the loss scale")
+    assert lines[i + 1] == "    10 |     torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)"
+    # the caret starts under the call (column 5) and spans it
+    assert lines[i + 2] == "       |     " + "^" * len("torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)")
+    assert "\x1b[" not in proc.stdout, "no colour when stdout is not a terminal"
+    assert lines[-2:] == [
+        "Found 2 errors.",
+        "[*] 1 fixable with the `--fix` option (1 hidden fix can be enabled with the `--unsafe-fixes` option).",
+    ]
+
+
+def test_colour_only_on_a_tty(train: Path) -> None:
+    """Run the CLI with a pseudo-terminal as stdout: colour there, none in a pipe."""
+    pty = pytest.importorskip("pty")
+    import os
+
+    master, slave = pty.openpty()
+    env = {k: v for k, v in os.environ.items() if k not in ("NO_COLOR", "FORCE_COLOR")}
+    proc = subprocess.run(
+        [sys.executable, "-m", "amplint", "check", "--isolated", "train.py"],
+        cwd=train.parent, stdout=slave, stderr=subprocess.PIPE, env=env, timeout=120,
+    )
+    os.close(slave)
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:  # EIO: the other end is closed and drained
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(master)
+    assert proc.returncode == 1
+    tty_text = b"".join(chunks).decode()
+    assert "\x1b[1;31mAMP101\x1b[0m" in tty_text
+    piped = subprocess.run([sys.executable, "-m", "amplint", "check", "--isolated", "train.py"], cwd=train.parent,
+                           capture_output=True, text=True, env=env, timeout=120)
+    assert "\x1b[" not in piped.stdout
+
+
+def test_caret_keeps_tabs_and_show_fixes(tmp_path: Path) -> None:
+    d = Diagnostic("AMP401", "m", "t.py", Span(1, 2, 1, 5), Fix("Use `x`", (Edit((1, 2), (1, 5), "x"),)))
+    text = output.format_text([d], {"t.py": "\t\tabc\n"}, show_fixes=True)
+    assert text.splitlines()[2] == "       | \t\t^^^"
+    assert "= help: Use `x`" in text
+
+
+def test_json_and_json_lines_agree(train: Path) -> None:
+    as_json = amplint("check", "--isolated", "--output-format", "json", str(train))
+    as_lines = amplint("check", "--isolated", "--output-format", "json-lines", str(train))
+    assert as_json.returncode == as_lines.returncode == 1
+    objs = json.loads(as_json.stdout)
+    assert [json.loads(line) for line in as_lines.stdout.splitlines()] == objs
+    assert _codes_at(as_json) == [("AMP401", 5, 10), ("AMP101", 10, 5)]
+    first = objs[0]
+    assert set(first) >= {"code", "message", "filename", "location", "end_location", "fix", "url", "noqa_row"}
+    assert first["fix"]["applicability"] == "safe" and first["fix"]["edits"]
+    assert objs[1]["fix"]["applicability"] == "unsafe"
+
+
+def test_github_annotations(train: Path) -> None:
+    proc = amplint("check", "--isolated", "--output-format", "github", "train.py", cwd=train.parent)
+    assert proc.returncode == 1
+    assert proc.stdout.splitlines()[0] == (
+        "::error title=amplint (AMP401),file=train.py,line=5,col=10,endLine=5,endColumn=35::"
+        "5:10: AMP401 `torch.cuda.amp.GradScaler` is deprecated since PyTorch 2.4"
+    )
+    # GitHub's escaping: property values may not hold `,` or `:`; data may not hold newlines
+    d = Diagnostic("AMP101", "two\nlines 100%", "a,b:c.py", Span(1, 0, 1, 1))
+    line = output.format_github([d])
+    assert "file=a%2Cb%3Ac.py," in line and line.endswith("two%0Alines 100%25") and "\n" not in line
+
+
+def test_sarif_validates_against_the_official_schema(train: Path) -> None:
+    if not SARIF_SCHEMA.is_file():
+        pytest.skip(f"SARIF schema not found at {SARIF_SCHEMA} (it lives in the shared data folder next to the repo)")
+    jsonschema = pytest.importorskip("jsonschema")
+    proc = amplint("check", "--isolated", "--output-format", "sarif", "train.py", cwd=train.parent)
+    assert proc.returncode == 1
+    log = json.loads(proc.stdout)
+    schema = json.loads(SARIF_SCHEMA.read_text())
+    validator = jsonschema.validators.validator_for(schema)(schema)
+    errors = sorted(validator.iter_errors(log), key=str)
+    assert not errors, "\n".join(str(e) for e in errors[:3])
+    run = log["runs"][0]
+    rules = run["tool"]["driver"]["rules"]
+    assert [r["id"] for r in rules] == sorted(r.code for r in ALL_RULES)
+    for r in rules:
+        assert r["helpUri"].endswith(f"/rules/{r['id']}.md")
+        assert r["shortDescription"]["text"] and r["help"]["markdown"].startswith(f"# {r['id']} ")
+    results = run["results"]
+    assert [(x["ruleId"], rules[x["ruleIndex"]]["id"]) for x in results] == [("AMP401", "AMP401"), ("AMP101", "AMP101")]
+    loc = results[0]["locations"][0]["physicalLocation"]
+    assert loc["artifactLocation"] == {"uri": "train.py", "uriBaseId": "%SRCROOT%"}
+    assert loc["region"] == {"startLine": 5, "startColumn": 10, "endLine": 5, "endColumn": 35}
+    assert results[0]["fixes"][0]["artifactChanges"][0]["replacements"][0]["insertedContent"]["text"]
+
+
+def test_sarif_with_no_findings_still_validates(tmp_path: Path) -> None:
+    if not SARIF_SCHEMA.is_file():
+        pytest.skip(f"SARIF schema not found at {SARIF_SCHEMA}")
+    jsonschema = pytest.importorskip("jsonschema")
+    (tmp_path / "ok.py").write_text("x = 1\n")
+    proc = amplint("check", "--isolated", "--output-format", "sarif", "ok.py", cwd=tmp_path)
+    assert proc.returncode == 0
+    log = json.loads(proc.stdout)
+    jsonschema.validate(log, json.loads(SARIF_SCHEMA.read_text()))
+    assert log["runs"][0]["results"] == []
+
+
+def test_statistics(train: Path) -> None:
+    proc = amplint("check", "--isolated", "--statistics", str(train))
+    assert proc.returncode == 1
+    assert proc.stdout.splitlines() == ["1\tAMP101\t    clip-before-unscale", "1\tAMP401\t[*] deprecated-cuda-amp"]
+    as_json = json.loads(amplint("check", "--isolated", "--statistics", "--output-format", "json", str(train)).stdout)
+    assert {r["code"]: r["count"] for r in as_json} == {"AMP101": 1, "AMP401": 1}
+
+
+def test_exit_zero_and_output_file(train: Path, tmp_path: Path) -> None:
+    out = tmp_path / "reports" / "amplint.sarif"
+    proc = amplint("check", "--isolated", "--exit-zero", "--output-format", "sarif", "--output-file", str(out), str(train))
+    assert proc.returncode == 0
+    assert proc.stdout == ""
+    assert len(json.loads(out.read_text())["runs"][0]["results"]) == 2
+
+
+def test_show_fixes_names_the_fix(train: Path) -> None:
+    proc = amplint("check", "--isolated", "--show-fixes", str(train))
+    assert "= help: Use `torch.amp.GradScaler(\"cuda\")`" in proc.stdout
+    assert re.search(r"= help: Call `scaler.unscale_\(optimizer\)` before clipping \(unsafe", proc.stdout)
+
+
+def test_positions_match_between_formats() -> None:
+    """json, github and sarif carry the same 1-based position for the same finding."""
+    j = amplint("check", "--isolated", "--output-format", "json", BAD)
+    g = amplint("check", "--isolated", "--output-format", "github", BAD)
+    s = amplint("check", "--isolated", "--output-format", "sarif", BAD)
+    (d,) = json.loads(j.stdout)
+    (res,) = json.loads(s.stdout)["runs"][0]["results"]
+    region = res["locations"][0]["physicalLocation"]["region"]
+    assert (region["startLine"], region["startColumn"]) == (d["location"]["row"], d["location"]["column"])
+    assert f"line={d['location']['row']},col={d['location']['column']}," in g.stdout
+
+
+def test_safe_fix_marker_follows_unsafe_flag() -> None:
+    unsafe = Diagnostic("AMP101", "m", "x.py", Span(1, 0, 1, 1), Fix("t", (), Applicability.UNSAFE))
+    assert not output.shows_fix_marker(unsafe) and output.shows_fix_marker(unsafe, unsafe_fixes=True)
