@@ -13,8 +13,10 @@ Cost control (see BENCHMARKS.md):
 
 from __future__ import annotations
 
+import re
 import traceback
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 
 import libcst as cst
@@ -46,12 +48,45 @@ class RuleCrash:
 
 
 def prefilter_tokens(rules) -> tuple[str, ...]:
-    return tuple(sorted({t for r in rules for t in r.requires_any}))
+    """Every plain token the rules' pre-filters look for (for documentation and tests)."""
+    return tuple(sorted({t for r in rules for g in _token_groups(r) for t in g if isinstance(t, str)}))
 
 
-def may_fire(source: str, rules) -> bool:
-    """Pre-filter: False only when no enabled rule's required token is in the text."""
-    return any(tok in source for tok in prefilter_tokens(rules))
+def _token_groups(rule) -> tuple[tuple, ...]:
+    return (tuple(rule.requires_any), *(tuple(g) for g in rule.and_requires_any))
+
+
+def _has(text: str, token) -> bool:
+    return token.lower() in text if isinstance(token, str) else token.search(text) is not None
+
+
+def _rule_may_fire(rule, text: str) -> bool:
+    return all(any(_has(text, t) for t in group) for group in _token_groups(rule))
+
+
+# `from .x import y` / `from ..pkg import z` (whitespace and line continuations allowed):
+# such names are qualified with the file's package, which comes from its path, not its text.
+_RELATIVE_IMPORT = re.compile(r"\bfrom[\s\\]*\.")
+
+
+def may_fire(source: str, rules, path: str | None = None) -> bool:
+    """Pre-filter: False only when no enabled rule can fire on this text.
+
+    A rule can fire only if the lowercased text contains one token of each of its
+    groups (`requires_any`, then each of `and_requires_any`).  Qualified names built
+    from a relative import also carry the package's dotted name, which is not in the
+    text, so for such files the package (from `path`) is searched as well.
+    """
+    text = source.lower()
+    if any(_rule_may_fire(r, text) for r in rules):
+        return True
+    if path is None or not _RELATIVE_IMPORT.search(text):
+        return False
+    package = package_of(path)
+    if not package:
+        return False
+    text = f"{text}\n{package.lower()}"
+    return any(_rule_may_fire(r, text) for r in rules)
 
 
 def parse(source: str, path: str) -> cst.Module:
@@ -68,8 +103,13 @@ def package_of(path: str) -> str | None:
     p = Path(path)
     if not p.suffix == ".py":
         return None
+    return _package_of_dir(p.parent)
+
+
+@lru_cache(maxsize=1024)
+def _package_of_dir(d: Path) -> str:
+    """Cached per directory: a run asks once per file, and files share directories."""
     parts: list[str] = []
-    d = p.parent
     while (d / "__init__.py").is_file():
         parts.append(d.name)
         if d.parent == d:
@@ -85,14 +125,18 @@ def check_source(
     *,
     select=None,
     crashes: list[RuleCrash] | None = None,
+    prefilter: bool = True,
 ) -> list[Diagnostic]:
-    """Diagnostics for one module's text; raises SourceError when it does not parse."""
+    """Diagnostics for one module's text; raises SourceError when it does not parse.
+
+    `prefilter=False` parses every file (tests/test_prefilter.py compares both ways).
+    """
     if config is None:
         config = Config(select=tuple(select)) if select else Config()
     elif select:
         config = config.with_overrides(select=tuple(select))
     rules = config.rules_for(path)
-    if not rules or not may_fire(source, rules):
+    if not rules or (prefilter and not may_fire(source, rules, path)):
         return []
     module = parse(source, path)
     return analyse(module, source, path, rules, crashes=crashes)

@@ -81,7 +81,9 @@ class Rule:
       fix_availability    NONE / SOMETIMES / ALWAYS; tests check it matches behaviour
       safety              applicability of the fixes this rule offers
       default_enabled     False for opt-in (noisy) rules
-      requires_any        source substrings without which the rule cannot fire (pre-filter)
+      requires_any        pre-filter tokens: the rule cannot fire on a file whose text (or, for
+                          relative imports, package) contains none of them (matched case-insensitively)
+      and_requires_any    further token groups; the file must contain one token of each as well
     """
 
     code: ClassVar[str]
@@ -91,7 +93,8 @@ class Rule:
     fix_availability: ClassVar[FixAvailability] = FixAvailability.NONE
     safety: ClassVar[Applicability] = Applicability.SAFE
     default_enabled: ClassVar[bool] = True
-    requires_any: ClassVar[tuple[str, ...]] = ()
+    requires_any: ClassVar[tuple[str | re.Pattern, ...]] = ()
+    and_requires_any: ClassVar[tuple[tuple[str | re.Pattern, ...], ...]] = ()
 
     def __init_subclass__(cls, **kwargs) -> None:
         super().__init_subclass__(**kwargs)

@@ -66,7 +66,10 @@ class ClipBeforeUnscale(Rule):
     fix_title = "Call `{scaler}.unscale_({optimizer})` before clipping"
     fix_availability = FixAvailability.SOMETIMES
     safety = Applicability.UNSAFE
+    # Pre-filter: every clip spelling contains `clip_grad` (CLIP_FUNCTIONS, CLIP_METHODS);
+    # a scaled backward is a `.backward`/`autograd.backward` of a `.scale(...)` call.
     requires_any = ("clip_grad",)
+    and_requires_any = (("backward",), ("scale",))
 
     def check(self) -> None:
         for graph in self.model.steps:

@@ -53,7 +53,10 @@ class BackwardInsideAutocast(Rule):
     fix_title = "Move the backward call out of the `with` block"
     fix_availability = FixAvailability.SOMETIMES
     safety = Applicability.UNSAFE
+    # Pre-filter: backward events are `.backward`/`manual_backward`/`autograd.backward`;
+    # every autocast context (AUTOCAST_CONTEXTS, `accelerator.autocast`) ends in `autocast`.
     requires_any = ("backward",)
+    and_requires_any = (("autocast",),)
 
     def check(self) -> None:
         for graph in self.model.steps:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from amplint.rules._base import Rule
 
 
@@ -45,7 +47,11 @@ class ManualHalfModel(Rule):
     code = "AMP301"
     name = "manual-half-model"
     message = "`{target}` is cast to {dtype} with `{spelling}` and then trained: the optimizer holds {dtype} weights"
-    requires_any = ("half", "bfloat16", "float16", ".to(", "torch_dtype", "dtype")
+    # Pre-filter: a reduced dtype is spelled with `16` or `half` (HALF_DTYPES, DTYPE_STRINGS,
+    # `.half()`/`.bfloat16()`), or hidden in a string escape (`\\`); the module must reach an
+    # optimizer: OPTIMIZER_PACKAGES or a `create_optimizer`-like helper (casts.py).
+    requires_any = ("16", "half", "\\")
+    and_requires_any = ((re.compile(r"optim(?![a-z0-9_])|optimizer|optimization"),),)
 
     def check(self) -> None:
         casts = self.model.casts

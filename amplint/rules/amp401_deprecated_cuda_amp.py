@@ -59,7 +59,11 @@ class DeprecatedCudaAmp(Rule):
     fix_title = "Use `{new}`"
     fix_availability = FixAvailability.SOMETIMES
     safety = Applicability.SAFE
-    requires_any = ("cuda.amp", "cpu.amp", "cuda import", "cpu import")
+    # Pre-filter: every DEPRECATIONS name ends in one of these words and has `amp` and
+    # `cuda`/`cpu` components (in the text, or in the package of a relative import).
+    # NB: never `cuda.amp`: `torch.cuda .amp` and `import torch.cuda as c; c.amp` are legal.
+    requires_any = ("autocast", "GradScaler", "custom_fwd", "custom_bwd")
+    and_requires_any = (("amp",), ("cuda", "cpu"))
 
     def check(self) -> None:
         for ref in self.model.deprecations.references:
