@@ -2,12 +2,34 @@
 
 from amplint.rules.amp101_clip_before_unscale import ClipBeforeUnscale
 from amplint.rules.amp201_backward_inside_autocast import BackwardInsideAutocast
+from amplint.rules.amp202_step_inside_autocast import StepInsideAutocast
+from amplint.rules.amp203_fp16_autocast_without_scaler import Fp16AutocastWithoutScaler
+from amplint.rules.amp204_scaler_with_bf16 import ScalerWithBf16
+from amplint.rules.amp205_custom_function_without_custom_fwd import CustomFunctionWithoutCustomFwd
 from amplint.rules.amp301_manual_half_model import ManualHalfModel
+from amplint.rules.amp302_redundant_input_cast import RedundantInputCast
+from amplint.rules.amp303_default_dtype_half import DefaultDtypeHalf
+from amplint.rules.amp304_fp16_eps_underflow import Fp16EpsUnderflow
 from amplint.rules.amp401_deprecated_cuda_amp import DeprecatedCudaAmp
+from amplint.rules.amp402_apex_amp import ApexAmp
+from amplint.rules.amp403_fsdp_needs_sharded_scaler import FsdpNeedsShardedScaler
+from amplint.rules.amp501_fp16_overflow_constant import Fp16OverflowConstant
+from amplint.rules.amp502_unguarded_log_sqrt_div import UnguardedLogSqrtDiv
 
 ALL_RULES = (
     ClipBeforeUnscale,
     BackwardInsideAutocast,
+    StepInsideAutocast,
+    Fp16AutocastWithoutScaler,
+    ScalerWithBf16,
+    CustomFunctionWithoutCustomFwd,
     ManualHalfModel,
+    RedundantInputCast,
+    DefaultDtypeHalf,
+    Fp16EpsUnderflow,
     DeprecatedCudaAmp,
+    ApexAmp,
+    FsdpNeedsShardedScaler,
+    Fp16OverflowConstant,
+    UnguardedLogSqrtDiv,
 )

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import libcst as cst
+
 from amplint.analysis.names import dotted, module_name_of
 from amplint.rules._base import Rule
 
@@ -58,19 +60,25 @@ class ApexAmp(Rule):
         model = self.model
         for node, _scope in model.import_froms:
             module = module_name_of(node, model.imports.package)
-            if module is None or isinstance(node.names, type(None)):
+            if module is None:
                 continue
-            names = node.names if isinstance(node.names, (list, tuple)) else ()
-            for alias in names:
+            if isinstance(node.names, cst.ImportStar):
+                if _is_apex_amp(module):
+                    self.report(node, ref=f"{module}.*")
+                continue
+            for alias in node.names:
                 name = dotted(alias.name) or ""
                 full = f"{module}.{name}"
                 if _is_apex_amp(module) or _is_apex_amp(full):
                     self.report(alias, ref=full)
+        called = {id(site.node.func) for site in model.calls}
         for ref in model.references:
-            qual = model.imports.qualify_text(ref.text)
             if ref.context == "import":
                 if _is_apex_amp(ref.text):
                     self.report(ref.node, ref=ref.text)
                 continue
-            if _is_apex_amp(qual):
+            qual = model.imports.qualify_text(ref.text) or ""
+            # A use is a member of apex.amp (`amp.initialize`, a called `scale_loss`); the
+            # bare module name in `if amp is not None:` or `amp = None` is not one.
+            if qual.startswith("apex.amp.") and ("." in ref.text or id(ref.node) in called):
                 self.report(ref.node, ref=ref.text)
