@@ -66,18 +66,29 @@ def is_user_file(filename: str) -> bool:
     return result
 
 
+_positions: dict = {}
+_real: dict[str, str] = {}
+
+
 def _site(frame) -> Site:
     code, lasti = frame.f_code, frame.f_lasti
     line = frame.f_lineno or code.co_firstlineno
     end = line
     try:
         # 3.11+: the instruction's source range (a call spanning lines covers them all).
-        pos = list(code.co_positions())[lasti // 2]
+        table = _positions.get(code)
+        if table is None:
+            table = _positions[code] = list(code.co_positions())
+        pos = table[lasti // 2]
         if pos[0] is not None:
             line, end = pos[0], pos[1] or pos[0]
     except (AttributeError, IndexError, ValueError):
         pass
-    return Site(os.path.realpath(code.co_filename), line, end)
+    fn = code.co_filename
+    real = _real.get(fn)
+    if real is None:
+        real = _real[fn] = os.path.realpath(fn)
+    return Site(real, line, end)
 
 
 def user_stack(skip: int = 1, limit: int = 6) -> list[Site]:

@@ -99,7 +99,10 @@ class Session:
 
     # --- start -------------------------------------------------------------------------
     def start(self) -> None:
-        import torch  # noqa: F401  (so probes bind before the script imports anything)
+        import torch  # (so probes bind before the script imports anything)
+
+        self.sink.meta["native_device"] = "cuda" if torch.cuda.is_available() else "cpu"
+        self.sink.meta["torch"] = torch.__version__
 
         from amplint.runtime import interception, probes
 

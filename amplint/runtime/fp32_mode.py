@@ -56,12 +56,32 @@ class Patch:
         self.owner = None
 
 
-class Handles(list):
-    """The handles an installer returns; `close()` removes them all, last installed first."""
+class Handles:
+    """The handles an installer returns, as one handle: `remove()` undoes them, last first.
 
-    def close(self) -> None:
-        while self:
-            self.pop().remove()
+    NB: not a list subclass: the bootstrap treats anything with a `remove` attribute as a single
+    handle, and `list.remove(x)` would be called without its argument.
+    """
+
+    def __init__(self) -> None:
+        self._items: list[Any] = []
+
+    def append(self, handle: Any) -> None:
+        self._items.append(handle)
+
+    def extend(self, handles: "Handles | Iterable[Any]") -> None:
+        self._items.extend(handles._items if isinstance(handles, Handles) else handles)
+        if isinstance(handles, Handles):
+            handles._items = []
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def remove(self) -> None:
+        while self._items:
+            self._items.pop().remove()
+
+    close = remove
 
 
 def _rebind(original: Callable, change: Callable[[inspect.BoundArguments], None]) -> Callable:

@@ -37,7 +37,7 @@ from typing import Any, Callable
 import torch
 
 from amplint.runtime import torch_state
-from amplint.runtime.attribution import Site, user_site
+from amplint.runtime.attribution import Site, user_site, user_stack
 from amplint.runtime.patching import Handle, wrap
 
 
@@ -64,11 +64,22 @@ class AmpState:
         return [s for s in list(self.scalers) if torch_state.scaler_enabled(s)]
 
 
+# Events that happen at a call site in the user's code: each one marks that site as reached, so
+# `correlate` can tell NOT REACHED (the line never ran) from NOT CONFIRMED (it ran, behaved).
+SITE_EVENTS = frozenset(
+    {
+        "scaler_init", "scale", "unscale_pre", "scaler_step_pre", "update_pre", "opt_init", "opt_step_pre",
+        "clip_pre", "backward", "autocast_enter", "module_cast", "save", "set_default_dtype",
+    }
+)
+
+
 class Bus:
     def __init__(self, sink) -> None:
         self.sink = sink
         self.state = AmpState()
         self._subs: dict[str, list[Callable]] = defaultdict(list)
+        self.reached: set[tuple[str, int, int]] = set()
 
     def subscribe(self, event: str, fn: Callable) -> Handle:
         self._subs[event].append(fn)
@@ -85,6 +96,9 @@ class Bus:
         return bool(self._subs.get(event))
 
     def emit(self, event: str, *args: Any) -> None:
+        if event in SITE_EVENTS and len(self.reached) < 5000:
+            for site in user_stack(1, limit=4):
+                self.reached.add((site.file, site.line, site.end_line))
         subs = self._subs.get(event)
         if not subs:
             return

@@ -105,13 +105,17 @@ def _loss_value(obj: Any) -> torch.Tensor | None:
 class LossCapture:
     """In-memory series of per-iteration losses, optionally streamed to a JSONL file."""
 
-    def __init__(self, out_dir: str | os.PathLike | None = None) -> None:
+    def __init__(self, out_dir: str | os.PathLike | None = None, sink: Any = None) -> None:
         self.series: list[float] = []
+        self.complete: list[bool] = []
         self._pending: list[torch.Tensor] = []
         self._scaled: dict[int, weakref.ref] = {}
         self._handles = Handles()
         self._lock = threading.Lock()
         self.path: Path | None = None
+        if sink is not None and hasattr(sink, "put"):
+            # the same lists, filled as the run goes: the bootstrap writes them with the evidence
+            sink.put("losses", {"losses": self.series, "complete": self.complete})
         if out_dir:
             rank = os.environ.get("RANK", "0")
             self.path = Path(out_dir) / f"loss-{rank}-{os.getpid()}.jsonl"
@@ -137,6 +141,7 @@ class LossCapture:
             return  # an optimizer step with no loss seen (e.g. a second optimizer sharing it)
         total = sum(float(p.item()) for p in pending)
         self.series.append(total)
+        self.complete.append(complete)
         self._write({"step": len(self.series) - 1, "loss": total if math.isfinite(total) else repr(total),
                      "parts": len(pending), "complete": complete})
 
@@ -200,12 +205,12 @@ def _seed_everything(seed: int) -> None:
         pass
 
 
-def install(sink: Any = None) -> list[LossCapture]:
+def install(sink: Any = None) -> LossCapture:
     """Extension entry point: capture losses into `$AMPLINT_LOSS_DIR` (see module docstring)."""
     seed = os.environ.get(SEED_ENV)
     if seed is not None:
         _seed_everything(int(seed))
-    return [LossCapture(os.environ.get(LOSS_DIR_ENV)).install()]
+    return LossCapture(os.environ.get(LOSS_DIR_ENV), sink).install()
 
 
 def read_series(out_dir: str | os.PathLike) -> dict[str, Any]:

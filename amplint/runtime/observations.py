@@ -81,6 +81,7 @@ class Observations:
             "label": self.label,
             "steps": self.step,
             "observations": list(self.records.values()),
+            "reached": sorted(self.bus.reached) if self.bus is not None else [],
             "extra": self.extra,
             "errors": self.errors,
         }
