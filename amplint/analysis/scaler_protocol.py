@@ -64,6 +64,7 @@ class _GuardCollector(cst.CSTVisitor):
         self.stack: list[list[Guard]] = [[]]
         self.guards: dict[int, tuple[Guard, ...]] = {}
         self.block_sizes: dict[int, int] = {}
+        self.next_statement: dict[int, cst.CSTNode] = {}
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
         self.stack.append([])
@@ -103,8 +104,16 @@ class _GuardCollector(cst.CSTVisitor):
         self.guards[id(node)] = tuple(self.stack[-1])
 
     def visit_IndentedBlock(self, node: cst.IndentedBlock) -> None:
-        for stmt in node.body:
-            self.block_sizes[id(stmt)] = len(node.body)
+        self._block(node.body)
+
+    def visit_Module(self, node: cst.Module) -> None:
+        self._block(node.body)
+
+    def _block(self, body) -> None:
+        for i, stmt in enumerate(body):
+            self.block_sizes[id(stmt)] = len(body)
+            if i + 1 < len(body):
+                self.next_statement[id(stmt)] = body[i + 1]
 
 
 class ScalerProtocol:
@@ -116,6 +125,7 @@ class ScalerProtocol:
         model.module.visit(collector)
         self._guards = collector.guards
         self._block_sizes = collector.block_sizes
+        self._next = collector.next_statement
 
     # --- guards --------------------------------------------------------------------------
     def guards(self, event: Event) -> tuple[Guard, ...]:
@@ -141,6 +151,10 @@ class ScalerProtocol:
             return False
         return self._block_sizes.get(id(statement), 2) > 1
 
+    def next_statement(self, statement: cst.CSTNode | None) -> cst.CSTNode | None:
+        """The statement after this one in the same block, if any."""
+        return None if statement is None else self._next.get(id(statement))
+
     # --- scalers -------------------------------------------------------------------------
     def scaler_disabled(self, key: str | None) -> bool:
         """Every construction assigned to this key is a literal `enabled=False` scaler."""
@@ -154,10 +168,56 @@ class ScalerProtocol:
         ]
         return bool(found) and all(c.enabled is False for c in found)
 
+    def key(self, event: Event, graph: StepGraph, which: str = "scaler") -> str | None:
+        """The event's scaler (or optimizer) key as the analysed function names it.
+
+        An event inlined from `def optimizer_step(scaler, optimizer)` carries the
+        helper's parameter keys; through the call's arguments they become the caller's
+        `scaler` and `optimizer`.  Unknown (None) when the argument is not a name.
+        """
+        key = getattr(event, which)
+        if key is None or not event.inlined or len(event.via) != 1:
+            return key
+        text = self.model.bindings.text_of(key) or ""
+        head, _, rest = text.partition(".")
+        callee = event.scope
+        if head not in callee.params or head == callee.self_name:
+            return key
+        arg = argument_for(event.anchor, callee, head)
+        arg_text = dotted(arg)
+        if arg_text is None:
+            return None
+        full = arg_text + (f".{rest}" if rest else "")
+        return self.model.bindings.key(cst.parse_expression(full), graph.scope)
+
+    @property
+    def uses_enabled_scaler(self) -> bool:
+        """Some scaler here may be enabled: a construction without a literal
+        `enabled=False`, or a scaler known only by use (a parameter, an attribute)."""
+        b = self.model.bindings
+        if any(c.enabled is not False for c in b.scaler_constructions):
+            return True
+        return any(not self.scaler_disabled(k) for k in b.scaler_keys)
+
     @staticmethod
     def same(a: str | None, b: str | None) -> bool:
         """Keys name the same object, or one of them is unknown."""
         return a is None or b is None or a == b
+
+
+def argument_for(call: cst.Call, callee, param: str) -> cst.BaseExpression | None:
+    """The argument `call` passes for parameter `param` of the function of scope `callee`."""
+    for a in call.args:
+        if a.keyword is not None and a.keyword.value == param:
+            return a.value
+    params = list(callee.params)
+    if callee.self_name is not None and params and params[0] == callee.self_name:
+        params = params[1:]
+    if param not in params or any(a.star for a in call.args):
+        return None
+    positional = [a for a in call.args if a.keyword is None]
+    index = params.index(param)
+    return positional[index].value if index < len(positional) else None
 
 
 _CACHE: "weakref.WeakKeyDictionary[object, ScalerProtocol]" = weakref.WeakKeyDictionary()

@@ -1,6 +1,13 @@
 """Every rule, listed explicitly: greppable, cheap to import, no discovery magic."""
 
 from amplint.rules.amp101_clip_before_unscale import ClipBeforeUnscale
+from amplint.rules.amp102_step_without_update import StepWithoutUpdate
+from amplint.rules.amp103_backward_not_scaled import BackwardNotScaled
+from amplint.rules.amp104_step_bypasses_scaler import StepBypassesScaler
+from amplint.rules.amp105_scaler_in_loop import ScalerInLoop
+from amplint.rules.amp106_scaler_not_checkpointed import ScalerNotCheckpointed
+from amplint.rules.amp107_update_per_microbatch import UpdatePerMicrobatch
+from amplint.rules.amp108_unscale_twice import UnscaleTwice
 from amplint.rules.amp201_backward_inside_autocast import BackwardInsideAutocast
 from amplint.rules.amp202_step_inside_autocast import StepInsideAutocast
 from amplint.rules.amp203_fp16_autocast_without_scaler import Fp16AutocastWithoutScaler
@@ -18,6 +25,13 @@ from amplint.rules.amp502_unguarded_log_sqrt_div import UnguardedLogSqrtDiv
 
 ALL_RULES = (
     ClipBeforeUnscale,
+    StepWithoutUpdate,
+    BackwardNotScaled,
+    StepBypassesScaler,
+    ScalerInLoop,
+    ScalerNotCheckpointed,
+    UpdatePerMicrobatch,
+    UnscaleTwice,
     BackwardInsideAutocast,
     StepInsideAutocast,
     Fp16AutocastWithoutScaler,

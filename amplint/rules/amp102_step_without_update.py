@@ -5,10 +5,11 @@ from __future__ import annotations
 import libcst as cst
 
 from amplint.analysis.bindings import Bindings
+from amplint.analysis.names import dotted
 from amplint.analysis.scaler_protocol import in_iteration_reaches, protocol, training_loop
 from amplint.analysis.steps import Kind
 from amplint.diagnostics import Applicability
-from amplint.rules._base import FixAvailability, Replace, Rule
+from amplint.rules._base import FixAvailability, InsertBefore, Rule
 
 
 class StepWithoutUpdate(Rule):
@@ -78,11 +79,11 @@ class StepWithoutUpdate(Rule):
             for step in graph.of_kind(Kind.SCALER_STEP):
                 if proto.scaler_disabled(step.scaler):
                     continue
-                never = step.scaler not in updated and not (updated and self._by_name_only(step.scaler))
+                never = step.scaler not in updated and not (updated and self._by_name_only(step))
                 if not never:
                     if training_loop(graph, step) is None:
                         continue  # the update may well follow in the caller
-                    same = lambda e: e.kind is Kind.UPDATE and proto.same(e.scaler, step.scaler)  # noqa: E731
+                    same = lambda e: e.kind is Kind.UPDATE and proto.same(proto.key(e, graph), proto.key(step, graph))  # noqa: E731
                     if in_iteration_reaches(graph, step, same):
                         continue
                 scaler = Bindings.text_of(step.scaler) or "scaler"
@@ -99,16 +100,25 @@ class StepWithoutUpdate(Rule):
                 keys.add(b.key(func.value, site.scope))
         return keys
 
-    def _by_name_only(self, key: str | None) -> bool:
-        """A parameter or unresolved scaler: any update in the module may be its update."""
-        return key is None or key not in self.model.bindings.scaler_keys
+    def _by_name_only(self, step) -> bool:
+        """A parameter or unresolved scaler: any update in the module may be its update
+        (the caller that passed it in updates it)."""
+        key = step.scaler
+        if key is None or key not in self.model.bindings.scaler_keys:
+            return True
+        receiver = step.node.func.value if isinstance(step.node.func, cst.Attribute) else None
+        head = (dotted(receiver) or "").split(".")[0]
+        return head in step.scope.params and head != step.scope.self_name
 
-    def _insert_update(self, step, scaler: str) -> list[Replace] | None:
+    def _insert_update(self, step, scaler: str) -> list[InsertBefore] | None:
+        """Insert the update before the statement that follows the step (same block)."""
         stmt = step.statement
         if step.inlined or not isinstance(stmt, cst.SimpleStatementLine) or len(stmt.body) != 1:
             return None
         small = stmt.body[0]
         if not isinstance(small, cst.Expr) or small.value is not step.node:
             return None
-        code = self.model.module.code_for_node(stmt.with_changes(leading_lines=())).rstrip("\n")
-        return [Replace(stmt, f"{code}\n{scaler}.update()")]
+        following = protocol(self.model).next_statement(stmt)
+        if following is None:
+            return None  # NB: last in its block; text insertion after it is not supported
+        return [InsertBefore(following, f"{scaler}.update()")]

@@ -71,7 +71,7 @@ class StepBypassesScaler(Rule):
                         continue
                     if proto.exclusive(bw, ev):
                         continue
-                    if any(proto.exclusive(ev, s) and proto.same(s.optimizer, ev.optimizer) for s in scaler_steps):
+                    if any(proto.exclusive(ev, s) and proto.same(proto.key(s, graph, "optimizer"), proto.key(ev, graph, "optimizer")) for s in scaler_steps):
                         continue  # the no-AMP alternative of a scaler.step
                     reported.add(id(ev))
                     self.report_event(ev, step=code(ev.node.func) + "()")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from amplint.analysis.checkpoints import Checkpoints
+from amplint.analysis.scaler_protocol import protocol
 from amplint.analysis.steps import Kind
 from amplint.rules._base import Report, Rule
 
@@ -74,8 +75,7 @@ class ScalerNotCheckpointed(Rule):
     requires_any = ("GradScaler", "scaler")
 
     def check(self) -> None:
-        b = self.model.bindings
-        if not b.uses_enabled_scaler:
+        if not protocol(self.model).uses_enabled_scaler:
             return
         ckpt = Checkpoints(self.model)
         code = self.model.module.code_for_node

@@ -82,8 +82,8 @@ class UpdatePerMicrobatch(Rule):
                     s
                     for s in steps
                     if loop in s.loops
-                    and proto.same(s.scaler, ev.scaler)
-                    and (ev.kind is Kind.UPDATE or proto.same(s.optimizer, ev.optimizer))
+                    and proto.same(proto.key(s, graph), proto.key(ev, graph))
+                    and (ev.kind is Kind.UPDATE or proto.same(proto.key(s, graph, "optimizer"), proto.key(ev, graph, "optimizer")))
                 ]
                 if not mine:
                     continue  # the step is elsewhere (a caller, a hook): not our pattern

@@ -73,16 +73,18 @@ class UnscaleTwice(Rule):
             if len(unscales) < 2:
                 continue
             for first in unscales:
-                if proto.scaler_disabled(first.scaler) or first.optimizer is None:
+                if proto.scaler_disabled(first.scaler) or proto.key(first, graph, "optimizer") is None:
                     continue
                 # Stay within one iteration: an unscale_ repeated by the loop itself,
                 # with the update skipped on some iterations, is AMP107's finding.
                 headers = {id(loop.header) for loop in graph.loops if loop in first.loops}
                 blocked = lambda p, f=first: id(p) in headers or (  # noqa: E731
-                    p.event is not None and p.event.kind is Kind.UPDATE and proto.same(p.event.scaler, f.scaler)
+                    p.event is not None and p.event.kind is Kind.UPDATE and proto.same(proto.key(p.event, graph), proto.key(f, graph))
                 )
                 for second in unscales:
-                    if second is first or second.scaler != first.scaler or second.optimizer != first.optimizer:
+                    if second is first or proto.key(second, graph) != proto.key(first, graph):
+                        continue
+                    if proto.key(second, graph, "optimizer") != proto.key(first, graph, "optimizer"):
                         continue
                     target = graph.point(second)
                     if not search(graph.point(first), found=lambda p, t=target: p is t, blocked=blocked):
