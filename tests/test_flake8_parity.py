@@ -1,0 +1,111 @@
+"""The real flake8 executable and `amplint check` report the same `line:col code` on every fixture.
+
+flake8 finds the plugin through the installed `flake8.extension` entry point, so the
+package must be installed (`pip install -e .`, which CI does).  Both tools run with
+`--isolated` so neither this repository's configuration nor the user's interferes.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from amplint.registry import ALL_RULES
+
+ROOT = Path(__file__).resolve().parent.parent
+DIRS = ["fixtures", "examples"]  # walked by each tool itself (every .py file, .fixed.py included)
+FILES = sorted(str(p.relative_to(ROOT)) for d in DIRS for p in (ROOT / d).rglob("*.py"))
+OPT_IN = sorted(r.code for r in ALL_RULES if not r.default_enabled)
+FORMAT = "%(path)s:%(row)d:%(col)d: %(code)s"
+
+pytestmark = pytest.mark.skipif(
+    not any(e.name == "AMP" and e.value.startswith("amplint.") for e in importlib.metadata.entry_points(group="flake8.extension")),
+    reason="amplint is not installed, so flake8 cannot find its entry point: run `pip install -e .`",
+)
+
+
+def flake8(*args: str, files=DIRS, cwd: Path = ROOT) -> set[tuple[str, int, int, str]]:
+    proc = subprocess.run(
+        [sys.executable, "-m", "flake8", "--isolated", f"--format={FORMAT}", *args, *files],
+        cwd=cwd, capture_output=True, text=True, timeout=600,
+    )
+    assert proc.returncode in (0, 1), proc.stderr
+    out = set()
+    for line in proc.stdout.splitlines():
+        path, row, col, code = line.rsplit(":", 3)
+        if code.strip().startswith("AMP"):
+            out.add((Path(path).as_posix(), int(row), int(col), code.strip()))
+    return out
+
+
+def amplint(*args: str, files=DIRS, cwd: Path = ROOT) -> set[tuple[str, int, int, str]]:
+    proc = subprocess.run(
+        [sys.executable, "-m", "amplint", "check", "--isolated", "--output-format", "json", *args, *files],
+        cwd=cwd, capture_output=True, text=True, timeout=600,
+    )
+    assert proc.returncode in (0, 1), proc.stderr
+    return {
+        (Path(d["filename"]).as_posix(), d["location"]["row"], d["location"]["column"], d["code"])
+        for d in json.loads(proc.stdout)
+    }
+
+
+def _diff(a: set, b: set) -> str:
+    return f"only flake8: {sorted(a - b)[:10]}\nonly amplint: {sorted(b - a)[:10]}"
+
+
+def test_plugin_is_registered() -> None:
+    proc = subprocess.run([sys.executable, "-m", "flake8", "--version"], capture_output=True, text=True, timeout=60)
+    assert "amplint: " in proc.stdout
+
+
+def test_same_findings_as_the_cli_on_every_fixture() -> None:
+    assert FILES, "no fixtures found"
+    from_flake8 = flake8("--select", "AMP")
+    from_cli = amplint("--select", "AMP")
+    assert from_flake8 == from_cli, _diff(from_flake8, from_cli)
+    # the comparison is not vacuous: every rule with bad fixtures shows up
+    assert {c for *_, c in from_cli} >= {p.split("/")[1] for p in FILES if "/bad_" in p and p.startswith("fixtures/AMP")} - set(OPT_IN)
+
+
+def test_defaults_agree_without_any_selection() -> None:
+    """No --select at all: opt-in rules stay off in both (flake8 via extend_default_ignore)."""
+    # flake8 then runs its own pycodestyle/pyflakes checks too, so keep this to a few directories.
+    dirs = sorted({str(Path(p).parent) for p in FILES if any(p.startswith(f"fixtures/{c}/") for c in [*OPT_IN, "AMP101"])})
+    from_flake8 = flake8(files=dirs)
+    from_cli = amplint(files=dirs)
+    assert from_cli, "AMP101's bad fixtures must be reported"
+    assert from_flake8 == from_cli, _diff(from_flake8, from_cli)
+    assert not {c for *_, c in from_flake8} & set(OPT_IN)
+
+
+@pytest.mark.skipif(not OPT_IN, reason="the registry has no opt-in rule yet")
+def test_opt_in_rules_need_their_full_code_in_both() -> None:
+    bad_opt_in = [p for p in FILES if any(p.startswith(f"fixtures/{c}/bad_") for c in OPT_IN)]
+    assert bad_opt_in, "each opt-in rule needs bad fixtures"
+    assert not {c for *_, c in flake8("--select", "AMP", files=bad_opt_in)} & set(OPT_IN)
+    selection = ",".join(["AMP", *OPT_IN])
+    from_flake8 = flake8("--select", selection, files=bad_opt_in)
+    from_cli = amplint("--select", selection, files=bad_opt_in)
+    assert from_flake8 == from_cli, _diff(from_flake8, from_cli)
+    assert {c for *_, c in from_flake8} & set(OPT_IN)
+
+
+def test_noqa_and_columns_after_tabs_and_unicode(tmp_path: Path) -> None:
+    """Same suppression and the same columns where the line holds non-ASCII text before the span."""
+    (tmp_path / "t.py").write_text(
+        "import torch\n"
+        "s = torch.cuda.amp.GradScaler()  # noqa: AMP401\n"
+        "ß = 1; t = torch.cuda.amp.GradScaler()\n"
+        "if True:\n"
+        "\tu = torch.cuda.amp.GradScaler()\n",
+        encoding="utf-8",
+    )
+    from_flake8 = flake8("--select", "AMP", files=["t.py"], cwd=tmp_path)
+    from_cli = amplint("--select", "AMP", files=["t.py"], cwd=tmp_path)
+    assert from_flake8 == from_cli == {("t.py", 3, 12, "AMP401"), ("t.py", 5, 6, "AMP401")}
