@@ -36,7 +36,9 @@ class Fp16EpsUnderflow(Rule):
     With float16 parameters the optimizer state is float16 too, and `eps` is added in
     float16: 1e-8 rounds to exactly 0. Adam's update `m / (sqrt(v) + eps)` then
     divides by zero wherever `v` underflowed, and the weights turn inf/NaN after a few
-    steps. bfloat16 represents 1e-8 and is not reported.
+    steps. bfloat16 represents 1e-8 and is not reported. Keep float32 master weights
+    and run the forward pass under autocast; if pure float16 training is intended,
+    pass an `eps` float16 can hold, such as `eps=1e-4`.
 
     ## Example
     ```python
@@ -46,10 +48,8 @@ class Fp16EpsUnderflow(Rule):
 
     Use instead:
     ```python
-    model = Net()  # fp32 master weights; autocast for the forward pass
+    model = Net()
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
-    # or, if pure float16 training is intended:
-    optimizer = torch.optim.Adam(model.half().parameters(), lr=1e-3, eps=1e-4)
     ```
 
     ## Runtime confirmation

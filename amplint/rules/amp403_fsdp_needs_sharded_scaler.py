@@ -38,12 +38,15 @@ class FsdpNeedsShardedScaler(Rule):
 
     ## Example
     ```python
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
     model = FSDP(model)
     scaler = torch.amp.GradScaler("cuda")
     ```
 
     Use instead:
     ```python
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
     from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
 
     model = FSDP(model)

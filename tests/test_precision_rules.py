@@ -1,0 +1,274 @@
+"""AMP202-205, AMP302-304, AMP402/403, AMP501/502: the precision view and the edges fixtures do not pin."""
+
+from __future__ import annotations
+
+import inspect
+import re
+import textwrap
+
+import libcst as cst
+import pytest
+
+from amplint.analysis.model import ModuleModel
+from amplint.analysis.precision import number_of, overflows_fp16, precision_of
+from amplint.engine import check_source
+from amplint.registry import BY_CODE
+
+CODES = ("AMP202", "AMP203", "AMP204", "AMP205", "AMP302", "AMP303", "AMP304", "AMP402", "AMP403", "AMP501", "AMP502")
+
+
+def lint(code: str, source: str):
+    return [(d.span.line, d.code) for d in check_source(textwrap.dedent(source), "t.py", select=[code])]
+
+
+def model_of(source: str) -> ModuleModel:
+    return ModuleModel.build(cst.parse_module(textwrap.dedent(source)))
+
+
+# --- the precision view ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "overflows"),
+    [("-1e9", True), ("1e5", True), ("-1e10", True), ("65505.0", True), ("-1e4", False), ("65504.0", False), ("-10000.0", False)],
+)
+def test_float_literals_against_fp16_range(text: str, overflows: bool) -> None:
+    assert overflows_fp16(number_of(cst.parse_expression(text))) is overflows
+
+
+def test_integers_and_calls_are_not_float_literals() -> None:
+    assert number_of(cst.parse_expression("-1000000")) is None
+    assert number_of(cst.parse_expression("float('-inf')")) is None
+
+
+def test_function_defined_inside_a_region_does_not_run_there() -> None:
+    m = model_of(
+        """
+        import torch
+        with torch.autocast("cuda"):
+            y = f(x)
+            def helper():
+                return g(x)
+        """
+    )
+    view = precision_of(m)
+    calls = {m.module.code_for_node(c.node.func): c.node for c in m.calls}
+    assert view.active(calls["f"]) is not None
+    assert view.active(calls["g"]) is None
+
+
+def test_autocast_decorator_covers_the_function_body() -> None:
+    m = model_of(
+        """
+        import torch
+        @torch.autocast("cuda", dtype=torch.float16)
+        def forward(x):
+            return f(x)
+        """
+    )
+    calls = {m.module.code_for_node(c.node.func): c.node for c in m.calls}
+    region = precision_of(m).active(calls["f"])
+    assert region is not None and region.info.dtypes == frozenset({"float16"})
+
+
+@pytest.mark.parametrize(
+    ("source", "evidence"),
+    [
+        ("import torch\nx = torch.zeros(3)\n", False),
+        ("import torch\nwith torch.autocast('cuda', dtype=torch.bfloat16):\n    pass\n", False),
+        ("import torch\nwith torch.autocast('cuda'):\n    pass\n", True),
+        ("import torch\ns = torch.amp.GradScaler('cuda')\n", True),
+        ("import torch\ns = torch.amp.GradScaler('cuda', enabled=False)\n", False),
+        ("import torch\nm = m.to(torch.half)\n", True),
+        ("import torch\nif args.fp16:\n    pass\n", True),
+        ("import torch\naccelerator = Accelerator(mixed_precision='fp16')\n", True),
+    ],
+)
+def test_fp16_evidence(source: str, evidence: bool) -> None:
+    assert (precision_of(model_of(source)).fp16_evidence is not None) is evidence
+
+
+# --- rules: edges --------------------------------------------------------------------------
+
+
+def test_amp202_managed_region_and_plain_function_step() -> None:
+    src = """
+    import torch
+    def train(model, optimizer, accelerator, x):
+        with accelerator.autocast():
+            loss = model(x)
+            accelerator.backward(loss)
+            optimizer.step()
+    """
+    assert lint("AMP202", src) == [(7, "AMP202")]
+
+
+def test_amp203_accelerate_is_managed() -> None:
+    src = """
+    import torch
+    def train(model, optimizer, accelerator, x):
+        with accelerator.autocast():
+            loss = model(x)
+        accelerator.backward(loss)
+        optimizer.step()
+    """
+    assert lint("AMP203", src) == []
+
+
+def test_amp203_autocast_decorated_forward_in_a_training_module() -> None:
+    src = """
+    import torch
+    class Net(torch.nn.Module):
+        @torch.autocast("cuda")
+        def forward(self, x):
+            return x
+    model = Net()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    loss = model(x).sum()
+    loss.backward()
+    optimizer.step()
+    """
+    assert lint("AMP203", src) == [(4, "AMP203")]
+
+
+def test_amp203_unknown_dtype_is_not_reported() -> None:
+    src = """
+    import torch
+    def train(model, optimizer, x, dtype, device_type):
+        with torch.autocast(device_type, dtype=dtype):
+            loss = model(x)
+        loss.backward()
+        optimizer.step()
+    """
+    assert lint("AMP203", src) == []
+
+
+def test_amp204_needs_every_autocast_to_be_bf16() -> None:
+    src = """
+    import torch
+    scaler = torch.amp.GradScaler("cuda")
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        a = f()
+    with torch.autocast("cuda", dtype=torch.float16):
+        b = f()
+    """
+    assert lint("AMP204", src) == []
+    assert lint("AMP204", src.replace("torch.float16", "torch.bfloat16")) == [(3, "AMP204")]
+
+
+def test_amp205_function_without_backward_override_and_custom_fwd_alias() -> None:
+    src = """
+    import torch
+    from torch.cuda.amp import custom_fwd, custom_bwd
+    class F(torch.autograd.Function):
+        @staticmethod
+        @custom_fwd
+        def forward(ctx, x):
+            return x
+        @staticmethod
+        @custom_bwd
+        def backward(ctx, g):
+            return g
+    with torch.autocast("cuda"):
+        y = F.apply(x)
+    """
+    assert lint("AMP205", src) == []
+    assert lint("AMP205", re.sub(r"\n\s*@custom_fwd\n", "\n", src)) == [(4, "AMP205")]
+
+
+def test_amp303_needs_training_in_the_module() -> None:
+    src = """
+    import torch
+    torch.set_default_dtype(torch.float16)
+    model = Net()
+    """
+    assert lint("AMP303", src) == []
+    assert lint("AMP303", src + "opt = torch.optim.SGD(model.parameters(), lr=0.1)\n") == [(3, "AMP303")]
+
+
+def test_amp304_unknown_eps_and_unrelated_optimizer() -> None:
+    src = """
+    import torch
+    teacher = Net().half()
+    student = Net()
+    opt = torch.optim.Adam(student.parameters())
+    opt2 = torch.optim.Adam(teacher.parameters(), eps=cfg.eps)
+    """
+    assert lint("AMP304", src) == []
+
+
+def test_amp402_star_import_and_plain_apex() -> None:
+    src = """
+    import apex
+    from apex.amp import *
+    from apex import optimizers
+    model, opt = apex.amp.initialize(model, opt)
+    """
+    assert lint("AMP402", src) == [(3, "AMP402"), (5, "AMP402")]
+
+
+def test_amp403_needs_fsdp() -> None:
+    src = """
+    import torch
+    from torch.distributed.fsdp import FullyShardedDataParallel
+    scaler = torch.amp.GradScaler("cuda")
+    """
+    assert lint("AMP403", src) == []
+    assert lint("AMP403", src + "model = FullyShardedDataParallel(model)\n") == [(4, "AMP403")]
+
+
+def test_amp501_fix_uses_the_tensor_and_the_torch_alias() -> None:
+    from amplint.fixes import fix_text
+
+    src = textwrap.dedent(
+        """
+        import torch as th
+        scaler = th.amp.GradScaler("cuda")
+        def attend(scores, mask):
+            scores.masked_fill_(mask, -1e9)
+            big = th.full((3,), 1e6, dtype=scores.dtype)
+            return scores
+        """
+    )
+    out = fix_text(src, lambda t: check_source(t, "t.py", select=["AMP501"]), unsafe=True)
+    assert "scores.masked_fill_(mask, th.finfo(scores.dtype).min)" in out.source
+    assert "th.full((3,), th.finfo(scores.dtype).max, dtype=scores.dtype)" in out.source
+    assert check_source(out.source, "t.py", select=["AMP501"]) == []
+
+
+def test_amp501_names_bound_to_a_literal_in_a_class() -> None:
+    src = """
+    import torch
+    class Attn(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.mask_value = -1e9
+        def forward(self, s, m):
+            return s.masked_fill(m, self.mask_value)
+    model = Attn().half()
+    """
+    assert lint("AMP501", src) == [(8, "AMP501")]
+
+
+def test_amp502_is_opt_in_and_amp302_too() -> None:
+    assert not BY_CODE["AMP502"].default_enabled
+    assert not BY_CODE["AMP302"].default_enabled
+    assert all(BY_CODE[c].default_enabled for c in CODES if c not in ("AMP302", "AMP502"))
+
+
+# --- documentation is a test: each Example fires, each "Use instead" does not -------------
+
+_BLOCK = re.compile(r"```python\n(.*?)```", re.S)
+
+
+@pytest.mark.parametrize("code", CODES)
+def test_docstring_example_fires_and_use_instead_does_not(code: str) -> None:
+    rule = BY_CODE[code]
+    doc = inspect.cleandoc(rule.__doc__)
+    example, _, rest = doc.partition("Use instead:")
+    bad = _BLOCK.findall(example)[-1]
+    good = _BLOCK.findall(rest)[0]
+    prefix = "import torch\n" if "import torch" not in bad else ""
+    assert any(d.code == code for d in check_source(prefix + bad, "doc.py", select=[code]))
+    prefix = "import torch\n" if "import torch" not in good else ""
+    assert not [d for d in check_source(prefix + good, "doc.py", select=[code]) if d.code == code]
