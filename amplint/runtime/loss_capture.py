@@ -61,8 +61,8 @@ class StepBoundaries:
     (the verify step budget) raises inside `scaler.step()`.
     """
 
-    def __init__(self, callback: Callable[[], None]) -> None:
-        self.callback = callback
+    def __init__(self, callback: Callable[[bool], None]) -> None:
+        self.callback = callback  # callback(skipped): skipped is True when GradScaler skipped the step
         self._inside_scaler = threading.local()
 
     def install(self) -> Handles:
@@ -71,20 +71,27 @@ class StepBoundaries:
 
         def make_step(original: Callable) -> Callable:
             def step(scaler: Any, optimizer: Any, *args: Any, **kwargs: Any) -> Any:
-                depth = getattr(boundaries._inside_scaler, "depth", 0)
-                boundaries._inside_scaler.depth = depth + 1
+                tl = boundaries._inside_scaler
+                depth = getattr(tl, "depth", 0)
+                tl.depth, tl.stepped = depth + 1, False
+                raised = False
                 try:
                     return original(scaler, optimizer, *args, **kwargs)
+                except BaseException:
+                    raised = True  # e.g. the step budget: not a skip
+                    raise
                 finally:
-                    boundaries._inside_scaler.depth = depth
+                    tl.depth = depth
                     if depth == 0:
-                        boundaries.callback()
+                        boundaries.callback(not tl.stepped and not raised)
 
             return step
 
         def post_hook(optimizer: Any, args: Any, kwargs: Any) -> None:
-            if not getattr(boundaries._inside_scaler, "depth", 0):
-                boundaries.callback()
+            if getattr(boundaries._inside_scaler, "depth", 0):
+                boundaries._inside_scaler.stepped = True
+            else:
+                boundaries.callback(False)
 
         handles.append(Patch(torch.amp.GradScaler, "step", make_step))
         hook = register_optimizer_step_post_hook(post_hook)
@@ -108,6 +115,7 @@ class LossCapture:
     def __init__(self, out_dir: str | os.PathLike | None = None, sink: Any = None) -> None:
         self.series: list[float] = []
         self.complete: list[bool] = []
+        self.skipped: list[int] = []  # iterations whose optimizer step GradScaler skipped
         self._pending: list[torch.Tensor] = []
         self._scaled: dict[int, weakref.ref] = {}
         self._handles = Handles()
@@ -115,7 +123,7 @@ class LossCapture:
         self.path: Path | None = None
         if sink is not None and hasattr(sink, "put"):
             # the same lists, filled as the run goes: the bootstrap writes them with the evidence
-            sink.put("losses", {"losses": self.series, "complete": self.complete})
+            sink.put("losses", {"losses": self.series, "complete": self.complete, "skipped": self.skipped})
         if out_dir:
             rank = os.environ.get("RANK", "0")
             self.path = Path(out_dir) / f"loss-{rank}-{os.getpid()}.jsonl"
@@ -133,7 +141,7 @@ class LossCapture:
         ref = self._scaled.get(id(tensor))
         return ref is not None and ref() is tensor
 
-    def boundary(self, complete: bool = True) -> None:
+    def boundary(self, skipped: bool = False, complete: bool = True) -> None:
         with self._lock:
             pending, self._pending = self._pending, []
             self._scaled.clear()
@@ -142,8 +150,10 @@ class LossCapture:
         total = sum(float(p.item()) for p in pending)
         self.series.append(total)
         self.complete.append(complete)
+        if skipped:
+            self.skipped.append(len(self.series) - 1)
         self._write({"step": len(self.series) - 1, "loss": total if math.isfinite(total) else repr(total),
-                     "parts": len(pending), "complete": complete})
+                     "parts": len(pending), "complete": complete, "skipped": skipped})
 
     def _write(self, record: dict) -> None:
         if self.path is not None:
@@ -216,14 +226,14 @@ def install(sink: Any = None) -> LossCapture:
 def read_series(out_dir: str | os.PathLike) -> dict[str, Any]:
     """The loss series of the lowest rank found in `out_dir` (what `compare` plots).
 
-    Returns {"losses": [...], "complete": [...], "files": [...]}; non-finite values come back as
+    Returns {"losses": [...], "complete": [...], "skipped": [...], "files": [...]}; non-finite values come back as
     float("nan") / float("inf").
     """
     files = sorted(Path(out_dir).glob("loss-*.jsonl"))
     runs = []
     for path in files:
         meta: dict = {}
-        losses, complete = [], []
+        losses, complete, skipped = [], [], []
         for line in path.read_text(encoding="utf-8").splitlines():
             if not line.strip():
                 continue
@@ -233,11 +243,14 @@ def read_series(out_dir: str | os.PathLike) -> dict[str, Any]:
             else:
                 losses.append(float(record["loss"]))
                 complete.append(bool(record.get("complete", True)))
-        runs.append((meta.get("rank", 0), meta.get("pid", 0), losses, complete, path))
+                if record.get("skipped"):
+                    skipped.append(len(losses) - 1)
+        runs.append((meta.get("rank", 0), meta.get("pid", 0), losses, complete, path, skipped))
     # NB: a launcher may start Python processes that never train (torchrun's agent, the
     # `accelerate` CLI itself): they leave an empty file; prefer the lowest rank that has losses.
     runs.sort(key=lambda r: (not r[2], str(r[0]), r[1]))
     if not runs:
-        return {"losses": [], "complete": [], "files": []}
-    rank, pid, losses, complete, path = runs[0]
-    return {"losses": losses, "complete": complete, "files": [str(r[4]) for r in runs], "rank": rank}
+        return {"losses": [], "complete": [], "skipped": [], "files": []}
+    rank, pid, losses, complete, path, skipped = runs[0]
+    return {"losses": losses, "complete": complete, "skipped": skipped, "files": [str(r[4]) for r in runs],
+            "rank": rank}
