@@ -15,6 +15,12 @@ BAD = ROOT / "fixtures" / "AMP101" / "bad_clip_between_backward_and_step.py"
 DEPRECATED = "import torch\n\nscaler = torch.cuda.amp.GradScaler()\n"
 
 
+def _expected_line(path: Path) -> int:
+    """The line of the fixture's `# expect: AMP101` comment (fixtures get edited; do not hard-code)."""
+    (line,) = [i for i, text in enumerate(path.read_text().splitlines(), 1) if "# expect: AMP101" in text]
+    return line
+
+
 def amplint(*args: str, cwd: Path = ROOT, stdin: str | None = None) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "amplint", *args], cwd=cwd, input=stdin, capture_output=True, text=True, timeout=120
@@ -26,13 +32,13 @@ def test_stdin_reports_under_the_stdin_filename() -> None:
                    stdin=BAD.read_text())
     assert proc.returncode == 1, proc.stderr
     (d,) = json.loads(proc.stdout)
-    assert (d["filename"], d["code"], d["location"]["row"]) == ("pkg/train.py", "AMP101", 15)
+    assert (d["filename"], d["code"], d["location"]["row"]) == ("pkg/train.py", "AMP101", _expected_line(BAD))
 
 
 def test_stdin_text_shows_the_source_line() -> None:
     proc = amplint("check", "--isolated", "-", stdin=BAD.read_text())
     assert proc.returncode == 1
-    assert "-:15:5: AMP101" in proc.stdout
+    assert f"-:{_expected_line(BAD)}:5: AMP101" in proc.stdout
     assert "torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)" in proc.stdout
 
 

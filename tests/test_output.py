@@ -27,7 +27,7 @@ model = torch.nn.Linear(4, 4)
 optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
 scaler = torch.cuda.amp.GradScaler()
 for _ in range(2):
-    with torch.autocast("cpu", dtype=torch.bfloat16):
+    with torch.autocast("cpu", dtype=torch.float16):
         loss = model(torch.randn(2, 4)).sum()
     scaler.scale(loss).backward()
     torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
