@@ -4,15 +4,15 @@ from __future__ import annotations
 
 from amplint.rules._base import Rule
 
-# Calls that shard a model's parameters across ranks (FSDP1, FSDP2, fairscale).
+# Wrappers whose sharded gradients are plain local tensors (FSDP1, fairscale).
+# NB: FSDP2's `fully_shard` is not here: its gradients are DTensors, and DTensor's
+# dispatcher all-reduces GradScaler's found-inf flag across the mesh
+# (`found_inf_reduce_handler` in torch/distributed/tensor/_dispatch.py), so the plain
+# `torch.amp.GradScaler` is correct with it (Accelerate relies on that).
 FSDP_WRAPPERS = frozenset(
     {
         "torch.distributed.fsdp.FullyShardedDataParallel",
         "torch.distributed.fsdp.fully_sharded_data_parallel.FullyShardedDataParallel",
-        "torch.distributed.fsdp.fully_shard",
-        "torch.distributed.fsdp._fully_shard.fully_shard",
-        "torch.distributed._composable.fsdp.fully_shard",
-        "torch.distributed._composable.fsdp.fully_shard.fully_shard",
         "fairscale.nn.FullyShardedDataParallel",
         "fairscale.nn.data_parallel.FullyShardedDataParallel",
         "fairscale.nn.data_parallel.fully_sharded_data_parallel.FullyShardedDataParallel",
@@ -24,10 +24,11 @@ class FsdpNeedsShardedScaler(Rule):
     """
     ## What it does
     Flags a plain `torch.amp.GradScaler(...)` (or `torch.cuda.amp.GradScaler`) that
-    may be enabled, in a module that wraps a model with FSDP
-    (`FullyShardedDataParallel(...)`, `fully_shard(...)`, fairscale's FSDP). A module
-    that also builds a `ShardedGradScaler` (the plain one being the single-process
-    fallback) is not reported.
+    may be enabled, in a module that wraps a model with FSDP1
+    (`FullyShardedDataParallel(...)`) or fairscale's FSDP. A module that also builds
+    a `ShardedGradScaler` (the plain one being the single-process fallback) is not
+    reported, nor is FSDP2's `fully_shard`, whose DTensor gradients make the plain
+    scaler all-reduce its inf check.
 
     ## Why is this bad?
     Under FSDP each rank holds a shard of every gradient. The plain scaler looks for
@@ -60,7 +61,7 @@ class FsdpNeedsShardedScaler(Rule):
     code = "AMP403"
     name = "fsdp-needs-sharded-scaler"
     message = "plain `{scaler}` with an FSDP-wrapped model; use `ShardedGradScaler`"
-    requires_any = ("FullyShardedDataParallel", "fully_shard")
+    requires_any = ("FullyShardedDataParallel",)
 
     def check(self) -> None:
         model = self.model
