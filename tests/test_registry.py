@@ -1,0 +1,108 @@
+"""The registry's invariants: unique codes and names, fixtures for every rule, docs that are
+tests, and a static side that never imports torch."""
+
+from __future__ import annotations
+
+import inspect
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from amplint import registry
+from amplint.engine import check_source
+from amplint.registry import ALL_RULES, BY_CODE
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURES = ROOT / "fixtures"
+CODES = sorted(r.code for r in ALL_RULES)
+_BLOCK = re.compile(r"```python\n(.*?)```", re.S)
+
+# Rules whose docstring example cannot stand on its own, each with the reason.
+# (Keep empty where possible: an example that does not fire is usually a stale doc.)
+EXAMPLE_NOT_SELF_CONTAINED: dict[str, str] = {}
+
+
+def test_codes_and_names_are_unique() -> None:
+    codes = [r.code for r in ALL_RULES]
+    names = [r.name for r in ALL_RULES]
+    assert len(codes) == len(set(codes)), sorted(c for c in codes if codes.count(c) > 1)
+    assert len(names) == len(set(names)), sorted(n for n in names if names.count(n) > 1)
+    assert len({r.__name__ for r in ALL_RULES}) == len(ALL_RULES)
+
+
+def test_lookup_tables_cover_every_rule() -> None:
+    assert set(registry.BY_CODE) == set(CODES)
+    assert {r.code for r in registry.expand("ALL")} == {r.code for r in ALL_RULES if r.default_enabled}
+    for rule in ALL_RULES:
+        assert registry.expand(rule.name) == [rule]
+        assert registry.expand(rule.code.lower()) == [rule]
+    with pytest.raises(registry.UnknownSelector):
+        registry.expand("AMP0")
+
+
+@pytest.mark.parametrize("code", CODES)
+def test_every_rule_has_bad_and_good_fixtures(code: str) -> None:
+    directory = FIXTURES / code
+    names = [p.name for p in directory.glob("*.py") if not p.name.endswith(".fixed.py")]
+    assert any(n.startswith("bad_") for n in names), f"{directory} has no bad_*.py fixture"
+    assert any(n.startswith("good_") for n in names), f"{directory} has no good_*.py fixture"
+
+
+def _examples(rule) -> tuple[str, str]:
+    doc = inspect.cleandoc(rule.__doc__ or "")
+    example, found, rest = doc.partition("Use instead:")
+    assert found, f"{rule.code}: docstring has no 'Use instead:' block"
+    bad_blocks = _BLOCK.findall(example.split("## Example", 1)[1])
+    good_blocks = _BLOCK.findall(rest)
+    assert bad_blocks and good_blocks, f"{rule.code}: Example and Use instead need ```python blocks"
+    return bad_blocks[-1], good_blocks[0]
+
+
+def _with_import(code: str) -> str:
+    # Examples elide `import torch` for brevity; names must resolve to torch to mean anything.
+    return code if re.search(r"^import torch$", code, re.M) else "import torch\n" + code
+
+
+@pytest.mark.parametrize("code", CODES)
+def test_docstring_example_fires_and_use_instead_does_not(code: str) -> None:
+    if code in EXAMPLE_NOT_SELF_CONTAINED:
+        pytest.skip(EXAMPLE_NOT_SELF_CONTAINED[code])
+    rule = BY_CODE[code]
+    bad, good = _examples(rule)
+    fired = [d.code for d in check_source(_with_import(bad), f"{code}_example.py", select=[code])]
+    assert code in fired, f"{code}'s `## Example` does not fire:\n{bad}"
+    silent = [d.code for d in check_source(_with_import(good), f"{code}_use_instead.py", select=[code])]
+    assert code not in silent, f"{code}'s `Use instead:` block fires:\n{good}"
+
+
+TORCH_FREE = r"""
+import sys
+from pathlib import Path
+
+import amplint.cli
+import amplint.flake8_plugin
+from amplint.cli import main
+
+root = Path(sys.argv[1])
+rc = main(["check", "--isolated", "--output-format", "sarif", "--exit-zero", str(root / "fixtures"), str(root / "examples")])
+assert rc == 0, rc
+main(["rules", "--format", "json"])
+main(["explain", "AMP101"])
+fixture = next(p for p in sorted((root / "fixtures").glob("AMP1*/bad_*.py")) if not p.name.endswith(".fixed.py"))
+lines = fixture.read_text().splitlines(keepends=True)
+plugin = amplint.flake8_plugin.Flake8Plugin(None, lines, str(fixture))
+assert list(plugin.run()), "the plugin found nothing on a bad fixture"
+loaded = sorted(m for m in sys.modules if m == "torch" or m.startswith("torch."))
+print("TORCH-MODULES:", loaded, file=sys.stderr)
+sys.exit(1 if loaded else 0)
+"""
+
+
+def test_check_never_imports_torch() -> None:
+    """A fresh interpreter: import the CLI and the flake8 plugin, check every fixture, look."""
+    proc = subprocess.run([sys.executable, "-c", TORCH_FREE, str(ROOT)], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "TORCH-MODULES: []" in proc.stderr
