@@ -128,6 +128,11 @@ def verify(argv: list[str]) -> int:
     findings, runtime = correlate(diagnostics, outcome.observations, reached, probed_codes())
     report = build_report(args, outcome, findings, runtime)
     print(render_table(report, findings, runtime))
+    if args.profile is not None:  # summary computed from the trace JSON (compare/profile side)
+        from amplint.runtime import trace_summary
+
+        report["profile"] = trace_summary.summarize_dir(args.profile)
+        print("\n".join(trace_summary.render(s) for s in report["profile"]) or f"profile: no trace written to {args.profile}")
     if args.report is not None:
         args.report.parent.mkdir(parents=True, exist_ok=True)
         args.report.write_text(json.dumps(_clean(report), indent=2, allow_nan=False) + "\n", encoding="utf-8")
