@@ -73,6 +73,8 @@ class Event:
     managed: bool = False
     via: tuple[str, ...] = ()
     qualname: str | None = None
+    # The `if` conditions known to hold where the event runs: (normalised text, truth).
+    guards: tuple[tuple[str, bool], ...] = ()
 
     @property
     def inlined(self) -> bool:
@@ -101,6 +103,9 @@ class Event:
 class Point:
     event: Event | None = None
     succ: list["Point"] = field(default_factory=list)
+    # Branch-entry markers (no event): the conditions that hold once control is here,
+    # e.g. (`scaler`, False) at the start of the implicit `else` of `if scaler is not None:`.
+    guards: tuple[tuple[str, bool], ...] = ()
 
 
 @dataclass(eq=False)
@@ -108,6 +113,13 @@ class Loop:
     header: Point
     node: cst.CSTNode
     breaks: list[Point] = field(default_factory=list)
+    _assigned: frozenset[str] | None = None
+
+    def keep_invariant(self, facts: frozenset) -> frozenset:
+        """The facts that still hold in the next iteration: no name they mention is assigned in the loop."""
+        if self._assigned is None:
+            self._assigned = _assigned_names(self.node)
+        return frozenset(f for f in facts if not (_identifiers(f[0]) & self._assigned))
 
 
 class StepGraph:
@@ -120,6 +132,7 @@ class StepGraph:
         self.points: list[Point] = [self.entry, self.exit]
         self._point_of: dict[int, Point] = {}
         self.loops: list[Loop] = []
+        self._repeated: frozenset[str] | None = None
         # Every autocast region entered while building, inlined helpers' included, with or
         # without events inside (a forward-only `with autocast():` still is one).
         self.regions: list[AutocastRegion] = []
@@ -140,25 +153,80 @@ class StepGraph:
         *,
         stop: Callable[[Event], bool] = lambda e: False,
         include_start: bool = False,
+        guarded: bool = False,
     ) -> Iterator[Event]:
         """Events reachable after `start`, not walking past events for which `stop` holds.
 
         Stopping events are yielded themselves; loops are followed around their back
         edges, so "after" includes the next iteration.
+
+        `guarded=True` makes the walk path-sensitive for `if` conditions tested more than
+        once: starting from an event under `if scaler is not None:`, the implicit `else`
+        of a later `if scaler is not None: scaler.unscale_(opt)` is not a way around the
+        unscale.  Conditions are compared by normalised text and are forgotten at a loop
+        header when the loop assigns a name they mention (`if (i + 1) % k == 0`).
         """
         origin = self.point(start) if isinstance(start, Event) else start
-        seen: set[int] = set()
-        queue = deque(origin.succ if not include_start else [origin])
+        if not guarded:
+            seen: set[int] = set()
+            queue = deque(origin.succ if not include_start else [origin])
+            while queue:
+                p = queue.popleft()
+                if id(p) in seen:
+                    continue
+                seen.add(id(p))
+                if p.event is not None:
+                    yield p.event
+                    if stop(p.event):
+                        continue
+                queue.extend(p.succ)
+            return
+        yield from self._reachable_guarded(origin, stop, include_start)
+
+    # States of the path-sensitive walk before it falls back to forgetting conditions.
+    _MAX_GUARDED_STATES = 20000
+
+    @property
+    def _repeated_conditions(self) -> frozenset[str]:
+        """Condition texts tested at two or more branch markers: only those can contradict."""
+        if self._repeated is None:
+            count: dict[str, int] = {}
+            for p in self.points:
+                for text in {t for t, _ in p.guards}:
+                    count[text] = count.get(text, 0) + 1
+            self._repeated = frozenset(t for t, n in count.items() if n > 1)
+        return self._repeated
+
+    def _reachable_guarded(self, origin: Point, stop, include_start: bool) -> Iterator[Event]:
+        tracked = self._repeated_conditions
+        start_facts = origin.event.guards if origin.event is not None else ()
+        facts0 = frozenset((t, v) for t, v in start_facts if t in tracked)
+        headers = {id(loop.header): loop for loop in self.loops}
+        yielded: set[int] = set()
+        seen: set[tuple[int, frozenset]] = set()
+        queue = deque((p, facts0) for p in (origin.succ if not include_start else [origin]))
         while queue:
-            p = queue.popleft()
-            if id(p) in seen:
+            p, facts = queue.popleft()
+            if len(seen) > self._MAX_GUARDED_STATES:
+                facts = frozenset()  # NB: bounded cost; forgetting only adds paths
+            if id(p) in headers and facts:
+                facts = headers[id(p)].keep_invariant(facts)
+            if p.guards:
+                known = dict(facts)
+                if any(known.get(t, v) != v for t, v in p.guards):
+                    continue  # this branch contradicts what the path already decided
+                facts = facts | frozenset(g for g in p.guards if g[0] in tracked)
+            state = (id(p), facts)
+            if state in seen:
                 continue
-            seen.add(id(p))
+            seen.add(state)
             if p.event is not None:
-                yield p.event
+                if id(p) not in yielded:
+                    yielded.add(id(p))
+                    yield p.event
                 if stop(p.event):
                     continue
-            queue.extend(p.succ)
+            queue.extend((q, facts) for q in p.succ)
 
     def reaches_point(self, start: Event | Point, target: Point, *, stop: Callable[[Event], bool]) -> bool:
         """Whether `target` is reachable from `start` without passing a stopping event."""
@@ -220,6 +288,7 @@ class _Builder:
         self.statement: cst.CSTNode | None = None
         self.scope = graph.scope
         self.via: tuple[str, ...] = ()
+        self.guards: tuple[tuple[str, bool], ...] = ()
 
     # --- graph plumbing ------------------------------------------------------------------
     @property
@@ -242,6 +311,18 @@ class _Builder:
             f.succ.append(p)
         self.frontier = [p]
         return p
+
+    def _branch(self, facts: tuple[tuple[str, bool], ...]) -> None:
+        """Enter a branch: a marker point carrying what its condition establishes."""
+        if facts:
+            marker = self._new_point()
+            marker.guards = facts
+            self.guards = self.guards + facts
+
+    def _conditions(self, test: cst.BaseExpression) -> tuple[tuple, tuple]:
+        """(facts when `test` is true, facts when it is false), normalised by text."""
+        code = self.model.module.code_for_node
+        return _facts(test, code, True), _facts(test, code, False)
 
     def build_body(self, body: cst.CSTNode) -> None:
         self.block(_statements(body))
@@ -277,14 +358,19 @@ class _Builder:
         elif isinstance(s, cst.If):
             self.expr(s.test)
             start = self.frontier
+            when_true, when_false = self._conditions(s.test)
+            self._branch(when_true)
             self.block(_statements(s.body))
+            self.guards = self.guards[: len(self.guards) - len(when_true)]
             after_body = self.frontier
             self.frontier = start
+            self._branch(when_false)
             if s.orelse is not None:
                 if isinstance(s.orelse, cst.If):
                     self.statement_(s.orelse)
                 else:
                     self.block(_statements(s.orelse.body))
+            self.guards = self.guards[: len(self.guards) - len(when_false)]
             self.frontier = after_body + self.frontier
         elif isinstance(s, (cst.For, cst.While)):
             self.expr(s.iter if isinstance(s, cst.For) else s.test)
@@ -398,6 +484,7 @@ class _Builder:
             regions=tuple(self.regions),
             loops=tuple(self.loops),
             via=self.via,
+            guards=self.guards,
             **kw,
         )
 
@@ -499,6 +586,80 @@ class _Builder:
             self.return_targets.pop()
             self.inline_stack.pop()
             self.scope, self.via = saved
+
+
+def _facts(test: cst.BaseExpression, code, truth: bool) -> tuple[tuple[str, bool], ...]:
+    """What `test` evaluating to `truth` tells about its parts.
+
+    `x is not None`, `x` and `not (x is None)` all say ("x", True); `a and b` true says
+    both, `a or b` false says neither; anything else is one opaque condition text.
+    """
+    test = _unparen(test)
+    if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+        return _facts(test.expression, code, not truth)
+    if isinstance(test, cst.BooleanOperation):
+        both = isinstance(test.operator, cst.And) == truth
+        if both:
+            return _facts(test.left, code, truth) + _facts(test.right, code, truth)
+        return ()
+    if isinstance(test, cst.Comparison) and len(test.comparisons) == 1:
+        target = test.comparisons[0]
+        if isinstance(target.comparator, cst.Name) and target.comparator.value == "None":
+            if isinstance(target.operator, cst.IsNot):
+                return ((code(test.left).strip(), truth),)
+            if isinstance(target.operator, cst.Is):
+                return ((code(test.left).strip(), not truth),)
+    return ((code(test.with_changes(lpar=(), rpar=())).strip(), truth),)
+
+
+def _unparen(e: cst.BaseExpression) -> cst.BaseExpression:
+    return e.with_changes(lpar=(), rpar=()) if getattr(e, "lpar", None) else e
+
+
+def _identifiers(text: str) -> set[str]:
+    import re
+
+    return set(re.findall(r"[A-Za-z_][A-Za-z_0-9]*", text))
+
+
+def _assigned_names(node: cst.CSTNode) -> frozenset[str]:
+    """Every name bound inside a loop (targets, loop variables, `self.x`'s last part)."""
+    names: set[str] = set()
+
+    class V(cst.CSTVisitor):
+        def _target(self, t) -> None:
+            for n in _names_in(t):
+                names.add(n)
+
+        def visit_AssignTarget(self, n: cst.AssignTarget) -> None:
+            self._target(n.target)
+
+        def visit_AugAssign(self, n: cst.AugAssign) -> None:
+            self._target(n.target)
+
+        def visit_AnnAssign(self, n: cst.AnnAssign) -> None:
+            self._target(n.target)
+
+        def visit_For(self, n: cst.For) -> None:
+            self._target(n.target)
+
+        def visit_NamedExpr(self, n: cst.NamedExpr) -> None:
+            self._target(n.target)
+
+    node.visit(V())
+    return frozenset(names)
+
+
+def _names_in(t: cst.CSTNode) -> list[str]:
+    if isinstance(t, cst.Name):
+        return [t.value]
+    if isinstance(t, cst.Attribute):
+        return [t.attr.value]
+    if isinstance(t, (cst.Tuple, cst.List)):
+        return [n for el in t.elements for n in _names_in(el.value)]
+    if isinstance(t, cst.StarredElement):
+        return _names_in(t.value)
+    return []
 
 
 def _statements(body: cst.CSTNode) -> list[cst.CSTNode]:

@@ -77,7 +77,7 @@ class ClipBeforeUnscale(Rule):
                 if not backward.scaled:
                     continue
                 stop = lambda e: e.kind in _ENDS_SCALED_WINDOW or (e.kind is Kind.BACKWARD and e.scaled)  # noqa: E731
-                for event in graph.reachable(backward, stop=stop):
+                for event in graph.reachable(backward, stop=stop, guarded=True):
                     if event.kind is not Kind.CLIP:
                         continue
                     clip_name = dotted(event.node.func) or event.qualname or "clip_grad_norm_"
