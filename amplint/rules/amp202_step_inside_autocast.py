@@ -49,6 +49,7 @@ class StepInsideAutocast(Rule):
     name = "step-inside-autocast"
     message = "`{call}` runs inside an autocast region"
     requires_any = ("step",)
+    and_requires_any = (("autocast",),)
 
     def check(self) -> None:
         for graph in self.model.steps:

@@ -58,6 +58,7 @@ class Fp16AutocastWithoutScaler(Rule):
     name = "fp16-autocast-without-scaler"
     message = "float16 autocast is used for training without a GradScaler"
     requires_any = ("autocast",)
+    and_requires_any = (("backward",),)
 
     def check(self) -> None:
         precision = precision_of(self.model)

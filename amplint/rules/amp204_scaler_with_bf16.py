@@ -48,6 +48,7 @@ class ScalerWithBf16(Rule):
     name = "scaler-with-bf16"
     message = "`GradScaler` is used with bfloat16 autocast, which needs no loss scaling"
     requires_any = ("GradScaler",)
+    and_requires_any = (("autocast",),)
 
     def check(self) -> None:
         dtypes = precision_of(self.model).autocast_dtypes

@@ -78,6 +78,8 @@ class CustomFunctionWithoutCustomFwd(Rule):
     name = "custom-function-without-custom-fwd"
     message = "autograd.Function `{cls}` runs under autocast without `{missing}`"
     requires_any = ("Function",)
+    # NB: the module must enter autocast or build a GradScaler.
+    and_requires_any = (("autocast", "GradScaler"),)
 
     def check(self) -> None:
         model = self.model

@@ -51,7 +51,8 @@ class RedundantInputCast(Rule):
     fix_availability = FixAvailability.SOMETIMES
     safety = Applicability.UNSAFE
     default_enabled = False
-    requires_any = ("half", "bfloat16", "float16")
+    requires_any = ("half", "16")
+    and_requires_any = (("autocast",),)
 
     def check(self) -> None:
         model = self.model

@@ -60,7 +60,9 @@ class Fp16EpsUnderflow(Rule):
     code = "AMP304"
     name = "fp16-eps-underflow"
     message = "`{optimizer}` eps={eps:g} is 0 in float16, and it updates float16 parameters of `{target}`"
-    requires_any = ("half", "float16", "fp16", "dtype")
+    # float16 is spelled `half` or with "16" (float16, fp16, "16"); optimizers live in `*optim*`.
+    requires_any = ("half", "16")
+    and_requires_any = (("optim",),)
 
     def check(self) -> None:
         model = self.model

@@ -62,6 +62,7 @@ class FsdpNeedsShardedScaler(Rule):
     name = "fsdp-needs-sharded-scaler"
     message = "plain `{scaler}` with an FSDP-wrapped model; use `ShardedGradScaler`"
     requires_any = ("FullyShardedDataParallel",)
+    and_requires_any = (("GradScaler",),)
 
     def check(self) -> None:
         model = self.model

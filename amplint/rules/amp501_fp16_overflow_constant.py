@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import libcst as cst
 
 from amplint.analysis.bindings import call_arg
@@ -89,7 +91,10 @@ class Fp16OverflowConstant(Rule):
     fix_title = "Use `{replacement}`"
     fix_availability = FixAvailability.SOMETIMES
     safety = Applicability.UNSAFE
-    requires_any = ("e5", "e6", "e7", "e8", "e9", "e1", "e2", "e3", "E", "finfo", "00000")
+    # A float beyond 65504 has an exponent (`1e9`, `1.e9`) or five integer digits
+    # (`100000.0`, `100_000.0`); the second group is every spelling of fp16 evidence.
+    requires_any = (re.compile(r"[0-9.]e|[0-9]{5}|[0-9]_[0-9]{3}|finfo"),)
+    and_requires_any = (("autocast", "GradScaler", "float16", "half", "fp16", "apex"),)
 
     def check(self) -> None:
         self.precision = precision_of(self.model)

@@ -58,6 +58,7 @@ class UnguardedLogSqrtDiv(Rule):
     message = "`{expr}` has no clamp or eps and can produce inf/NaN in float16"
     default_enabled = False
     requires_any = ("log", "sqrt", "/")
+    and_requires_any = (("autocast",),)
 
     def check(self) -> None:
         model = self.model
