@@ -137,9 +137,9 @@ def cmd_check(args) -> int:
         print("amplint: error: --stdin-filename needs `-` as the path", file=sys.stderr)
         return EXIT_ERROR
     files, missing = [], []
-    for config, group in load_config(args, paths):
+    for config, group, force_exclude in _units(args, paths):
         part = check_paths(
-            group, config, fix=args.fix, unsafe=args.unsafe_fixes, diff=args.diff, force_exclude=args.force_exclude
+            group, config, fix=args.fix, unsafe=args.unsafe_fixes, diff=args.diff, force_exclude=force_exclude
         )
         files.extend(part.files)
         missing.extend(part.missing)
@@ -165,6 +165,35 @@ def cmd_check(args) -> int:
     if diagnostics and not args.exit_zero:
         return EXIT_FINDINGS
     return EXIT_CLEAN
+
+
+def _units(args, paths: list[Path]) -> list[tuple[Config, list[Path], bool]]:
+    """(configuration, paths, force_exclude) to check, each file under its nearest [tool.amplint].
+
+    Directories are walked with the configuration found from them upward; a file found
+    in the walk that has a nearer pyproject.toml of its own (a sub-project) is checked
+    with that one, its excludes included, as ruff's hierarchical configuration does.
+    """
+    from amplint.runner import discover
+
+    units: list[tuple[Config, list[Path], bool]] = []
+    for config, group in load_config(args, paths):
+        dirs = [p for p in group if p.is_dir()]
+        named = [p for p in group if not p.is_dir()]
+        if named:
+            units.append((config, named, args.force_exclude))
+        if not dirs:
+            continue
+        if args.isolated or args.config is not None:
+            units.append((config, dirs, args.force_exclude))
+            continue
+        walked, _ = discover(dirs, config)
+        for sub, files in group_by_config(walked):
+            if sub.source == config.source:
+                units.append((config, files, True))
+            else:
+                units.append((_overrides(sub, args), files, True))
+    return units
 
 
 def _check_stdin(args) -> int:

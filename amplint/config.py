@@ -2,11 +2,11 @@
 
 Parsed with tomllib only: reading configuration never executes anything.
 
-Directory walks honour `.gitignore`: inside a git work tree, the entries of each
-directory walked are asked of `git check-ignore --stdin` once (one subprocess per
-directory, cached), so every git rule applies (nested .gitignore files,
-.git/info/exclude, the global excludes file, negations), and tracked files are never
-treated as ignored, as git itself does.  Outside a work tree, or without git on the
+Directory walks honour `.gitignore`: inside a git work tree, each path the walk
+meets is asked of one long-lived `git check-ignore --stdin` process (answers
+cached), so every git rule applies (nested .gitignore files, .git/info/exclude, the
+global excludes file, negations), and tracked files are never treated as ignored,
+as git itself does.  Outside a work tree, or without git on the
 PATH, nothing is ignored that way.
 """
 
@@ -16,6 +16,7 @@ import fnmatch
 import os
 import subprocess
 import sys
+import weakref
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -239,21 +240,35 @@ def group_by_config(paths: list[Path]) -> list[tuple[Config, list[Path]]]:
 
 
 class GitIgnore:
-    """Answers "does git ignore this path?" with one `git check-ignore --stdin` per directory."""
+    """Answers "does git ignore this path?" for directory walks.
+
+    One long-lived `git check-ignore --stdin -z -v -n` per work tree answers path by
+    path (git flushes each answer on a pipe), so a walk of thousands of directories
+    costs one process, not thousands.  If that process dies (a path beyond a symlink
+    makes git exit), it falls back to a one-shot `git check-ignore` for that path and
+    restarts on the next question.  Pickles as an empty cache (worker processes).
+    """
 
     def __init__(self) -> None:
-        self._ignored: dict[Path, frozenset[str]] = {}
+        self._answers: dict[Path, bool] = {}
         self._tops: dict[Path, Path | None] = {}
+        self._procs: dict[Path, _CheckIgnore] = {}
+
+    def __getstate__(self) -> dict:
+        return {}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__()
 
     def ignored(self, path: Path) -> bool:
         path = Path(os.path.abspath(path))
         top = self._work_tree(path.parent)
         if top is None:
             return False
-        # A file named inside an ignored directory is ignored too (git never descends there).
+        # A file inside an ignored directory is ignored too (git never descends there).
         node = path
         while node != top and node.parent != node:
-            if node.name in self._names(node.parent):
+            if self._ask(top, node):
                 return True
             node = node.parent
         return False
@@ -269,29 +284,72 @@ class GitIgnore:
         self._tops[d] = top
         return top
 
-    def _names(self, d: Path) -> frozenset[str]:
-        names = self._ignored.get(d)
-        if names is None:
-            names = self._ignored[d] = self._ask_git(d)
-        return names
+    def _ask(self, top: Path, node: Path) -> bool:
+        answer = self._answers.get(node)
+        if answer is None:
+            rel = os.path.relpath(node, top)
+            proc = self._procs.get(top)
+            if proc is None or not proc.alive:
+                proc = self._procs[top] = _CheckIgnore(top)
+            answer = proc.ask(rel)
+            if answer is None:
+                answer = _check_ignore_once(top, rel)
+            self._answers[node] = answer
+        return answer
 
-    @staticmethod
-    def _ask_git(d: Path) -> frozenset[str]:
+
+class _CheckIgnore:
+    """A `git check-ignore --stdin` coprocess: write one path, read its verdict."""
+
+    def __init__(self, top: Path) -> None:
+        self._buf = b""
         try:
-            entries = [e for e in os.listdir(d) if e != ".git"]
-        except OSError:
-            return frozenset()
-        if not entries:
-            return frozenset()
-        try:
-            proc = subprocess.run(
-                ["git", "-C", str(d), "check-ignore", "--stdin", "-z"],
-                input="\0".join(entries).encode("utf-8", "surrogateescape"),
-                capture_output=True,
-                timeout=60,
+            self._proc = subprocess.Popen(
+                ["git", "check-ignore", "--stdin", "-z", "--verbose", "--non-matching"],
+                cwd=top, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                env={**os.environ, "GIT_FLUSH": "1"},
             )
-        except (OSError, subprocess.SubprocessError):
-            return frozenset()
-        if proc.returncode not in (0, 1):  # 128: not a work tree after all, or git failed
-            return frozenset()
-        return frozenset(n.decode("utf-8", "surrogateescape") for n in proc.stdout.split(b"\0") if n)
+        except OSError:
+            self._proc = None
+            return
+        weakref.finalize(self, _close, self._proc)
+
+    @property
+    def alive(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    def ask(self, rel: str) -> bool | None:
+        """True/False, or None when git could not answer (then the caller asks another way)."""
+        if not self.alive:
+            return None
+        try:
+            self._proc.stdin.write(rel.encode("utf-8", "surrogateescape") + b"\0")
+            self._proc.stdin.flush()
+            # -v -z: four NUL-terminated fields: source, line, pattern, path (empty first
+            # three with -n when nothing matched).
+            while self._buf.count(b"\0") < 4:
+                chunk = os.read(self._proc.stdout.fileno(), 65536)
+                if not chunk:
+                    return None
+                self._buf += chunk
+        except OSError:
+            return None
+        source, _, pattern, _, self._buf = self._buf.split(b"\0", 4)
+        # A match on a negated pattern (`!keep.py`) means "not ignored".
+        return bool(source) and not pattern.startswith(b"!")
+
+
+def _close(proc: subprocess.Popen) -> None:
+    try:
+        proc.stdin.close()
+        proc.wait(timeout=5)
+    except Exception:  # noqa: BLE001 - best effort at interpreter exit
+        proc.kill()
+
+
+def _check_ignore_once(top: Path, rel: str) -> bool:
+    try:
+        proc = subprocess.run(["git", "check-ignore", "-q", "--", rel], cwd=top, capture_output=True, timeout=60)
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return proc.returncode == 0

@@ -102,6 +102,14 @@ def test_config_is_found_from_the_checked_files_upward(project: Path, tmp_path_f
     assert {c for _, c in findings(str(project / "src"), cwd=elsewhere)} == {"AMP101"}
 
 
+def test_a_sub_project_inside_a_walked_directory_uses_its_own_config(project: Path) -> None:
+    (project / "pyproject.toml").write_text('[tool.amplint]\nignore = ["AMP401"]\n')
+    (project / "legacy" / "pyproject.toml").write_text('[tool.amplint]\nselect = ["AMP401"]\n')
+    assert findings(".", cwd=project) == {("src/train.py", "AMP101"), ("legacy/amp.py", "AMP401")}
+    (project / "legacy" / "pyproject.toml").write_text('[tool.amplint]\nextend-exclude = ["amp.py"]\n')
+    assert findings(".", cwd=project) == {("src/train.py", "AMP101")}
+
+
 def test_config_path_and_isolated(project: Path, tmp_path_factory) -> None:
     (project / "pyproject.toml").write_text('[tool.amplint]\nignore = ["AMP401"]\n')
     other = tmp_path_factory.mktemp("cfg") / "amplint.toml"
