@@ -1,0 +1,212 @@
+"""amplint compare: fp32 / bf16 run variants, loss capture, the divergence verdict, the PNG and the CLI."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from amplint.runtime import compare, fp32_mode  # noqa: E402
+from amplint.runtime.loss_capture import LossCapture  # noqa: E402
+
+from ._inprocess import SCRIPTS, run_script  # noqa: E402
+
+STEPS = 30
+
+
+# --- the verdict (pure) ------------------------------------------------------------------------
+def test_identical_curves_do_not_diverge():
+    v = compare.judge([1.0, 0.8, 0.6, 0.5], [1.0, 0.8, 0.6, 0.5], tolerance=0.1)
+    assert not v["diverged"] and v["max_relative_deviation"] == 0.0 and v["identical"]
+
+
+def test_persistent_gap_diverges_at_the_first_step_beyond_tolerance():
+    ref = [1.0] * 10
+    run = [1.0] * 4 + [1.4] * 6
+    v = compare.judge(ref, run, tolerance=0.1, window=1)
+    assert v["diverged"] and v["first_step_beyond_tolerance"] == 4
+    assert v["max_relative_deviation"] == pytest.approx(0.4)
+    # on 5-step means: 0.08 at step 4 (one step of the gap), 0.16 at step 5
+    assert compare.judge(ref, run, tolerance=0.1, window=5)["first_step_beyond_tolerance"] == 5
+
+
+def test_a_single_noisy_step_is_smoothed_but_not_with_window_1():
+    ref = [1.0] * 10
+    run = [1.0] * 5 + [1.3] + [1.0] * 4  # one step 30% off, e.g. the step after a GradScaler skip
+    assert not compare.judge(ref, run, tolerance=0.1, window=5)["diverged"]
+    assert compare.judge(ref, run, tolerance=0.1, window=1)["first_step_beyond_tolerance"] == 5
+
+
+def test_nan_in_the_run_or_a_crash_diverges_nan_in_the_reference_is_not_judged():
+    v = compare.judge([1.0, 0.9, 0.8], [1.0, math.nan, 0.8], tolerance=0.1)
+    assert v["first_step_beyond_tolerance"] == 1 and "nan" in v["reason"]
+    v = compare.judge([1.0, 0.9, 0.8], [1.0], tolerance=0.1)
+    assert v["first_step_beyond_tolerance"] == 1 and "stopped after 1" in v["reason"]
+    v = compare.judge([1.0, math.nan, 0.8], [1.0, 5.0, 0.8], tolerance=0.1, window=1)
+    assert not v["diverged"] and math.isnan(v["relative_deviation"][1])
+
+
+def test_losses_near_zero_are_measured_against_a_floor():
+    # 1e-6 vs 2e-6 is 100% relative, but far below 1e-3 of the curve's scale
+    v = compare.judge([1.0, 0.5, 1e-6], [1.0, 0.5, 2e-6], tolerance=0.1, window=1)
+    assert not v["diverged"]
+
+
+# --- fp32 / bf16 variants, in-process ----------------------------------------------------------
+def test_fp32_mode_disables_autocast_scaler_and_reduced_casts_then_restores_everything():
+    handles = fp32_mode.install()
+    try:
+        lin = torch.nn.Linear(4, 4).half()
+        assert lin.weight.dtype == torch.float32
+        assert torch.nn.Linear(4, 4).to(torch.bfloat16).weight.dtype == torch.float32
+        assert torch.nn.Linear(4, 4).to("cpu", dtype=torch.float16).weight.dtype == torch.float32
+        x = torch.randn(3, 4)
+        assert x.half().dtype == torch.float32 and x.to(torch.float16).dtype == torch.float32
+        assert x.to(dtype=torch.bfloat16).dtype == torch.float32 and x.bfloat16().dtype == torch.float32
+        y = x.half()
+        y.add_(1.0)  # the unpatched call copies; so must this one
+        assert not torch.equal(x, y)
+        assert x.to(torch.float64).dtype == torch.float64  # other casts untouched
+        with torch.autocast("cpu", dtype=torch.float16):
+            assert lin(x).dtype == torch.float32
+            assert not torch.is_autocast_enabled("cpu")
+        scaler = torch.amp.GradScaler("cpu")
+        assert not scaler.is_enabled()
+    finally:
+        handles.remove()
+    assert torch.nn.Linear(4, 4).half().weight.dtype == torch.float16
+    assert torch.randn(2).half().dtype == torch.float16
+    assert torch.amp.GradScaler("cpu").is_enabled()
+    with torch.autocast("cpu", dtype=torch.float16):
+        assert torch.nn.Linear(4, 4)(torch.randn(2, 4)).dtype == torch.float16
+    assert "half" not in torch.Tensor.__dict__ and "to" not in torch.Tensor.__dict__
+
+
+def test_bf16_mode_turns_fp16_into_bf16_and_drops_the_scaler():
+    handles = fp32_mode.install_bf16()
+    try:
+        with torch.autocast("cpu", dtype=torch.float16):
+            assert torch.nn.Linear(4, 4)(torch.randn(2, 4)).dtype == torch.bfloat16
+        assert torch.nn.Linear(4, 4).half().weight.dtype == torch.bfloat16
+        assert torch.randn(2).half().dtype == torch.bfloat16
+        assert not torch.amp.GradScaler("cpu").is_enabled()
+    finally:
+        handles.remove()
+
+
+def test_loss_capture_records_the_unscaled_loss_once_per_iteration_and_the_skipped_steps():
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    scaler = torch.amp.GradScaler("cpu")
+    capture = LossCapture().install()
+    expected = []
+    try:
+        for i in range(3):
+            total = 0.0
+            for _micro in range(2):  # gradient accumulation: the point is the sum of the micro-losses
+                x = torch.randn(8, 4) * (1e30 if i == 1 else 1.0)  # iteration 1 overflows: skipped
+                loss = model(x).pow(2).mean() / 2
+                total += loss.item()
+                scaler.scale(loss).backward()
+            expected.append(total)
+            scaler.step(opt)
+            scaler.update()
+            opt.zero_grad()
+        loss = model(torch.randn(8, 4)).pow(2).mean()
+        loss.backward()  # no scaler: recorded at backward
+        expected.append(loss.item())
+        opt.step()
+        # a backward with an explicit gradient is not a loss
+        (model(torch.randn(8, 4)) * 2).backward(torch.ones(8, 1))
+    finally:
+        capture.remove()
+    assert capture.series == pytest.approx(expected, rel=1e-6)
+    assert expected[0] < 100 and math.isinf(expected[1])
+    assert capture.skipped == [1]
+    assert capture.complete == [True] * 4  # the trailing explicit-gradient backward added nothing
+
+
+@pytest.mark.parametrize(
+    "script, first_range",
+    [
+        ("amp_clip_before_unscale", (1, 8)),  # grads clipped at 65536x their size: training stalls at once
+        ("amp_no_scaler", (3, 20)),  # gradients underflow in fp16 without loss scaling
+        ("amp_half_model", (5, 25)),  # fp16 weights swallow the small SGD updates of the output bias
+    ],
+)
+def test_broken_amp_scripts_diverge_from_fp32(script, first_range):
+    ref = run_script(script, mode="fp32", steps=STEPS).series
+    run = run_script(script, steps=STEPS).series
+    assert len(ref) == len(run) == STEPS
+    v = compare.judge(ref, run, tolerance=compare.DEFAULT_TOLERANCE)
+    assert v["diverged"], v["max_relative_deviation"]
+    assert first_range[0] <= v["first_step_beyond_tolerance"] <= first_range[1]
+    # the curves start together: same seed, same data; the precision setup is what separates them
+    assert v["raw_relative_deviation"][0] < 1e-2
+
+
+def test_correct_amp_script_stays_within_tolerance_of_fp32_and_of_bf16():
+    ref = run_script("amp_correct", mode="fp32", steps=STEPS)
+    amp = run_script("amp_correct", steps=STEPS)
+    bf16 = run_script("amp_correct", mode="bf16", steps=STEPS)
+    v = compare.judge(ref.series, amp.series, tolerance=compare.DEFAULT_TOLERANCE)
+    assert not v["diverged"], v["reason"]
+    assert not v["identical"]  # it really ran in fp16
+    assert amp.skipped and not ref.skipped  # the fp16 run calibrated its scale; fp32 has no scaler
+    assert not compare.judge(ref.series, bf16.series, tolerance=compare.DEFAULT_TOLERANCE)["diverged"]
+
+
+# --- the CLI through the launcher, and the PNG ------------------------------------------------
+def _columns_with(png, hex_color: str, top_fraction: float = 0.55, tol: float = 0.08) -> float:
+    """Share of image columns in the top panel holding pixels of `hex_color`.
+
+    A curve across the axes covers about 85% of the width; a legend swatch alone about 3%."""
+    import matplotlib.image as mpimg
+    import numpy as np
+
+    img = mpimg.imread(str(png))[..., :3]
+    top = img[: int(img.shape[0] * top_fraction)]
+    rgb = np.array([int(hex_color[i : i + 2], 16) / 255 for i in (1, 3, 5)])
+    mask = (np.abs(top - rgb) < tol).all(axis=-1)
+    return mask.any(axis=0).mean()
+
+
+def test_cli_correct_script_passes_and_the_png_shows_both_curves(tmp_path):
+    png, report = tmp_path / "curves.png", tmp_path / "report.json"
+    code = compare.main(["compare", "--steps", "12", "--bf16", "--plot", str(png), "--report", str(report),
+                         "--device", "cpu", "--", sys.executable, str(SCRIPTS / "amp_correct.py")])
+    data = json.loads(report.read_text())
+    assert code == 0, data["comparisons"]
+    assert set(data["runs"]) == {"fp32", "as_written", "bf16"}
+    assert all(len(r["losses"]) == 13 for r in data["runs"].values())  # after 0..12 updates
+    assert data["runs"]["fp32"]["losses"][0] == pytest.approx(data["runs"]["as_written"]["losses"][0], rel=1e-3)
+    assert data["diverged"] is False and data["emulated"] is True
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # the curves lie on top of each other and both are still visible across the plot
+    for name in ("fp32", "as_written", "bf16"):
+        assert _columns_with(png, compare.COLORS[name]) > 0.6, name
+
+
+def test_cli_broken_script_exits_1_with_the_divergence_step(tmp_path):
+    png, report = tmp_path / "curves.png", tmp_path / "report.json"
+    code = compare.main(["--steps", "10", "--plot", str(png), "--report", str(report),
+                         "--", sys.executable, str(SCRIPTS / "amp_clip_before_unscale.py")])
+    data = json.loads(report.read_text())
+    assert code == 1
+    v = data["comparisons"]["as_written"]
+    assert v["diverged"] and 1 <= v["first_step_beyond_tolerance"] <= 8
+    assert v["max_relative_deviation"] > 1.0
+    assert len(v["relative_deviation"]) == len(data["runs"]["fp32"]["losses"]) == 11
+    assert _columns_with(png, compare.COLORS["fp32"]) > 0.6
+    assert _columns_with(png, compare.COLORS["as_written"]) > 0.6
+    assert _columns_with(png, compare.COLORS["bf16"]) == 0.0  # not asked for: not drawn
+
+
+def test_cli_usage_errors_exit_2(tmp_path):
+    assert compare.main(["--steps", "3"]) == 2
+    assert compare.main(["--steps", "0", "--", sys.executable, "x.py"]) == 2
