@@ -16,6 +16,7 @@ import libcst as cst
 
 from amplint.analysis.bindings import call_arg
 from amplint.analysis.names import dotted
+from amplint.analysis.walk import walk
 from amplint.analysis.torch_api import HALF_CAST_METHODS
 from amplint.analysis.values import value_branches
 
@@ -177,5 +178,5 @@ def _dotted_names(expr: cst.CSTNode) -> list[cst.BaseExpression]:
         def visit_Name(self, node: cst.Name) -> None:
             out.append(node)
 
-    expr.visit(V())
+    walk(expr, V())
     return out

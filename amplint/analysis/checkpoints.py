@@ -16,6 +16,7 @@ import libcst as cst
 
 from amplint.analysis.bindings import call_arg
 from amplint.analysis.names import dotted
+from amplint.analysis.walk import walk
 
 MODEL = "model"
 OPTIMIZER = "optimizer"
@@ -184,7 +185,7 @@ class Checkpoints:
         if text is not None:
             mutations = _Mutations(text)
             body = scope.node.body if isinstance(scope.node, cst.FunctionDef) else scope.node
-            body.visit(mutations)
+            walk(body, mutations)
             for key, value in mutations.items:
                 if key is None:
                     out |= self._describe(value, scope, depth + 1)

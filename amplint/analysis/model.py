@@ -15,6 +15,7 @@ from functools import cached_property
 import libcst as cst
 
 from amplint.analysis.names import ImportTable, dotted
+from amplint.analysis.walk import walk
 
 
 @dataclass(eq=False)
@@ -229,8 +230,9 @@ class ModuleModel:
     def build(cls, module: cst.Module, path: str = "<string>", package: str | None = None) -> "ModuleModel":
         model = cls(module, path, package)
         # Imports first: a reference is kept when its head is an imported name.
-        module.visit(_ImportPrepass(model))
-        module.visit(_Collector(model))
+        # NB: `walk`, not `module.visit`: libcst's visit rebuilds every node (analysis/walk.py).
+        walk(module, _ImportPrepass(model))
+        walk(module, _Collector(model))
         return model
 
     # --- derived views (computed on first use) ------------------------------------------

@@ -20,6 +20,7 @@ import libcst as cst
 
 from amplint.analysis.bindings import AutocastInfo
 from amplint.analysis.torch_api import AUTOCAST_CONTEXTS, HALF_DTYPES
+from amplint.analysis.walk import walk
 
 FP16_MAX = 65504.0
 
@@ -77,19 +78,19 @@ class _RegionWalker(cst.CSTVisitor):
         from amplint.analysis.steps import _merge_autocast
 
         region = LexicalRegion(_merge_autocast(infos), node, self.scopes[-1])
-        self.v.regions.append(region)
+        self.v._regions.append(region)
         return [region]
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
         for d in node.decorators:
-            d.visit(self)
+            walk(d, self)
         scope = self.model.scope_of.get(node, self.scopes[-1])
         self.scopes.append(scope)
         fresh: list[LexicalRegion] = []
         for d in node.decorators:
             fresh += self._regions_for(d.decorator, d)
         self.stacks.append(fresh)
-        node.body.visit(self)
+        walk(node.body, self)
         self.stacks.pop()
         self.scopes.pop()
         return False
@@ -100,11 +101,11 @@ class _RegionWalker(cst.CSTVisitor):
     def visit_With(self, node: cst.With) -> bool:
         pushed = 0
         for item in node.items:
-            item.visit(self)
+            walk(item, self)
             found = self._regions_for(item.item, node)
             self.stack.extend(found)
             pushed += len(found)
-        node.body.visit(self)
+        walk(node.body, self)
         for _ in range(pushed):
             self.stack.pop()
         return False
@@ -128,41 +129,83 @@ class _RegionWalker(cst.CSTVisitor):
 
     def visit_Assign(self, node: cst.Assign) -> None:
         self._record(node)
-        self.v.assigns.append(node)
+        self.v._assigns.append(node)
 
     def visit_AugAssign(self, node: cst.AugAssign) -> None:
         self._record(node)
-        self.v.augassigns.append(node)
+        self.v._augassigns.append(node)
+
+    # fp16 options spelled as attributes or strings: `args.fp16`, `mixed_precision="fp16"`
+    def visit_Attribute(self, node: cst.Attribute) -> None:
+        if self.v._fp16_word is None and _names_fp16(node.attr.value):
+            self.v._fp16_word = f"the module has an fp16 option (`{node.attr.value}`)"
+
+    def visit_SimpleString(self, node: cst.SimpleString) -> None:
+        if self.v._fp16_word is None and len(node.value) < 16:
+            value = node.evaluated_value
+            if isinstance(value, str) and value.lower() in ("fp16", "float16", "--fp16"):
+                self.v._fp16_word = f'the module names "{value}"'
 
     def visit_BinaryOperation(self, node: cst.BinaryOperation) -> None:
         if isinstance(node.operator, cst.Divide):
             self._record(node)
-            self.v.divisions.append(node)
+            self.v._divisions.append(node)
 
 
 class Precision:
     def __init__(self, model) -> None:
         self.model = model
-        self.regions: list[LexicalRegion] = []
+        self._walked = False
+
+    def _walk(self) -> None:
+        """The one extra traversal, done only when a rule asks about lexical regions."""
+        if self._walked:
+            return
+        self._walked = True
+        self._regions: list[LexicalRegion] = []
         self.regions_of_node: dict[int, tuple[LexicalRegion, ...]] = {}
         self.statement_of: dict[int, cst.CSTNode] = {}
         self.scope_of_node: dict[int, object] = {}
-        self.assigns: list[cst.Assign] = []
-        self.augassigns: list[cst.AugAssign] = []
-        self.divisions: list[cst.BinaryOperation] = []
-        model.module.visit(_RegionWalker(self))
+        self._assigns: list[cst.Assign] = []
+        self._augassigns: list[cst.AugAssign] = []
+        self._divisions: list[cst.BinaryOperation] = []
+        self._fp16_word: str | None = None
+        walk(self.model.module, _RegionWalker(self))
+
+    @property
+    def regions(self) -> list[LexicalRegion]:
+        self._walk()
+        return self._regions
+
+    @property
+    def assigns(self) -> list[cst.Assign]:
+        self._walk()
+        return self._assigns
+
+    @property
+    def augassigns(self) -> list[cst.AugAssign]:
+        self._walk()
+        return self._augassigns
+
+    @property
+    def divisions(self) -> list[cst.BinaryOperation]:
+        self._walk()
+        return self._divisions
 
     # --- lexical regions -----------------------------------------------------------------
     def regions_of(self, node: cst.CSTNode) -> tuple[LexicalRegion, ...]:
+        self._walk()
         return self.regions_of_node.get(id(node), ())
 
     def active(self, node: cst.CSTNode) -> LexicalRegion | None:
         return active_region(self.regions_of(node))
 
     def scope_of(self, node: cst.CSTNode):
+        self._walk()
         return self.scope_of_node.get(id(node), self.model.module_scope)
 
     def statement(self, node: cst.CSTNode) -> cst.CSTNode | None:
+        self._walk()
         return self.statement_of.get(id(node))
 
     # --- autocast anywhere in the module -------------------------------------------------
@@ -243,23 +286,10 @@ class Precision:
                     return f"the module has an fp16 option (`{text}`)"
         return self._fp16_words
 
-    @cached_property
+    @property
     def _fp16_words(self) -> str | None:
-        class V(cst.CSTVisitor):
-            found: str | None = None
-
-            def visit_Attribute(self, node: cst.Attribute) -> None:
-                if V.found is None and _names_fp16(node.attr.value):
-                    V.found = f"the module has an fp16 option (`{node.attr.value}`)"
-
-            def visit_SimpleString(self, node: cst.SimpleString) -> None:
-                value = node.evaluated_value
-                if V.found is None and isinstance(value, str) and value.lower() in ("fp16", "float16", "--fp16"):
-                    V.found = f'the module names "{value}"'
-
-        V.found = None
-        self.model.module.visit(V())
-        return V.found
+        self._walk()
+        return self._fp16_word
 
 
 def _names_fp16(text: str) -> bool:

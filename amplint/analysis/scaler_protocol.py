@@ -29,6 +29,7 @@ from typing import Callable
 import libcst as cst
 
 from amplint.analysis.names import dotted
+from amplint.analysis.walk import walk
 from amplint.analysis.steps import Event, Kind, Point, StepGraph
 
 
@@ -122,7 +123,7 @@ class ScalerProtocol:
     def __init__(self, model) -> None:
         self.model = model
         collector = _GuardCollector(model.module)
-        model.module.visit(collector)
+        walk(model.module, collector)
         self._guards = collector.guards
         self._block_sizes = collector.block_sizes
         self._next = collector.next_statement

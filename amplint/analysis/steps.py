@@ -24,6 +24,7 @@ import libcst as cst
 
 from amplint.analysis.bindings import AutocastInfo, call_arg
 from amplint.analysis.names import dotted
+from amplint.analysis.walk import walk
 from amplint.analysis.torch_api import (
     AUTOGRAD_BACKWARD,
     CLIP_FUNCTIONS,
@@ -270,7 +271,7 @@ def calls_in(node: cst.CSTNode | None) -> list[cst.Call]:
     if node is None:
         return []
     collector = _CallCollector()
-    node.visit(collector)
+    walk(node, collector)
     return collector.calls
 
 
@@ -646,7 +647,7 @@ def _assigned_names(node: cst.CSTNode) -> frozenset[str]:
         def visit_NamedExpr(self, n: cst.NamedExpr) -> None:
             self._target(n.target)
 
-    node.visit(V())
+    walk(node, V())
     return frozenset(names)
 
 
