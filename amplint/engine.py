@@ -36,6 +36,9 @@ class SourceError(Exception):
         super().__init__(f"{path}:{line}:{col0 + 1}: {reason}")
         self.path, self.line, self.col0, self.reason = path, line, col0, reason
 
+    def __reduce__(self):  # results cross process boundaries (runner's --jobs)
+        return (type(self), (self.path, self.line, self.col0, self.reason))
+
 
 @dataclass(frozen=True)
 class RuleCrash:
@@ -69,8 +72,8 @@ def _rule_may_fire(rule, text: str) -> bool:
 _RELATIVE_IMPORT = re.compile(r"\bfrom[\s\\]*\.")
 
 
-def may_fire(source: str, rules, path: str | None = None) -> bool:
-    """Pre-filter: False only when no enabled rule can fire on this text.
+def rules_that_may_fire(source: str, rules, path: str | None = None) -> tuple:
+    """Pre-filter: the rules that can fire on this text (the others are not run).
 
     A rule can fire only if the lowercased text contains one token of each of its
     groups (`requires_any`, then each of `and_requires_any`).  Qualified names built
@@ -78,15 +81,16 @@ def may_fire(source: str, rules, path: str | None = None) -> bool:
     text, so for such files the package (from `path`) is searched as well.
     """
     text = source.lower()
-    if any(_rule_may_fire(r, text) for r in rules):
-        return True
-    if path is None or not _RELATIVE_IMPORT.search(text):
-        return False
-    package = package_of(path)
-    if not package:
-        return False
-    text = f"{text}\n{package.lower()}"
-    return any(_rule_may_fire(r, text) for r in rules)
+    if path is not None and _RELATIVE_IMPORT.search(text):
+        package = package_of(path)
+        if package:
+            text = f"{text}\n{package.lower()}"
+    return tuple(r for r in rules if _rule_may_fire(r, text))
+
+
+def may_fire(source: str, rules, path: str | None = None) -> bool:
+    """Pre-filter: False only when no enabled rule can fire on this text."""
+    return bool(rules_that_may_fire(source, rules, path))
 
 
 def parse(source: str, path: str) -> cst.Module:
@@ -136,7 +140,9 @@ def check_source(
     elif select:
         config = config.with_overrides(select=tuple(select))
     rules = config.rules_for(path)
-    if not rules or (prefilter and not may_fire(source, rules, path)):
+    if prefilter:
+        rules = rules_that_may_fire(source, rules, path)
+    if not rules:
         return []
     module = parse(source, path)
     return analyse(module, source, path, rules, crashes=crashes)
