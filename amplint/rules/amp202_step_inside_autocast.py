@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import libcst as cst
+
+from amplint.analysis.precision import precision_of
 from amplint.analysis.steps import Kind
 from amplint.rules._base import Rule
 
@@ -52,7 +55,13 @@ class StepInsideAutocast(Rule):
     and_requires_any = (("autocast",),)
 
     def check(self) -> None:
-        for graph in self.model.steps:
+        # NB: an event is inside a region only if its graph's own body enters one (a
+        # region inside an inlined helper is reported in the helper's graph), so only
+        # the scopes that write an autocast `with` need a step graph: on large files
+        # building every graph costs more than everything else together.
+        scopes = {id(r.scope): r.scope for r in precision_of(self.model).regions if isinstance(r.node, cst.With)}
+        for scope in scopes.values():
+            graph = self.model.steps.graph(scope)
             for event in graph.of_kind(Kind.OPT_STEP, Kind.SCALER_STEP):
                 if event.active_autocast is None:
                     continue

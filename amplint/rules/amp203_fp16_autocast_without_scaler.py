@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import libcst as cst
+
 from amplint.analysis.precision import may_run_fp16, precision_of
 from amplint.analysis.steps import Kind
 from amplint.rules._base import Rule
@@ -62,11 +64,12 @@ class Fp16AutocastWithoutScaler(Rule):
 
     def check(self) -> None:
         precision = precision_of(self.model)
-        if precision.enabled_scaler:
+        if precision.enabled_scaler or not any(may_run_fp16(info) for _, _, info in precision.autocast_sites):
             return
         reported: set[int] = set()
         trains = False
-        for graph in self.model.steps:
+        for scope in self._training_scopes():
+            graph = self.model.steps.graph(scope)
             events = graph.events
             # NB: with no enabled scaler in the module, `scaler.scale(loss)` of a
             # literally disabled one returns the loss unchanged: still an unscaled backward.
@@ -89,3 +92,22 @@ class Fp16AutocastWithoutScaler(Rule):
             if in_forward and may_run_fp16(region.info) and id(region.node) not in reported:
                 reported.add(id(region.node))
                 self.report(region.node)
+
+    def _training_scopes(self) -> list:
+        """Scopes that call backward, and those that call them (a `train_step` helper).
+
+        Only their graphs can hold a backward event; building the others is wasted.
+        """
+        model = self.model
+        found = {}
+        for site in model.calls:
+            func = site.node.func
+            if (isinstance(func, cst.Attribute) and func.attr.value == "backward") or model.qualify(func) == "torch.autograd.backward":
+                found[id(site.scope)] = site.scope
+        names = {s.node.name.value for s in found.values() if not s.is_module}
+        for site in model.calls:
+            func = site.node.func
+            called = func.value if isinstance(func, cst.Name) else func.attr.value if isinstance(func, cst.Attribute) else None
+            if called in names:
+                found.setdefault(id(site.scope), site.scope)
+        return list(found.values())
