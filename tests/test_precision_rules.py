@@ -272,3 +272,18 @@ def test_docstring_example_fires_and_use_instead_does_not(code: str) -> None:
     assert any(d.code == code for d in check_source(prefix + bad, "doc.py", select=[code]))
     prefix = "import torch\n" if "import torch" not in good else ""
     assert not [d for d in check_source(prefix + good, "doc.py", select=[code]) if d.code == code]
+
+
+def test_amp501_float32_factories_containers_and_scalar_where() -> None:
+    src = """
+    import torch
+    scaler = torch.amp.GradScaler("cuda")
+    scores = torch.zeros((2, 3), dtype=torch.float)
+    scores[:, 1:] = -1e9
+    state = [torch.zeros(3) for _ in range(5)]
+    state[4] -= 1e30
+    mask = torch.where(m > 0, 0.0, -1e10)
+    def f(x):
+        x[:, 0] = -1e9
+    """
+    assert lint("AMP501", src) == [(10, "AMP501")]

@@ -80,5 +80,7 @@ class ApexAmp(Rule):
             qual = model.imports.qualify_text(ref.text) or ""
             # A use is a member of apex.amp (`amp.initialize`, a called `scale_loss`); the
             # bare module name in `if amp is not None:` or `amp = None` is not one.
-            if qual.startswith("apex.amp.") and ("." in ref.text or id(ref.node) in called):
+            # `amp.__dict__` / `amp.__version__` probe the module; they are not uses of apex amp.
+            member = qual[len("apex.amp."):] if qual.startswith("apex.amp.") else ""
+            if member and not member.startswith("__") and ("." in ref.text or id(ref.node) in called):
                 self.report(ref.node, ref=ref.text)

@@ -27,6 +27,11 @@ _WRITING_METHODS = {
 # Receivers that are no longer float16 whatever the module does.
 _FULL_PRECISION_METHODS = ("float", "double")
 _FULL_DTYPES = frozenset({"float32", "float64"})
+# Tensor factories: float32 unless given a dtype (`*_like` inherits its input's).
+_FACTORIES = frozenset(
+    f"torch.{name}"
+    for name in ("zeros", "ones", "empty", "full", "rand", "randn", "zeros_like", "ones_like", "empty_like", "full_like", "rand_like", "randn_like")
+)
 
 
 class Fp16OverflowConstant(Rule):
@@ -114,7 +119,8 @@ class Fp16OverflowConstant(Rule):
         if qual == "torch.where":
             cond_x, other = call_arg(call, 1, "input"), call_arg(call, 2, "other")
             for value, tensor in ((cond_x, other), (other, cond_x)):
-                if value is not None:
+                # NB: with two Python scalars the result has the default dtype (float32).
+                if value is not None and tensor is not None and not self._is_scalar(tensor):
                     self._sink(call, tensor, value, scope)
             return
         if qual == "torch.masked_fill":
@@ -217,10 +223,23 @@ class Fp16OverflowConstant(Rule):
             return unknown_is_full
         return bool(dtypes) and dtypes <= _FULL_DTYPES
 
+    def _is_scalar(self, expr: cst.BaseExpression) -> bool:
+        return number_of(expr) is not None or isinstance(expr, (cst.Integer, cst.Float)) or self._finfo_full(expr) is not None
+
     def _full_precision_tensor(self, tensor: cst.BaseExpression, scope, depth: int = 0) -> bool:
-        """`x.float()`, `x.to(torch.float32)`, or a name assigned only from such."""
+        """Not a float16 tensor: `x.float()`, `x.to(torch.float32)`, `torch.zeros(..., dtype=torch.float)`,
+        a factory without a dtype (float32 by default), a list or dict of things, or a
+        name assigned only from such."""
         if depth > 2:
             return False
+        if isinstance(tensor, (cst.List, cst.ListComp, cst.Tuple, cst.Dict, cst.DictComp, cst.GeneratorExp)):
+            return True  # `state[4] -= 1e30` indexes a Python container, whose items we do not know
+        qual = self.model.qualify(tensor.func) if isinstance(tensor, cst.Call) else None
+        if qual in _FACTORIES:
+            dtype = call_arg(tensor, None, "dtype")
+            if dtype is None:
+                return not qual.endswith("_like")  # float32 by default; `_like` inherits
+            return self._full_dtype(dtype, scope, unknown_is_full=False)
         if isinstance(tensor, cst.Call) and isinstance(tensor.func, cst.Attribute):
             method = tensor.func.attr.value
             if method in _FULL_PRECISION_METHODS and not tensor.args:
