@@ -154,7 +154,7 @@ def plot(path: Path, series: dict[str, list[float]], verdicts: dict[str, dict[st
             if bad and finite:
                 top.plot(bad, [max(finite)] * len(bad), "x", color=COLORS[name], ms=7, zorder=4)
         top.set_ylabel("loss")
-        top.legend(loc="upper right", fontsize=8)
+        top.legend(loc="best", fontsize=8)
         top.grid(alpha=0.3)
         top.set_title(title, fontsize=10)
 
