@@ -4,7 +4,8 @@ Where the loss is read: at `GradScaler.scale(loss)` (its input, i.e. the unscale
 `torch.autograd.backward` (which `Tensor.backward` calls) for a loss that did not pass through a
 scaler. A tensor returned by `scale()` is remembered so its backward is not counted twice; with a
 disabled scaler `scale()` returns the loss itself, which the same check covers. Only one-element
-tensors count: a backward with an explicit `gradient` is not a loss.
+tensors count: a backward with an explicit `gradient` is not a loss. A loss that only ever goes
+through `torch.autograd.grad` (no backward, no scaler) is not seen.
 
 What one point of the curve is: the sum of the losses back-propagated between two iteration
 boundaries, i.e. the objective whose gradient the optimizer step applied (with gradient accumulation
@@ -121,6 +122,7 @@ class LossCapture:
         self._handles = Handles()
         self._lock = threading.Lock()
         self.path: Path | None = None
+        self._pid = os.getpid()  # NB: a forked child (DataLoader worker) inherits this object: it records nothing
         if sink is not None and hasattr(sink, "put"):
             # the same lists, filled as the run goes: the bootstrap writes them with the evidence
             sink.put("losses", {"losses": self.series, "complete": self.complete, "skipped": self.skipped})
@@ -142,6 +144,8 @@ class LossCapture:
         return ref is not None and ref() is tensor
 
     def boundary(self, skipped: bool = False, complete: bool = True) -> None:
+        if os.getpid() != self._pid:
+            return
         with self._lock:
             pending, self._pending = self._pending, []
             self._scaled.clear()
