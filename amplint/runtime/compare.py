@@ -229,7 +229,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="Run a training command in fp32 and in mixed precision; compare the loss curves.",
         usage="amplint compare [options] -- COMMAND...  |  amplint compare [options] train.py [ARGS...]",
     )
-    p.add_argument("--steps", type=int, default=DEFAULT_STEPS, help=f"optimizer steps per run (default {DEFAULT_STEPS})")
+    p.add_argument("--steps", type=int, default=DEFAULT_STEPS,
+                   help=f"optimizer steps per run (default {DEFAULT_STEPS})")
     p.add_argument("--bf16", action="store_true", help="also run with bf16 autocast and no GradScaler")
     p.add_argument("--tolerance", type=float, default=DEFAULT_TOLERANCE,
                    help=f"largest allowed relative deviation from fp32 (default {DEFAULT_TOLERANCE})")
@@ -320,7 +321,8 @@ def main(argv: list[str]) -> int:
     report["diverged"] = any(v["diverged"] for v in verdicts.values())
     script = next((Path(a).name for a in args.command if a.endswith(".py")), " ".join(args.command)[:40])
     if args.plot is not None:
-        worst = [f"{n}: diverges at step {v['first_step_beyond_tolerance']}" for n, v in verdicts.items() if v["diverged"]]
+        worst = [f"{n}: diverges at step {v['first_step_beyond_tolerance']}"
+                 for n, v in verdicts.items() if v["diverged"]]
         title = f"{script}: " + ("; ".join(worst) if worst else f"within tolerance {args.tolerance:g}")
         plot(args.plot, {n: runs[n]["losses"] for n in names}, verdicts, tolerance=args.tolerance, title=title,
              skipped={n: runs[n]["skipped_steps"] for n in names})

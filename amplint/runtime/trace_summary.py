@@ -118,8 +118,8 @@ def _share(part: float, whole: float) -> float | None:
 def summarize(trace: dict[str, Any], *, source: str | None = None) -> dict[str, Any]:
     """The summary of one trace (see the module docstring); JSON-ready."""
     raw = trace.get("traceEvents", trace if isinstance(trace, list) else [])
-    ops = [e for e in raw if e.get("ph") == "X" and e.get("cat") in ("cpu_op", "user_annotation", "kernel",
-                                                                        "gpu_user_annotation")]
+    kinds = ("cpu_op", "user_annotation", "kernel", "gpu_user_annotation")
+    ops = [e for e in raw if e.get("ph") == "X" and e.get("cat") in kinds]
     host = [e for e in ops if e.get("cat") in ("cpu_op", "user_annotation")]
     parent = _nest(host)
     fam = [family(e["name"]) if e.get("cat") == "cpu_op" else None for e in host]

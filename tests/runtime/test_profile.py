@@ -59,8 +59,9 @@ def test_summary_of_an_fp16_autocast_run(fp16_trace):
     conv = s["casts"]["by_conversion"]
     assert conv["fp32->fp16"]["count"] >= 3 * 3 and conv["fp16->fp32"]["count"] >= 3
     assert s["casts"]["precision_casts"]["count"] > 0
-    assert s["grad_scaler"]["ops"] == {"aten::_amp_foreach_non_finite_check_and_unscale_": 3,
-                                        "aten::_amp_update_scale_": 3}
+    assert s["grad_scaler"]["ops"] == {
+        "aten::_amp_foreach_non_finite_check_and_unscale_": 3, "aten::_amp_update_scale_": 3
+    }
     assert s["peak_memory_bytes"]["cpu"] > 0
 
 
@@ -103,7 +104,8 @@ TB_LOAD = textwrap.dedent(
         out = []
         for p in run.get_profiles():
             steps = [row[0] for row in p.overview["steps"]["rows"]] if getattr(p, "overview", None) else []
-            ops = [row["name"] for row in (p.operation_table_by_name or {}).get("data", [])] if hasattr(p, "operation_table_by_name") else []
+            table = getattr(p, "operation_table_by_name", None) or {}
+            ops = [row["name"] for row in table.get("data", [])]
             out.append({"worker": p.worker, "views": [v.display_name for v in p.views], "steps": steps, "ops": ops})
         print(json.dumps(out))
     """
