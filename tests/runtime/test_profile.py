@@ -94,6 +94,30 @@ def test_innermost_op_carries_the_autocast_dtype():
     assert s["casts"]["by_conversion"] == {"fp32->bf16": {"count": 1, "time_us": 1.0}}
 
 
+def test_gpu_kernel_time_is_attributed_through_external_ids():
+    # the shape of a CUDA trace: kernels carry the "External id" of the host op that launched them
+    def op(name, ts, dur, ext, types):
+        return {"ph": "X", "cat": "cpu_op", "name": name, "pid": 1, "tid": 1, "ts": ts, "dur": dur,
+                "args": {"External id": ext, "Input type": types}}
+
+    ev = [
+        op("aten::linear", 0, 20, 1, ["float", "float"]),
+        op("aten::_to_copy", 1, 2, 2, ["float", "Scalar"]),
+        op("aten::addmm", 5, 10, 3, ["c10::Half", "c10::Half", "c10::Half"]),
+        op("aten::scaled_dot_product_attention", 30, 20, 4, ["c10::Half"] * 3),
+        op("aten::bmm", 32, 5, 5, ["float", "float"]),  # the math fallback's own matmul
+        {"ph": "X", "cat": "kernel", "name": "nvjet_hsh_192x192", "pid": 0, "tid": 7, "ts": 6, "dur": 4,
+         "args": {"External id": 3}},
+        {"ph": "X", "cat": "kernel", "name": "unrolled_elementwise_kernel", "pid": 0, "tid": 7, "ts": 2, "dur": 1,
+         "args": {"External id": 2}},
+        {"ph": "X", "cat": "kernel", "name": "gemm", "pid": 0, "tid": 7, "ts": 33, "dur": 3,
+         "args": {"External id": 5}},
+    ]
+    s = trace_summary.summarize({"traceEvents": ev})
+    assert s["families"]["matmul"]["ops"] == {"aten::addmm": 1}
+    assert s["gpu"] == {"kernel_time_us": 8.0, "by_family": {"matmul": {"fp16": 4.0}, "attention": {"fp16": 3.0}}}
+
+
 TB_LOAD = textwrap.dedent(
     """
     import json, sys
