@@ -48,6 +48,9 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--show-fixes", action="store_true", help="print each finding's fix title")
     check.add_argument("--exit-zero", action="store_true", help="exit 0 even when there are findings")
     check.add_argument("--force-exclude", action="store_true", help="apply excludes to files named explicitly")
+    check.add_argument("--jobs", "-j", type=int, metavar="N", help="worker processes (default: all cores; 1: no pool)")
+    check.add_argument("--no-cache", action="store_true", help="do not read or write the result cache")
+    check.add_argument("--cache-dir", type=Path, metavar="DIR", help="result cache location (default: .amplint_cache)")
     check.add_argument("--stdin-filename", type=Path, help="the name of the file read from `-` (for config and messages)")
 
     rules = sub.add_parser("rules", help="list every rule")
@@ -125,6 +128,7 @@ def _overrides(config: Config, args) -> Config:
 
 
 def cmd_check(args) -> int:
+    from amplint.cache import default_directory as default_cache_dir
     from amplint.runner import RunResult, check_paths
 
     paths = list(args.paths) or [Path(".")]
@@ -138,8 +142,10 @@ def cmd_check(args) -> int:
         return EXIT_ERROR
     files, missing = [], []
     for config, group, force_exclude in _units(args, paths):
+        cache_dir = None if args.no_cache else (args.cache_dir or default_cache_dir(config.root))
         part = check_paths(
-            group, config, fix=args.fix, unsafe=args.unsafe_fixes, diff=args.diff, force_exclude=force_exclude
+            group, config, fix=args.fix, unsafe=args.unsafe_fixes, diff=args.diff, force_exclude=force_exclude,
+            jobs=args.jobs, cache_dir=cache_dir,
         )
         files.extend(part.files)
         missing.extend(part.missing)

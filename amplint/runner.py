@@ -3,16 +3,22 @@
 `check_paths` is what `amplint check` runs; each file yields a `FileResult` with its
 diagnostics, or the reason it could not be analysed.  One bad file never stops the
 run.
+
+Speed (issue 7): files are checked in a process pool (`jobs`), results come back in
+discovery order whatever order the workers finish in, and an optional `ResultCache`
+skips files whose bytes, amplint and configuration are unchanged (amplint/cache.py).
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import difflib
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from amplint import sources
+from amplint.cache import ResultCache
 from amplint.config import Config
 from amplint.diagnostics import Diagnostic
 from amplint.engine import RuleCrash, SourceError, check_source
@@ -85,10 +91,25 @@ def discover(paths: list[Path], config: Config, *, force_exclude: bool = False) 
     return sorted(found.values(), key=lambda q: str(q)), missing
 
 
-def check_file(path: Path, config: Config, *, fix: bool = False, unsafe: bool = False, diff: bool = False) -> FileResult:
+def check_file(path: Path, config: Config, *, fix: bool = False, unsafe: bool = False, diff: bool = False,
+               cache: ResultCache | None = None) -> FileResult:
     result = FileResult(str(path))
+    probe = None
+    if cache is not None:
+        hit, probe = cache.lookup(path)
+        # A fix or diff run may use a stored result only when it holds no fix at all: then
+        # fixing changes nothing and the findings are exactly the stored ones.
+        if hit is not None and (not (fix or diff) or all(d.fix is None for d in hit.diagnostics)):
+            result.diagnostics = hit.diagnostics
+            if hit.error is not None:
+                result.error = SourceError(str(path), *hit.error)
+            return result
     try:
-        src = sources.read(path)
+        if probe is not None and probe.raw is not None:  # the cache lookup already read it
+            text, encoding, bom = sources.decode(probe.raw, str(path))
+            src = sources.SourceFile(path, text, encoding, bom, probe.raw)
+        else:
+            src = sources.read(path)
     except sources.UnreadableSource as exc:
         result.error = SourceError(str(path), 1, 0, str(exc).split(": ", 1)[-1])
         return result
@@ -118,6 +139,8 @@ def check_file(path: Path, config: Config, *, fix: bool = False, unsafe: bool = 
         result.error = exc
     except RecursionError:
         result.error = SourceError(rel, 1, 0, "too deeply nested to analyse")
+    if cache is not None and not (fix or diff) and not result.crashes:
+        cache.store(path, probe, src.raw, result.diagnostics, result.error)
     return result
 
 
@@ -133,7 +156,86 @@ def _write_if_unchanged(path: Path, src: sources.SourceFile, text: str) -> None:
 
 
 def check_paths(paths: list[Path], config: Config, *, fix: bool = False, unsafe: bool = False, diff: bool = False,
-                force_exclude: bool = False) -> RunResult:
+                force_exclude: bool = False, jobs: int | None = 1, cache_dir: Path | None = None) -> RunResult:
+    """Check (or fix) every Python file under `paths`.
+
+    `jobs`: worker processes (None: one per available core; 1: in this process).
+    `cache_dir`: where the result cache lives (None: no cache).
+    """
     files, missing = discover(paths, config, force_exclude=force_exclude)
-    results = [check_file(p, config, fix=fix, unsafe=unsafe, diff=diff) for p in files]
+    cache = ResultCache(cache_dir, config) if cache_dir is not None else None
+    results = check_files(files, config, jobs=jobs, cache=cache, fix=fix, unsafe=unsafe, diff=diff)
     return RunResult(results, missing)
+
+
+def available_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # macOS, Windows
+        return os.cpu_count() or 1
+
+
+def check_files(files: list[Path], config: Config, *, jobs: int | None = 1, cache: ResultCache | None = None,
+                **options) -> list[FileResult]:
+    """One `FileResult` per file, in the order of `files`, however many processes ran."""
+    jobs = available_cores() if jobs is None or jobs < 1 else jobs
+    results: list[FileResult | None] = [None] * len(files)
+    todo = list(range(len(files)))
+    if cache is not None and jobs > 1:
+        # Answer what the cache knows here: a warm run then never starts a pool.
+        for i in todo:
+            hit_result = _cached_only(files[i], cache, options)
+            if hit_result is not None:
+                results[i] = hit_result
+        todo = [i for i in todo if results[i] is None]
+    if jobs > 1 and len(todo) > 1:
+        for i, r in _run_pool([files[i] for i in todo], todo, config, cache, options, min(jobs, len(todo))):
+            results[i] = r
+    for i in todo:
+        if results[i] is None:  # in-process: --jobs 1, one file, or what a broken pool left
+            results[i] = check_file(files[i], config, cache=cache, **options)
+    return results  # type: ignore[return-value]
+
+
+def _cached_only(path: Path, cache: ResultCache, options: dict) -> FileResult | None:
+    hit, _ = cache.lookup(path)
+    if hit is None:
+        return None
+    if (options.get("fix") or options.get("diff")) and any(d.fix is not None for d in hit.diagnostics):
+        return None
+    result = FileResult(str(path), diagnostics=hit.diagnostics)
+    if hit.error is not None:
+        result.error = SourceError(str(path), *hit.error)
+    return result
+
+
+# Worker state, set once per process by the pool initializer (not pickled per file).
+_WORKER: dict = {}
+
+
+def _init_worker(config: Config, cache: ResultCache | None, options: dict) -> None:
+    _WORKER.update(config=config, cache=cache, options=options)
+
+
+def _work(path: Path) -> FileResult:
+    return check_file(path, _WORKER["config"], cache=_WORKER["cache"], **_WORKER["options"])
+
+
+def _run_pool(paths: list[Path], indexes: list[int], config: Config, cache, options: dict, workers: int):
+    """(index, result) pairs from a process pool; stops early (leaving the rest) if it breaks."""
+    # Small chunks: a few files (AMP-dense modules) cost a thousand times the others,
+    # and sorted paths cluster them, so large chunks would leave a worker idle.
+    chunksize = max(1, min(16, len(paths) // (workers * 32)))
+    with concurrent.futures.ProcessPoolExecutor(
+        max_workers=workers, initializer=_init_worker, initargs=(config, cache, options)
+    ) as pool:
+        it = pool.map(_work, paths, chunksize=chunksize)
+        pos = 0
+        try:
+            for result in it:
+                yield indexes[pos], result
+                pos += 1
+        except concurrent.futures.process.BrokenProcessPool:
+            # A worker died (out of memory, a C-level crash): the caller checks the
+            # remaining files in-process, where an error is at least reported.
+            return

@@ -1,0 +1,255 @@
+"""Per-file result cache: an unchanged file is not analysed (or even read) twice.
+
+Layout (`.amplint_cache/` next to the configuration, or `--cache-dir DIR`):
+
+    .amplint_cache/
+      CACHEDIR.TAG          backup and indexing tools skip the directory
+      .gitignore            `*`: never committed by accident
+      v1/<run>/<xx>/<file>.json
+
+`<run>` is a digest of the amplint version, a fingerprint of amplint's own source files
+(size and mtime of each: an edited rule in a development checkout must not be answered
+from results of the old code), `Config.cache_key` (the rules in force, per-file ignores,
+target torch) and the configuration's root (per-file ignores match paths relative to it),
+so another version, code or configuration never sees these entries.  `<file>` is a digest of the file's path (diagnostics carry the path, and
+per-file ignores depend on it).  An entry holds the file's size, `mtime_ns`, SHA-256 of
+its bytes, and the result: diagnostics (fixes included) or the reason the file could
+not be analysed.
+
+Lookup is two-level, so an unchanged file costs one `stat` and one small read:
+
+1. size and `mtime_ns` equal to the entry's, and the entry written more than
+   `RACY_NS` after that mtime -> the stored result (the file is not opened);
+2. otherwise the file is read and hashed: same SHA-256 -> the stored result
+   (a `touch`, a checkout that rewrote identical bytes).
+
+The racy-write rule is git's: a file modified within the timestamp granularity of the
+moment its entry was written might have changed without changing `mtime_ns`, so its
+stat is not trusted and level 2 decides.
+
+Entries are JSON, never pickle (a cache directory can come from an untrusted checkout),
+and are written atomically (temporary file + `os.replace`), so a crash or a concurrent
+run leaves either the old entry or the new one.  Anything unreadable, malformed or of
+an unexpected shape is a miss, never an error.  Results that contain rule crashes are
+not stored: an internal error should be seen (and reproduced) every time.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from amplint import __version__
+from amplint.diagnostics import Applicability, Diagnostic, Edit, Fix, Span
+
+CACHE_DIR_NAME = ".amplint_cache"
+FORMAT = "v1"
+# A file modified less than this before its entry was written is re-hashed, not trusted by
+# stat (filesystems with coarse timestamps: FAT 2 s, some network mounts 1 s).
+RACY_NS = 2_000_000_000
+
+CACHEDIR_TAG = (
+    "Signature: 8a477f597d28d172789f06886806bc55\n"
+    "# This file is a cache directory tag created by amplint.\n"
+    "# For information about cache directory tags see https://bford.info/cachedir/\n"
+)
+
+
+@dataclass(frozen=True)
+class Hit:
+    diagnostics: list[Diagnostic]
+    error: tuple[int, int, str] | None  # (line, col0, reason) of a SourceError
+
+
+@dataclass
+class Probe:
+    """What a lookup learnt about the file, so a miss does not stat or hash it twice."""
+
+    entry_path: Path
+    size: int | None = None
+    mtime_ns: int | None = None
+    raw: bytes | None = None  # the bytes, when level 2 had to read them
+    sha: str | None = None
+
+
+class ResultCache:
+    def __init__(self, directory: Path, config, version: str = __version__) -> None:
+        self.root = Path(directory)
+        key = f"{version}\0{code_fingerprint()}\0{config.cache_key}\0{config.root}"
+        run = hashlib.sha256(key.encode()).hexdigest()[:16]
+        self.dir = self.root / FORMAT / run
+        self._prepared = False
+
+    # --- lookup --------------------------------------------------------------------------
+    def lookup(self, path: Path) -> tuple[Hit | None, Probe]:
+        probe = Probe(self._entry_path(path))
+        try:
+            st = os.stat(path)
+        except OSError:
+            return None, probe
+        probe.size, probe.mtime_ns = st.st_size, st.st_mtime_ns
+        entry = self._load(probe.entry_path, str(path))
+        if entry is None:
+            return None, probe
+        if entry["size"] == st.st_size and entry["mtime_ns"] == st.st_mtime_ns and entry["written_ns"] - st.st_mtime_ns > RACY_NS:
+            return self._hit(entry), probe
+        try:
+            probe.raw = Path(path).read_bytes()
+        except OSError:
+            return None, probe
+        probe.sha = hashlib.sha256(probe.raw).hexdigest()
+        if probe.sha == entry["sha256"]:
+            hit = self._hit(entry)
+            if hit is not None:
+                # Refresh the stat so the next run stops at level 1.
+                self._write(probe.entry_path, {**entry, "size": st.st_size, "mtime_ns": st.st_mtime_ns})
+            return hit, probe
+        return None, probe
+
+    # --- store ---------------------------------------------------------------------------
+    def store(self, path: Path, probe: Probe, raw: bytes, diagnostics: list[Diagnostic], error=None) -> None:
+        """Remember the result for `raw`, the bytes that were analysed."""
+        if probe.size is None or probe.mtime_ns is None:
+            return
+        sha = probe.sha if probe.raw is raw and probe.sha else hashlib.sha256(raw).hexdigest()
+        entry = {
+            "path": str(path),
+            "size": probe.size,
+            "mtime_ns": probe.mtime_ns,
+            "sha256": sha,
+            "diagnostics": [_dump_diagnostic(d) for d in diagnostics],
+            "error": None if error is None else [error.line, error.col0, error.reason],
+        }
+        # NB: the stat is the one taken before reading; if the file changed in between, the
+        # hash no longer matches the next time and level 2 re-checks it.
+        self._write(probe.entry_path, entry)
+
+    # --- internals -----------------------------------------------------------------------
+    def _entry_path(self, path: Path) -> Path:
+        digest = hashlib.sha256(os.fsencode(str(path))).hexdigest()[:32]
+        return self.dir / digest[:2] / f"{digest}.json"
+
+    @staticmethod
+    def _load(entry_path: Path, path: str) -> dict | None:
+        try:
+            entry = json.loads(entry_path.read_bytes())
+        except (OSError, ValueError):
+            return None
+        try:
+            ok = (
+                entry["path"] == path
+                and isinstance(entry["size"], int)
+                and isinstance(entry["mtime_ns"], int)
+                and isinstance(entry["written_ns"], int)
+                and isinstance(entry["sha256"], str)
+            )
+        except (KeyError, TypeError):
+            return None
+        return entry if ok else None
+
+    @staticmethod
+    def _hit(entry: dict) -> Hit | None:
+        try:
+            diagnostics = [_load_diagnostic(d) for d in entry["diagnostics"]]
+            error = entry["error"]
+            if error is not None:
+                line, col0, reason = error
+                error = (int(line), int(col0), str(reason))
+        except (KeyError, TypeError, ValueError):
+            return None  # malformed: a miss, and the entry is rewritten after the check
+        return Hit(diagnostics, error)
+
+    def _prepare(self) -> None:
+        if self._prepared:
+            return
+        self.dir.mkdir(parents=True, exist_ok=True)
+        for name, text in (("CACHEDIR.TAG", CACHEDIR_TAG), (".gitignore", "# Created by amplint automatically.\n*\n")):
+            target = self.root / name
+            if not target.exists():
+                _write_atomic(target, text.encode())
+        self._prepared = True
+
+    def _write(self, entry_path: Path, entry: dict) -> None:
+        try:
+            self._prepare()
+            entry_path.parent.mkdir(exist_ok=True)
+            entry = {**entry, "written_ns": time.time_ns()}
+            _write_atomic(entry_path, json.dumps(entry, separators=(",", ":")).encode())
+        except OSError:
+            pass  # a read-only or full disk costs speed, never the result
+
+
+def _write_atomic(target: Path, data: bytes) -> None:
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        os.replace(tmp, target)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def _dump_diagnostic(d: Diagnostic) -> dict:
+    out = {
+        "code": d.code,
+        "message": d.message,
+        "path": d.path,
+        "span": [d.span.line, d.span.col0, d.span.end_line, d.span.end_col0],
+        "notes": list(d.notes),
+        "fix": None,
+    }
+    if d.fix is not None:
+        out["fix"] = {
+            "title": d.fix.title,
+            "applicability": d.fix.applicability.value,
+            "edits": [[list(e.start), list(e.end), e.content] for e in d.fix.edits],
+        }
+    return out
+
+
+def _load_diagnostic(d: dict) -> Diagnostic:
+    fix = None
+    if d["fix"] is not None:
+        f = d["fix"]
+        edits = tuple(
+            Edit((int(s[0]), int(s[1])), (int(e[0]), int(e[1])), str(content)) for s, e, content in f["edits"]
+        )
+        fix = Fix(str(f["title"]), edits, Applicability(f["applicability"]))
+    line, col0, end_line, end_col0 = (int(v) for v in d["span"])
+    return Diagnostic(
+        str(d["code"]), str(d["message"]), str(d["path"]), Span(line, col0, end_line, end_col0), fix,
+        tuple(str(n) for n in d["notes"]),
+    )
+
+
+@functools.lru_cache(maxsize=1)
+def code_fingerprint() -> str:
+    """Digest of (name, size, mtime_ns) of every module of the amplint package."""
+    package = Path(__file__).resolve().parent
+    h = hashlib.sha256()
+    for dirpath, dirnames, filenames in os.walk(package):
+        dirnames.sort()
+        for name in sorted(filenames):
+            if name.endswith(".py"):
+                fp = os.path.join(dirpath, name)
+                try:
+                    st = os.stat(fp)
+                except OSError:
+                    continue
+                h.update(f"{os.path.relpath(fp, package)}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+    return h.hexdigest()
+
+
+def default_directory(config_root: Path | None) -> Path:
+    """`.amplint_cache` beside the configuration file, else in the working directory."""
+    return (config_root or Path.cwd()) / CACHE_DIR_NAME

@@ -1,0 +1,170 @@
+"""The result cache (amplint/cache.py): same findings warm as cold, never stale, never fatal."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+import amplint.runner as runner
+from amplint import cache as cache_mod
+from amplint.cli import main
+from amplint.config import Config
+from amplint.runner import check_paths
+
+ROOT = Path(__file__).resolve().parent.parent
+LEGACY = "import torch\n\nscaler = torch.cuda.amp.GradScaler()\nwith torch.cuda.amp.autocast():\n    pass\n"
+
+
+def _tree(tmp_path: Path) -> Path:
+    """A few fixtures (findings, fixes, clean files) plus a file that does not parse."""
+    src = tmp_path / "src"
+    src.mkdir()
+    for code in ("AMP101", "AMP201"):
+        for f in sorted((ROOT / "fixtures" / code).glob("*.py"))[:4]:
+            if not f.name.endswith(".fixed.py"):
+                shutil.copy(f, src / f"{code}_{f.name}")
+    (src / "legacy.py").write_text(LEGACY)
+    (src / "broken.py").write_text("import torch\nwith torch.autocast('cuda'):\n    loss.backward(\n")
+    # Old mtimes: a file written just now is never trusted by stat alone (racy-write rule).
+    old = os.stat(src).st_mtime_ns - 3600 * 10**9
+    for f in src.iterdir():
+        os.utime(f, ns=(old, old))
+    return src
+
+
+def _summary(result) -> list:
+    return [(f.path, f.diagnostics, f.error and (f.error.line, f.error.reason)) for f in result.files]
+
+
+def _forbid_analysis(monkeypatch) -> None:
+    def boom(*a, **k):
+        raise AssertionError("a cached file was analysed again")
+
+    monkeypatch.setattr(runner, "check_source", boom)
+
+
+def test_warm_run_is_identical_and_reads_nothing(tmp_path, monkeypatch) -> None:
+    src, cdir = _tree(tmp_path), tmp_path / "cache"
+    config = Config(root=tmp_path)
+    cold = check_paths([src], config, cache_dir=cdir)
+    assert any(f.diagnostics for f in cold.files) and any(f.error for f in cold.files)
+    assert any(d.fix for f in cold.files for d in f.diagnostics)
+    assert _summary(cold) == _summary(check_paths([src], config))  # same as no cache at all
+    _forbid_analysis(monkeypatch)
+
+    def no_read(*a, **k):
+        raise AssertionError("an unchanged file was read")
+
+    monkeypatch.setattr(runner.sources, "read", no_read)
+    real_read_bytes = Path.read_bytes
+    monkeypatch.setattr(Path, "read_bytes", lambda self: no_read() if self.parent == src else real_read_bytes(self))
+    warm = check_paths([src], config, cache_dir=cdir)
+    assert _summary(warm) == _summary(cold)
+
+
+def test_cache_directory_layout(tmp_path) -> None:
+    src, cdir = _tree(tmp_path), tmp_path / "cache"
+    check_paths([src], Config(root=tmp_path), cache_dir=cdir)
+    assert (cdir / "CACHEDIR.TAG").read_text().startswith("Signature: 8a477f597d28d172789f06886806bc55")
+    assert (cdir / ".gitignore").read_text().splitlines()[-1] == "*"
+    entries = list(cdir.rglob("*.json"))
+    assert len(entries) == len(list(src.iterdir()))
+    assert not list(cdir.rglob("*.tmp"))  # atomic writes leave no temporary files
+
+
+def test_touched_file_is_rehashed_not_reanalysed(tmp_path, monkeypatch) -> None:
+    src, cdir = _tree(tmp_path), tmp_path / "cache"
+    config = Config(root=tmp_path)
+    cold = check_paths([src], config, cache_dir=cdir)
+    for f in src.iterdir():
+        os.utime(f)  # same bytes, new mtime
+    _forbid_analysis(monkeypatch)
+    assert _summary(check_paths([src], config, cache_dir=cdir)) == _summary(cold)
+
+
+def test_changed_file_is_rechecked(tmp_path) -> None:
+    src, cdir = _tree(tmp_path), tmp_path / "cache"
+    config = Config(root=tmp_path)
+    clean = src / "new.py"
+    clean.write_text("import torch\n")
+    assert not [f for f in check_paths([clean], config, cache_dir=cdir).files if f.diagnostics]
+    clean.write_text(LEGACY)
+    again = check_paths([clean], config, cache_dir=cdir)
+    assert again.files[0].diagnostics == check_paths([clean], config).files[0].diagnostics != []
+
+
+def test_same_size_change_within_racy_window_is_rechecked(tmp_path) -> None:
+    f, cdir = tmp_path / "m.py", tmp_path / "cache"
+    config = Config(root=tmp_path)
+    f.write_text("import torch\nx = torch.cuda.amp.autocast\n")
+    first = check_paths([f], config, cache_dir=cdir).files[0].diagnostics
+    st = os.stat(f)
+    f.write_text("import torch\nx = torch.cuda.xxx.autocast\n")  # same size
+    os.utime(f, ns=(st.st_atime_ns, st.st_mtime_ns))  # same mtime: only the hash can tell
+    assert first and check_paths([f], config, cache_dir=cdir).files[0].diagnostics == []
+
+
+def test_changed_configuration_is_rechecked(tmp_path) -> None:
+    src, cdir = _tree(tmp_path), tmp_path / "cache"
+    only_101 = check_paths([src], Config(select=("AMP101",), root=tmp_path), cache_dir=cdir)
+    only_401 = check_paths([src], Config(select=("AMP401",), root=tmp_path), cache_dir=cdir)
+    codes = lambda r: {d.code for d in r.diagnostics}  # noqa: E731
+    assert codes(only_101) == {"AMP101"} and codes(only_401) == {"AMP401"}
+    assert _summary(only_401) == _summary(check_paths([src], Config(select=("AMP401",), root=tmp_path)))
+
+
+def test_other_amplint_version_does_not_share_entries(tmp_path) -> None:
+    config = Config(root=tmp_path)
+    a = cache_mod.ResultCache(tmp_path / "c", config, version="1.0")
+    b = cache_mod.ResultCache(tmp_path / "c", config, version="1.1")
+    assert a.dir != b.dir
+
+
+@pytest.mark.parametrize("garbage", [b"", b"{not json", b"[]", b'{"path": 3}', None])
+def test_corrupt_entry_is_a_miss_not_an_error(tmp_path, garbage) -> None:
+    src, cdir = _tree(tmp_path), tmp_path / "cache"
+    config = Config(root=tmp_path)
+    cold = check_paths([src], config, cache_dir=cdir)
+    for entry in cdir.rglob("*.json"):
+        if garbage is None:  # well-formed JSON, malformed result
+            data = json.loads(entry.read_text())
+            data["diagnostics"] = [{"code": "AMP101"}]
+            entry.write_text(json.dumps(data))
+        else:
+            entry.write_bytes(garbage)
+    assert _summary(check_paths([src], config, cache_dir=cdir)) == _summary(cold)
+    for entry in cdir.rglob("*.json"):  # and the entries were rewritten
+        json.loads(entry.read_text())["sha256"]
+
+
+def test_fix_run_never_uses_a_stale_result(tmp_path) -> None:
+    src, cdir = _tree(tmp_path), tmp_path / "cache"
+    config = Config(root=tmp_path)
+    before = check_paths([src], config, cache_dir=cdir)
+    fixable = [f for f in before.files if any(d.fix for d in f.diagnostics)]
+    assert fixable
+    fixed = check_paths([src], config, cache_dir=cdir, fix=True, unsafe=True)
+    assert any(f.written for f in fixed.files)
+    after = check_paths([src], config, cache_dir=cdir)
+    assert _summary(after) == _summary(check_paths([src], config))
+    assert _summary(after) != _summary(before)
+
+
+def test_cli_flags(tmp_path, monkeypatch, capsys) -> None:
+    src = _tree(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    assert main(["check", "--isolated", "--no-cache", "--exit-zero", str(src)]) in (0, 2)
+    assert not (tmp_path / ".amplint_cache").exists()
+    first = capsys.readouterr()
+    main(["check", "--isolated", "--cache-dir", str(tmp_path / "elsewhere"), "--exit-zero", str(src)])
+    second = capsys.readouterr()
+    assert (tmp_path / "elsewhere" / "CACHEDIR.TAG").is_file() and not (tmp_path / ".amplint_cache").exists()
+    main(["check", "--isolated", "--exit-zero", str(src)])
+    third = capsys.readouterr()
+    assert (tmp_path / ".amplint_cache" / "CACHEDIR.TAG").is_file()
+    main(["check", "--isolated", "--exit-zero", str(src)])  # warm
+    assert first == second == third == capsys.readouterr()
