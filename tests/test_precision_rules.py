@@ -287,3 +287,18 @@ def test_amp501_float32_factories_containers_and_scalar_where() -> None:
         x[:, 0] = -1e9
     """
     assert lint("AMP501", src) == [(10, "AMP501")]
+
+
+def test_device_type_of_a_torch_device_gives_autocast_its_default_dtype() -> None:
+    src = """
+    import torch
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    model = torch.nn.Linear(2, 2).to(device)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for x in data:
+        with torch.autocast(device_type=device.type):
+            loss = model(x).sum()
+        loss.backward()
+        optimizer.step()
+    """
+    assert lint("AMP203", src) == [(7, "AMP203")]

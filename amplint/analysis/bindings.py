@@ -275,6 +275,8 @@ class Bindings:
         else:
             device_expr = call_arg(fake, 0, "device_type")
             device_values = self.values.strings(device_expr, scope)
+            if device_values is None:
+                device_values = self._device_type_strings(device_expr, scope)
             dtype_expr = call_arg(fake, 1, "dtype")
             enabled_expr = call_arg(fake, 2, "enabled")
         device = next(iter(device_values)) if device_values and len(device_values) == 1 else None
@@ -286,6 +288,20 @@ class Bindings:
             dtypes = None
         enabled = True if enabled_expr is None else self.values.literal_bool(enabled_expr)
         return AutocastInfo(node=node, device=device, dtypes=dtypes, enabled=enabled)
+
+    def _device_type_strings(self, expr, scope) -> frozenset[str] | None:
+        """`device.type` where `device = torch.device("cuda" if ... else "cpu")` -> {"cuda", "cpu"}."""
+        if not (isinstance(expr, cst.Attribute) and expr.attr.value == "type"):
+            return None
+        found: set[str] = set()
+        for value, vscope in self.values.assigned(expr.value, scope):
+            if not (isinstance(value, cst.Call) and self.model.qualify(value.func) == "torch.device" and value.args):
+                return None
+            got = self.values.strings(value.args[0].value, vscope)
+            if got is None:
+                return None
+            found |= {s.split(":")[0] for s in got}
+        return frozenset(found) if found else None
 
 
 def receiver_name(call: cst.Call) -> str | None:
