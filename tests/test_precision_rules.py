@@ -302,3 +302,18 @@ def test_device_type_of_a_torch_device_gives_autocast_its_default_dtype() -> Non
         optimizer.step()
     """
     assert lint("AMP203", src) == [(7, "AMP203")]
+
+
+def test_amp501_scalar_where_cast_to_a_half_dtype() -> None:
+    src = """
+    import torch
+    if weight.dtype == torch.float16:
+        pass
+    bias = torch.where(mask > 0, 0, -1e10).to(hidden.dtype)
+    kept = torch.where(mask > 0, 0, -1e10).to(torch.float32)
+    """
+    assert lint("AMP501", src) == [(5, "AMP501")]
+    from amplint.fixes import fix_text
+
+    out = fix_text(textwrap.dedent(src), lambda t: check_source(t, "t.py", select=["AMP501"]), unsafe=True)
+    assert "torch.where(mask > 0, 0, torch.finfo(hidden.dtype).min).to(hidden.dtype)" in out.source

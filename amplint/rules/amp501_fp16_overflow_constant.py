@@ -139,10 +139,33 @@ class Fp16OverflowConstant(Rule):
         if qual is not None or not isinstance(call.func, cst.Attribute):
             return
         method = call.func.attr.value
+        receiver = call.func.value
+        if method in ("to", "type", "type_as", "half") and isinstance(receiver, cst.Call):
+            # `torch.where(m > 0, 0.0, -1e10).to(x.dtype)`: float32 first, then cast.
+            if self.model.qualify(receiver.func) == "torch.where":
+                self._cast_where(call, method, receiver, scope)
+            return
         if method not in _WRITING_METHODS:
             return
         position, keyword = _WRITING_METHODS[method]
         self._sink(call, call.func.value, call_arg(call, position, keyword), scope)
+
+    def _cast_where(self, cast: cst.Call, method: str, where: cst.Call, scope) -> None:
+        if method == "half":
+            for value in (call_arg(where, 1, "input"), call_arg(where, 2, "other")):
+                if value is not None:
+                    self._sink(where, None, value, scope)
+            return
+        if method == "type_as":
+            other = call_arg(cast, 0, "other")
+            dtype = cst.Attribute(other, cst.Name("dtype")) if dotted(other) is not None else None
+        else:
+            dtype = call_arg(cast, None, "dtype") or (cast.args[0].value if cast.args and cast.args[0].keyword is None else None)
+        if dtype is None or self._full_dtype(dtype, scope, unknown_is_full=False):
+            return
+        for value in (call_arg(where, 1, "input"), call_arg(where, 2, "other")):
+            if value is not None:
+                self._sink(where, None, value, scope, dtype_expr=dtype if dotted(dtype) is not None else None)
 
     def _sink(self, node, tensor, value, scope, dtype_expr=None) -> None:
         if value is None:
