@@ -50,7 +50,38 @@ class Casts:
                 for v in values:
                     for branch in value_branches(v):
                         out[id(branch)] = (text, scope)
+                        # `model = Net.from_pretrained(...).to(device).eval()`: the inner
+                        # calls of a chain of module-returning methods name the same module.
+                        node = branch
+                        while _chained_receiver(node) is not None:
+                            node = _chained_receiver(node)
+                            out.setdefault(id(node), (text, scope))
         return out
+
+    @cached_property
+    def _outer_methods(self) -> dict[int, list[cst.Call]]:
+        """id(call) -> the method calls chained on its result (`.to(...)`, `.float()`)."""
+        out: dict[int, list[cst.Call]] = {}
+        for site in self.model.calls:
+            node = site.node
+            outer: list[cst.Call] = []
+            while _chained_receiver(node) is not None:
+                outer.append(node)
+                node = _chained_receiver(node)
+                out.setdefault(id(node), list(reversed(outer)))
+        return out
+
+    def _undone_by_chain(self, call: cst.Call, scope) -> bool:
+        """`Net().half().float()`: a later method of the same chain casts back to fp32."""
+        for outer in self._outer_methods.get(id(call), []):
+            name = outer.func.attr.value
+            if name in ("float", "double"):
+                return True
+            if name == "to":
+                dtypes = self._to_dtypes(outer, scope)
+                if dtypes and not (dtypes & {"float16", "bfloat16"}):
+                    return True
+        return False
 
     @cached_property
     def module_casts(self) -> list[ModuleCast]:
@@ -77,6 +108,8 @@ class Casts:
                         spelling = f"from_pretrained({kw}=...)"
                         break
             if not dtypes or not (dtypes & {"float16", "bfloat16"}):
+                continue
+            if self._undone_by_chain(call, scope):
                 continue
             target = self._target_of(call, scope)
             if target is None:
@@ -162,6 +195,22 @@ class Casts:
                     if self.b.key(arg.value, site.scope) == cast.key:
                         return True
         return False
+
+
+# Module methods that return the module itself, so `m.to(...).eval()` is still `m`.
+_MODULE_RETURNING = frozenset({"to", "cuda", "cpu", "xpu", "npu", "eval", "train", "requires_grad_", "half", "bfloat16", "float", "double", "to_empty"})
+
+
+def _chained_receiver(node: cst.BaseExpression) -> cst.Call | None:
+    """`X(...)` of `X(...).to(device)` when the outer method returns the module."""
+    if (
+        isinstance(node, cst.Call)
+        and isinstance(node.func, cst.Attribute)
+        and node.func.attr.value in _MODULE_RETURNING
+        and isinstance(node.func.value, cst.Call)
+    ):
+        return node.func.value
+    return None
 
 
 def _dotted_names(expr: cst.CSTNode) -> list[cst.BaseExpression]:
