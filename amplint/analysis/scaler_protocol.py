@@ -33,6 +33,12 @@ from amplint.analysis.walk import walk
 from amplint.analysis.steps import Event, Kind, Point, StepGraph
 
 
+# Pre-filter for rules that need a GradScaler: without one of these strings a file can
+# neither build a scaler (`GradScaler`), name one (`scaler`), nor use one by its methods
+# (`x.scale(loss)`, `x.unscale_(opt)`), so the model would find none.
+SCALER_TOKENS = ("scaler", "Scaler", ".scale(", "unscale_")
+
+
 @dataclass(frozen=True)
 class Guard:
     if_id: int  # id() of the `if` statement
@@ -193,12 +199,15 @@ class ScalerProtocol:
 
     @property
     def uses_enabled_scaler(self) -> bool:
-        """Some scaler here may be enabled: a construction without a literal
-        `enabled=False`, or a scaler known only by use (a parameter, an attribute)."""
-        b = self.model.bindings
-        if any(c.enabled is not False for c in b.scaler_constructions):
-            return True
-        return any(not self.scaler_disabled(k) for k in b.scaler_keys)
+        """The module trains with a scaler that may be enabled: it scales a backward,
+        unscales, steps or updates through one.  A factory that only builds and returns
+        a GradScaler does not count."""
+        for graph in self.model.steps:
+            for e in graph.events:
+                uses = e.kind in (Kind.SCALER_STEP, Kind.UNSCALE, Kind.UPDATE) or (e.kind is Kind.BACKWARD and e.scaled)
+                if uses and not self.scaler_disabled(e.scaler):
+                    return True
+        return False
 
     @staticmethod
     def same(a: str | None, b: str | None) -> bool:

@@ -6,7 +6,7 @@ import libcst as cst
 
 from amplint.analysis.bindings import Bindings
 from amplint.analysis.names import dotted
-from amplint.analysis.scaler_protocol import in_iteration_reaches, protocol, training_loop
+from amplint.analysis.scaler_protocol import SCALER_TOKENS, in_iteration_reaches, protocol, training_loop
 from amplint.analysis.steps import Kind
 from amplint.diagnostics import Applicability
 from amplint.rules._base import FixAvailability, InsertBefore, Rule
@@ -70,7 +70,7 @@ class StepWithoutUpdate(Rule):
     fix_title = "Call `{scaler}.update()` after `{step}`"
     fix_availability = FixAvailability.SOMETIMES
     safety = Applicability.UNSAFE
-    requires_any = (".step(",)
+    requires_any = SCALER_TOKENS
 
     def check(self) -> None:
         proto = protocol(self.model)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import libcst as cst
 
 from amplint.analysis.bindings import Bindings
-from amplint.analysis.scaler_protocol import protocol
+from amplint.analysis.scaler_protocol import SCALER_TOKENS, protocol
 from amplint.analysis.steps import Kind
 from amplint.diagnostics import Applicability
 from amplint.rules._base import FixAvailability, Replace, Rule
@@ -64,7 +64,7 @@ class BackwardNotScaled(Rule):
     fix_title = "Use `{scaler}.scale({loss}).backward()`"
     fix_availability = FixAvailability.SOMETIMES
     safety = Applicability.UNSAFE
-    requires_any = ("backward",)
+    requires_any = SCALER_TOKENS
 
     def check(self) -> None:
         proto = protocol(self.model)

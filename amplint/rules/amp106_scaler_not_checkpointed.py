@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from amplint.analysis.checkpoints import Checkpoints
-from amplint.analysis.scaler_protocol import protocol
+from amplint.analysis.scaler_protocol import SCALER_TOKENS, protocol
 from amplint.analysis.steps import Kind
 from amplint.rules._base import Report, Rule
 
@@ -35,6 +35,8 @@ class ScalerNotCheckpointed(Rule):
 
     scaler = torch.amp.GradScaler("cuda")
     ...
+    scaler.step(optimizer)
+    scaler.update()
     torch.save(
         {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "epoch": epoch},
         "ckpt.pt",
@@ -47,6 +49,8 @@ class ScalerNotCheckpointed(Rule):
 
     scaler = torch.amp.GradScaler("cuda")
     ...
+    scaler.step(optimizer)
+    scaler.update()
     torch.save(
         {
             "model": model.state_dict(),
@@ -72,7 +76,7 @@ class ScalerNotCheckpointed(Rule):
     name = "scaler-not-checkpointed"
     message = "{what} saves {held} but not the GradScaler state"
     load_message = "`{call}` restores the optimizer, but no `scaler.load_state_dict(...)` restores the loss scale"
-    requires_any = ("GradScaler", "scaler")
+    requires_any = SCALER_TOKENS
 
     def check(self) -> None:
         if not protocol(self.model).uses_enabled_scaler:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from amplint.analysis.scaler_protocol import protocol, runs_without, training_loop
+from amplint.analysis.scaler_protocol import SCALER_TOKENS, protocol, runs_without, training_loop
 from amplint.analysis.steps import Kind
 from amplint.rules._base import Rule
 
@@ -63,7 +63,7 @@ class UpdatePerMicrobatch(Rule):
     code = "AMP107"
     name = "update-per-microbatch"
     message = "`{call}` runs on every micro-batch, but `{step}` only on some"
-    requires_any = ("update", "unscale_")
+    requires_any = SCALER_TOKENS
 
     def check(self) -> None:
         proto = protocol(self.model)

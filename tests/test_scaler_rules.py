@@ -1,0 +1,191 @@
+"""AMP102-AMP108 (GradScaler protocol): documentation examples, look-alikes, fixtures that run."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from amplint.engine import check_source
+from amplint.registry import BY_CODE
+
+CODES = ("AMP102", "AMP103", "AMP104", "AMP105", "AMP106", "AMP107", "AMP108")
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+
+
+def _codes(source: str, code: str) -> list[tuple[int, str]]:
+    return [(d.span.line, d.code) for d in check_source(textwrap.dedent(source), "t.py", select=[code])]
+
+
+@pytest.mark.parametrize("code", CODES)
+def test_docstring_example_fires_and_use_instead_does_not(code: str) -> None:
+    doc = BY_CODE[code].__doc__
+    example, use_instead = re.findall(r"```python\n(.*?)```", doc, re.S)[:2]
+    assert _codes(example, code), f"{code}: the Example block should fire"
+    assert not _codes(use_instead, code), f"{code}: the Use instead block should not fire"
+
+
+LOOP = """
+import torch
+scaler = torch.amp.GradScaler("cuda")
+for x in loader:
+    with torch.autocast("cuda", dtype=torch.float16):
+        loss = model(x).mean()
+{body}
+"""
+
+
+def _loop(body: str) -> str:
+    return LOOP.format(body=textwrap.indent(textwrap.dedent(body), "    "))
+
+
+def test_amp102_update_after_per_optimizer_loop_is_same_iteration() -> None:
+    src = _loop(
+        """
+        scaler.scale(loss).backward()
+        for opt in optimizers:
+            scaler.step(opt)
+        scaler.update()
+        """
+    )
+    assert _codes(src, "AMP102") == []
+
+
+def test_amp102_update_only_after_training_loop_fires_without_fix() -> None:
+    src = _loop(
+        """
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        """
+    ) + "scaler.update()\n"
+    found = check_source(src, "t.py", select=["AMP102"])
+    assert [d.code for d in found] == ["AMP102"]
+    assert found[0].fix is None  # a second update would raise; moving it is not a local edit
+
+
+def test_amp103_negated_condition_is_the_other_branch() -> None:
+    src = _loop(
+        """
+        if not use_amp:
+            loss.backward()
+        else:
+            scaler.scale(loss).backward()
+        if use_amp:
+            scaler.step(optimizer)
+            scaler.update()
+        else:
+            optimizer.step()
+        """
+    )
+    assert _codes(src, "AMP103") == []
+    assert _codes(src, "AMP104") == []
+
+
+def test_amp103_different_condition_texts_still_fire() -> None:
+    # Nothing ties `if debug` to the scaler: the plain backward does reach scaler.step.
+    src = _loop(
+        """
+        scaler.scale(loss).backward()
+        if debug:
+            extra = model(x).sum()
+            extra.backward()
+        scaler.step(optimizer)
+        scaler.update()
+        """
+    )
+    assert [c for _, c in _codes(src, "AMP103")] == ["AMP103"]
+
+
+def test_amp104_deepspeed_like_engine_step_is_not_an_optimizer() -> None:
+    src = _loop(
+        """
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+        lr_scheduler.step()
+        ema.step()
+        """
+    )
+    assert _codes(src, "AMP104") == []
+
+
+def test_amp105_lazy_construction_and_disabled_scaler_do_not_fire() -> None:
+    src = """
+import torch
+for epoch in range(3):
+    s = torch.amp.GradScaler("cuda", enabled=False)
+    if scaler is None:
+        scaler = torch.amp.GradScaler("cuda")
+"""
+    assert _codes(src, "AMP105") == []
+
+
+def test_amp106_opaque_payload_is_not_reported() -> None:
+    src = """
+import torch
+scaler = torch.amp.GradScaler("cuda")
+scaler.scale(loss).backward()
+scaler.step(optimizer)
+scaler.update()
+torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), **extra_state}, "c.pt")
+torch.save(build_state(), "d.pt")
+"""
+    assert _codes(src, "AMP106") == []
+
+
+def test_amp106_scaler_factory_module_is_not_training_code() -> None:
+    src = """
+import torch
+def get_grad_scaler(**kwargs):
+    return torch.amp.GradScaler(**kwargs)
+def load(optimizer, path):
+    optimizer.load_state_dict(torch.load(path))
+    torch.save({"optimizer": optimizer.state_dict()}, path)
+"""
+    assert _codes(src, "AMP106") == []
+
+
+def test_amp107_step_in_a_caller_is_not_guessed() -> None:
+    # The loop updates every batch; the step happens somewhere we cannot see.
+    src = _loop(
+        """
+        scaler.scale(loss).backward()
+        optimizer_step_elsewhere()
+        scaler.update()
+        """
+    )
+    assert _codes(src, "AMP107") == []
+
+
+def test_amp108_update_between_resets() -> None:
+    src = """
+import torch
+scaler = torch.amp.GradScaler("cuda")
+scaler.scale(loss).backward()
+scaler.unscale_(optimizer)
+scaler.step(optimizer)
+scaler.update()
+scaler.scale(loss2).backward()
+scaler.unscale_(optimizer)
+scaler.step(optimizer)
+scaler.update()
+"""
+    assert _codes(src, "AMP108") == []
+
+
+def test_scaler_fixtures_run_on_cpu() -> None:
+    """Fixtures are runnable training scripts (bad, good and fixed), not just text."""
+    pytest.importorskip("torch")
+    paths = sorted(str(p) for code in CODES for p in (FIXTURES / code).glob("*.py"))
+    script = (
+        "import runpy, sys, io, contextlib\n"
+        "for p in sys.argv[1:]:\n"
+        "    with contextlib.redirect_stdout(io.StringIO()):\n"
+        "        runpy.run_path(p, run_name='__main__')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script, *paths], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
