@@ -9,6 +9,7 @@ optimizer: the optimizer then holds fp16 master weights.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -154,7 +155,7 @@ class Casts:
             keys: set[str] = set()
             for arg in call.args:
                 for name_expr in _dotted_names(arg.value):
-                    keys |= self._keys_through(name_expr, scope, depth=0)
+                    keys |= self._keys_through(name_expr, scope, depth=0, origin=scope)
             out.append((call, keys))
         return out
 
@@ -162,9 +163,10 @@ class Casts:
         if self.b.is_optimizer_constructor(call):
             return True
         name = (dotted(call.func) or "").split(".")[-1].lower()
-        return ("optimizer" in name or name.endswith("optim")) and name.startswith(("create", "build", "get", "make", "configure", "init"))
+        # `create_optimizer(model)`, `configure_optimizers()`, not `get_optimizer_cls_and_kwargs(...)`
+        return _OPTIMIZER_FACTORY.match(name) is not None
 
-    def _keys_through(self, expr: cst.BaseExpression, scope, depth: int) -> set[str]:
+    def _keys_through(self, expr: cst.BaseExpression, scope, depth: int, origin=None) -> set[str]:
         keys: set[str] = set()
         if isinstance(expr, cst.Attribute) and expr.attr.value in _PARAMETER_ACCESSORS:
             expr = expr.value  # `self.parameters()` inside a method: the whole instance
@@ -174,7 +176,11 @@ class Casts:
         if depth < 2 and isinstance(expr, (cst.Name, cst.Attribute)):
             for value, vscope in self.b.values.assigned(expr, scope):
                 for inner in _dotted_names(value):
-                    keys |= self._keys_through(inner, vscope, depth + 1)
+                    if vscope is not origin and vscope is not scope and not _non_local(inner, vscope):
+                        # `self.model = model` in `evaluate()`: that method's local is not
+                        # the module the optimizer is built from in `train()`.
+                        continue
+                    keys |= self._keys_through(inner, vscope, depth + 1, origin)
         return keys
 
     def is_trained(self, cast: ModuleCast) -> bool:
@@ -195,6 +201,18 @@ class Casts:
                     if self.b.key(arg.value, site.scope) == cast.key:
                         return True
         return False
+
+
+_OPTIMIZER_FACTORY = re.compile(r"^_?(create|build|get|make|configure|init|setup)_?(optimizers?|optim)(_and_schedulers?)?$")
+
+
+def _non_local(expr: cst.BaseExpression, scope) -> bool:
+    """An attribute of `self` (or another object), not a name local to `scope`."""
+    text = dotted(expr) or ""
+    head = text.split(".")[0]
+    if "." in text and scope.self_name == head:
+        return True
+    return not scope.binds(head) or getattr(scope, "is_module", False)
 
 
 # Module methods that return the module itself, so `m.to(...).eval()` is still `m`.
