@@ -317,3 +317,20 @@ def test_amp501_scalar_where_cast_to_a_half_dtype() -> None:
 
     out = fix_text(textwrap.dedent(src), lambda t: check_source(t, "t.py", select=["AMP501"]), unsafe=True)
     assert "torch.where(mask > 0, 0, torch.finfo(hidden.dtype).min).to(hidden.dtype)" in out.source
+
+
+def test_amp501_flow_insensitive_names() -> None:
+    src = """
+    import torch
+    scaler = torch.amp.GradScaler("cuda")
+    def f(state, q, k, m):
+        if state is None:
+            state = torch.zeros(3, dtype=torch.float32)
+            state[:, 2] -= 1e38
+        else:
+            state = torch.cat(state)
+        scores = torch.zeros(3)
+        scores = q @ k
+        return scores.masked_fill(m, -1e9)
+    """
+    assert lint("AMP501", src) == [(12, "AMP501")]

@@ -274,10 +274,25 @@ class Fp16OverflowConstant(Rule):
                 return self._full_precision_tensor(tensor.func.value, scope, depth + 1)
             return False
         if isinstance(tensor, (cst.Name, cst.Attribute)):
+            # NB: assignments are not ordered (flow-insensitive); a name that some
+            # assignment makes float32 explicitly is taken as float32 where it is written
+            # (`state = torch.zeros(..., dtype=torch.float32)` then `state[...] -= 1e38`).
+            # A float32 only by default (`torch.zeros(n)`) must hold for every assignment.
             assigned = self.model.bindings.values.assigned(tensor, scope)
-            return bool(assigned) and all(self._full_precision_tensor(v, s, depth + 1) for v, s in assigned)
+            full = [self._full_precision_tensor(v, s, depth + 1) for v, s in assigned]
+            explicit = any(f and _names_a_dtype(v) for f, (v, _) in zip(full, assigned))
+            return bool(full) and (explicit or all(full))
         return False
 
     def _torch_name(self) -> str | None:
         names = self.model.imports.local_names_for("torch")
         return names[0] if names else None
+
+
+def _names_a_dtype(value: cst.BaseExpression) -> bool:
+    """`torch.zeros(..., dtype=torch.float32)`, `x.float()`, `x.to(torch.float32)`: float32 on purpose."""
+    if not isinstance(value, cst.Call):
+        return False
+    if isinstance(value.func, cst.Attribute) and value.func.attr.value in (*_FULL_PRECISION_METHODS, "to", "type"):
+        return True
+    return call_arg(value, None, "dtype") is not None
