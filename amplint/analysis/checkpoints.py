@@ -225,7 +225,12 @@ class Checkpoints:
 
     # --- loading -------------------------------------------------------------------------
     def optimizer_loads(self) -> list:
-        """`optimizer.load_state_dict(...)` call sites; empty when any scaler is restored."""
+        """`optimizer.load_state_dict(<from torch.load>)` call sites that resume from a
+        checkpoint file; empty when the module restores any scaler.
+
+        A wrapper's `load_state_dict(self, state_dict)` delegating to its optimizer, or a
+        state dict round-tripped for device placement, is not a resume.
+        """
         loads = []
         for site in self.model.calls:
             func = site.node.func
@@ -233,6 +238,20 @@ class Checkpoints:
                 continue
             if self.b.is_scaler(func.value, site.scope):
                 return []
-            if self.b.is_optimizer(func.value, site.scope):
+            if self.b.is_optimizer(func.value, site.scope) and self._from_file(call_arg(site.node, 0, "state_dict"), site.scope, 0):
                 loads.append(site)
         return loads
+
+    def _from_file(self, expr, scope, depth: int) -> bool:
+        """The value comes out of `torch.load(...)` (through subscripts and names)."""
+        if expr is None or depth > _MAX_DEPTH:
+            return False
+        while isinstance(expr, cst.Subscript) or (
+            isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute) and expr.func.attr.value in ("get", "pop")
+        ):
+            expr = expr.value if isinstance(expr, cst.Subscript) else expr.func.value
+        if isinstance(expr, cst.Call):
+            return self.model.qualify(expr.func) in ("torch.load", "safetensors.torch.load_file")
+        if isinstance(expr, (cst.Name, cst.Attribute)):
+            return any(self._from_file(v, vs, depth + 1) for v, vs in self.b.values.assigned(expr, scope))
+        return False

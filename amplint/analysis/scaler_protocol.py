@@ -79,7 +79,7 @@ class _GuardCollector(cst.CSTVisitor):
     def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:
         self.stack.pop()
 
-    def _push(self, node: cst.If, in_body: bool) -> None:
+    def _push(self, node: cst.If | cst.IfExp, in_body: bool) -> None:
         conds = _normalise(node.test, self.code)
         if in_body:
             self.stack[-1].extend(Guard(id(node), True, c, v) for c, v in conds)
@@ -90,7 +90,7 @@ class _GuardCollector(cst.CSTVisitor):
             # `else` of `a and b` says nothing about `a` alone; keep the branch identity.
             self.stack[-1].append(Guard(id(node), False, "", False))
 
-    def _pop(self, node: cst.If) -> None:
+    def _pop(self, node: cst.If | cst.IfExp) -> None:
         frame = self.stack[-1]
         while frame and frame[-1].if_id == id(node):
             frame.pop()
@@ -105,6 +105,20 @@ class _GuardCollector(cst.CSTVisitor):
         self._push(node, False)
 
     def leave_If_orelse(self, node: cst.If) -> None:
+        self._pop(node)
+
+    # `scaler.scale(loss).backward() if scaler else loss.backward()`: the arms of a
+    # conditional expression are branches too.
+    def visit_IfExp_body(self, node: cst.IfExp) -> None:
+        self._push(node, True)
+
+    def leave_IfExp_body(self, node: cst.IfExp) -> None:
+        self._pop(node)
+
+    def visit_IfExp_orelse(self, node: cst.IfExp) -> None:
+        self._push(node, False)
+
+    def leave_IfExp_orelse(self, node: cst.IfExp) -> None:
         self._pop(node)
 
     def visit_Call(self, node: cst.Call) -> None:

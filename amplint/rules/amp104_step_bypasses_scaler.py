@@ -51,8 +51,20 @@ class StepBypassesScaler(Rule):
 
     code = "AMP104"
     name = "step-bypasses-scaler"
-    message = "`{step}` steps on gradients still multiplied by the loss scale"
+    message = "`{step}` bypasses the GradScaler after a scaled backward{detail}"
     requires_any = (".scale(",)
+
+    @staticmethod
+    def _detail(graph, bw, ev, scaler_steps) -> str:
+        stepped = any(graph.reaches_point(s, graph.point(ev), stop=lambda e: e.kind is Kind.ZERO_GRAD) for s in scaler_steps)
+        if stepped:
+            return ": `scaler.step` already applied this update (a double step)"
+        unscaled = not graph.reaches_point(
+            bw, graph.point(ev), stop=lambda e: e.kind is Kind.UNSCALE or e.kind is Kind.ZERO_GRAD
+        )
+        if unscaled:
+            return ": steps with inf/NaN gradients are not skipped"
+        return ": its gradients still carry the loss scale"
 
     def check(self) -> None:
         proto = protocol(self.model)
@@ -74,4 +86,4 @@ class StepBypassesScaler(Rule):
                     if any(proto.exclusive(ev, s) and proto.same(proto.key(s, graph, "optimizer"), proto.key(ev, graph, "optimizer")) for s in scaler_steps):
                         continue  # the no-AMP alternative of a scaler.step
                     reported.add(id(ev))
-                    self.report_event(ev, step=code(ev.node.func) + "()")
+                    self.report_event(ev, step=code(ev.node.func) + "()", detail=self._detail(graph, bw, ev, scaler_steps))
