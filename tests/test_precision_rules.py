@@ -334,3 +334,23 @@ def test_amp501_flow_insensitive_names() -> None:
         return scores.masked_fill(m, -1e9)
     """
     assert lint("AMP501", src) == [(12, "AMP501")]
+
+
+def test_amp203_project_scaler_wrappers_count_as_a_scaler() -> None:
+    src = """
+    import torch
+    from timm.utils import NativeScaler
+    from sklearn.preprocessing import StandardScaler
+    features = StandardScaler()
+    def train(model, optimizer, loader, amp_autocast, loss_scaler=None):
+        for x in loader:
+            with torch.autocast("cuda"):
+                loss = model(x)
+            if loss_scaler is not None:
+                loss_scaler(loss, optimizer)
+            else:
+                loss.backward()
+                optimizer.step()
+    """
+    assert lint("AMP203", src) == []
+    assert lint("AMP203", src.replace("loss_scaler", "hook")) == [(8, "AMP203")]

@@ -13,16 +13,21 @@ block does not run there, so every function body starts outside any region.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from functools import cached_property
 
 import libcst as cst
 
 from amplint.analysis.bindings import AutocastInfo
-from amplint.analysis.torch_api import AUTOCAST_CONTEXTS, HALF_DTYPES
+from amplint.analysis.names import dotted
+from amplint.analysis.torch_api import AUTOCAST_CONTEXTS, HALF_DTYPES, SCALER_CONSTRUCTORS, SHARDED_SCALER_CONSTRUCTORS
 from amplint.analysis.walk import walk
 
 FP16_MAX = 65504.0
+# Names of loss scalers (`loss_scaler`, `grad_scaler`, `amp_scaler`, `scaler`), not of data scalers.
+_SCALER_NAME = re.compile(r"^(?:loss_|grad_|amp_|fp16_|mixed_precision_)?scaler$", re.IGNORECASE)
+_SCALER_CLASS = re.compile(r"(?:Native|Loss|Grad|Amp|Apex|Dynamic)\w*Scaler", re.IGNORECASE)
 
 
 def precision_of(model) -> "Precision":
@@ -250,6 +255,34 @@ class Precision:
             else:
                 return True
         return any(k not in disabled_keys for k in b.scaler_keys)
+
+    @cached_property
+    def scaler_wrapper(self) -> bool:
+        """A project's own loss scaler: timm's `NativeScaler`, MAE's
+        `NativeScalerWithGradNormCount`, a `loss_scaler` handed to the training function.
+
+        They wrap `torch.amp.GradScaler` in another module, so the scaler is there even
+        though this module never spells it.  sklearn's `StandardScaler` and friends do
+        not match.
+        """
+        for scope in self.model.scopes:
+            if any(_SCALER_NAME.search(p) for p in scope.params):
+                return True
+            for text, values in scope.assignments.items():
+                if not _SCALER_NAME.search(text.split(".")[-1]):
+                    continue
+                if any(isinstance(v, cst.Call) and not self._torch_scaler(v) for v in values):
+                    return True
+        for site in self.model.calls:
+            name = (dotted(site.node.func) or "").split(".")[-1]
+            if _SCALER_CLASS.search(name) and not self._torch_scaler(site.node):
+                return True
+        return False
+
+    def _torch_scaler(self, call: cst.Call) -> bool:
+        """torch's own scalers are judged by `enabled_scaler` (a literal enabled=False is none)."""
+        qual = self.model.qualify(call.func)
+        return qual in SCALER_CONSTRUCTORS or qual in SHARDED_SCALER_CONSTRUCTORS
 
     # --- does this module run in float16? ------------------------------------------------
     @cached_property

@@ -64,7 +64,7 @@ class Fp16AutocastWithoutScaler(Rule):
 
     def check(self) -> None:
         precision = precision_of(self.model)
-        if precision.enabled_scaler or not any(may_run_fp16(info) for _, _, info in precision.autocast_sites):
+        if precision.enabled_scaler or precision.scaler_wrapper or not any(may_run_fp16(info) for _, _, info in precision.autocast_sites):
             return
         reported: set[int] = set()
         trains = False
