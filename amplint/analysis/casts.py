@@ -24,6 +24,8 @@ from amplint.analysis.values import value_branches
 _FROM_PRETRAINED_DTYPE_KWARGS = ("torch_dtype", "dtype")
 # Calls that give some parameters back their fp32 precision after a cast (diffusers).
 _UPCAST_HELPERS = ("cast_training_params",)
+# Wrapping a (cast) base model with adapters: only the adapters, created in fp32, train.
+_ADAPTER_HELPERS = ("get_peft_model", "prepare_model_for_kbit_training", "add_adapter", "inject_adapter_in_model")
 _PARAMETER_ACCESSORS = ("parameters", "named_parameters")
 
 
@@ -185,13 +187,49 @@ class Casts:
 
     def is_trained(self, cast: ModuleCast) -> bool:
         """Some optimizer receives parameters of the cast module (or of its parent)."""
-        if self._upcast_after(cast):
+        if self._upcast_after(cast) or self._frozen_base(cast):
             return False
         for _, keys in self.optimizer_inputs:
             for k in keys:
                 if k == cast.key or cast.key.startswith(k + ".") or k.startswith(cast.key + "."):
                     return True
         return False
+
+    def _frozen_base(self, cast: ModuleCast) -> bool:
+        """A frozen base that only carries adapters: `requires_grad_(False)` and nothing
+        unfrozen again, or the module handed to PEFT (`get_peft_model`, `add_adapter`),
+        whose LoRA weights are created (and kept) in fp32 after the cast."""
+        frozen = unfrozen = False
+        for site in self.model.calls:
+            call, func = site.node, site.node.func
+            name = (dotted(func) or "").split(".")[-1] if not isinstance(func, cst.Attribute) else func.attr.value
+            if name in _ADAPTER_HELPERS:
+                receiver = func.value if isinstance(func, cst.Attribute) and name == "add_adapter" else None
+                exprs = [receiver] if receiver is not None else [a.value for a in call.args]
+                if any(self._same_module(e, site.scope, cast) for e in exprs if e is not None):
+                    return True
+            if name == "requires_grad_" and isinstance(func, cst.Attribute) and self._same_module(func.value, site.scope, cast, parts=True):
+                flag = self.b.values.literal_bool(call_arg(call, 0, "requires_grad"))
+                if flag is False and self._same_module(func.value, site.scope, cast):
+                    frozen = True
+            if name == "requires_grad_" and self.b.values.literal_bool(call_arg(call, 0, "requires_grad")) is not False:
+                # NB: anything unfrozen again (`model[2].requires_grad_(True)`, `head = ...`)
+                # may be part of the cast module; we cannot tell, so the cast counts.
+                unfrozen = True
+        if frozen and not unfrozen:
+            unfrozen = any(
+                text.endswith(".requires_grad") and any(self.b.values.literal_bool(v) is not False for v in values)
+                for scope in self.model.scopes
+                for text, values in scope.assignments.items()
+            )
+        return frozen and not unfrozen
+
+    def _same_module(self, expr, scope, cast: ModuleCast, parts: bool = False) -> bool:
+        """`expr` is the cast module (or, with `parts`, one of its submodules)."""
+        key = self.b.key(expr, scope)
+        if key is None:
+            return False
+        return key == cast.key or (parts and key.startswith(cast.key + "."))
 
     def _upcast_after(self, cast: ModuleCast) -> bool:
         for site in self.model.calls:
