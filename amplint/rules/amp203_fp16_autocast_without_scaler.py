@@ -15,7 +15,9 @@ class Fp16AutocastWithoutScaler(Rule):
     Flags a float16 autocast region (an explicit `dtype=torch.float16`, a dtype option
     that can be float16, or cuda autocast's default dtype) entered by code that trains
     (a plain `backward()` and an `optimizer.step()` in the same function, helpers
-    inlined) in a module that builds or uses no enabled GradScaler. A region in a
+    inlined) in a module that builds or uses no enabled GradScaler (a project's own
+    wrapper such as timm's `NativeScaler`, or a `loss_scaler` parameter, counts as
+    one). A region in a
     model's `forward` (`with autocast():` or `@autocast()`) counts when the module
     trains without a scaler. The diagnostic points at the autocast `with` (or
     decorator).
