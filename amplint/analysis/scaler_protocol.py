@@ -21,6 +21,7 @@ not", which is what gradient accumulation bugs (AMP107) look like in the graph.
 
 from __future__ import annotations
 
+import re
 import weakref
 from collections import deque
 from dataclasses import dataclass
@@ -36,7 +37,10 @@ from amplint.analysis.steps import Event, Kind, Point, StepGraph
 # Pre-filter for rules that need a GradScaler: without one of these strings a file can
 # neither build a scaler (`GradScaler`), name one (`scaler`), nor use one by its methods
 # (`x.scale(loss)`, `x.unscale_(opt)`), so the model would find none.
-SCALER_TOKENS = ("scaler", "Scaler", ".scale(", "unscale_")
+# Pre-filter: a scaler is built (`GradScaler`), named `*scaler*`, or used through `unscale_`,
+# `get_scale` or a `.scale` method (bindings.scaler_keys). NB: the word `scale`, never `.scale(`:
+# whitespace and comments may sit between `.`, the name and `(`.
+SCALER_TOKENS = ("scaler", "unscale_", "get_scale", re.compile(r"\bscale\b"))
 
 
 @dataclass(frozen=True)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from amplint.analysis.scaler_protocol import protocol
 from amplint.analysis.steps import Kind
 from amplint.rules._base import Rule
@@ -52,7 +54,10 @@ class StepBypassesScaler(Rule):
     code = "AMP104"
     name = "step-bypasses-scaler"
     message = "`{step}` bypasses the GradScaler after a scaled backward{detail}"
-    requires_any = (".scale(",)
+    # Pre-filter: a scaled backward is `.backward` of a `.scale` call (the word, not `.scale(`),
+    # and the bypass is an optimizer `.step`.
+    requires_any = (re.compile(r"\bscale\b"),)
+    and_requires_any = (("backward",), ("step",))
 
     @staticmethod
     def _detail(graph, bw, ev, scaler_steps) -> str:
