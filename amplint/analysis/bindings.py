@@ -143,9 +143,9 @@ class Bindings:
             if not isinstance(func, cst.Attribute):
                 continue
             k = self.key(func.value, site.scope)
-            if k is None:
-                continue
             name = func.attr.value
+            if k is None and name != "backward":
+                continue
             if name in ("unscale_", "get_scale"):
                 keys.add(k)
             elif name == "backward" and isinstance(func.value, cst.Call):
