@@ -248,6 +248,14 @@ class Bindings:
             receiver = (dotted(func.value) or "").lower()
             if "accelerator" in receiver or "fabric" in receiver:
                 return [AutocastInfo(node=call, device=None, dtypes=None, enabled=None, managed=True)]
+        callee = self._local_callee(func, scope) if qual is None and depth < 3 else None
+        if callee is not None:
+            # `with self.autocast_context():` where the method returns `torch.autocast(...)`
+            found = []
+            callee_scope = self.model.scope_of.get(callee)
+            for value in _returned_values(callee):
+                found.extend(self.autocast_of(value, callee_scope, depth + 1))
+            return found
         if isinstance(func, (cst.Name, cst.Attribute)) and qual is None:
             # `autocast = torch.cuda.amp.autocast if x else nullcontext`, then `autocast()`;
             # `ctx = functools.partial(torch.autocast, "cuda")`, then `ctx()`
@@ -263,6 +271,15 @@ class Bindings:
                             found.append(self._describe_autocast(call, pq, vscope, (*b.args[1:], *call.args)))
             return found
         return []
+
+    def _local_callee(self, func: cst.BaseExpression, scope) -> cst.FunctionDef | None:
+        """A function or `self` method defined in this module that `func` calls."""
+        if isinstance(func, cst.Name) and not scope.binds(func.value):
+            return self.model.functions.get(func.value)
+        if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and scope.cls is not None:
+            if func.value.value == scope.self_name:
+                return self.model.enclosing_class_method(scope.cls, func.attr.value)
+        return None
 
     def _describe_autocast(self, node: cst.CSTNode, qual: str, scope, args: tuple) -> AutocastInfo:
         fake = cst.Call(func=cst.Name("autocast"), args=list(args))
@@ -314,3 +331,22 @@ def receiver_name(call: cst.Call) -> str | None:
 
 def method_name(call: cst.Call) -> str | None:
     return attr_name(call.func) if isinstance(call.func, cst.Attribute) else None
+
+
+def _returned_values(fn: cst.FunctionDef) -> list[cst.BaseExpression]:
+    """The expressions `fn` returns (not those of functions nested in it)."""
+    out: list[cst.BaseExpression] = []
+
+    class V(cst.CSTVisitor):
+        def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+            return node is fn
+
+        def visit_Lambda(self, node: cst.Lambda) -> bool:
+            return False
+
+        def visit_Return(self, node: cst.Return) -> None:
+            if node.value is not None:
+                out.append(node.value)
+
+    fn.visit(V())
+    return out
