@@ -189,3 +189,19 @@ def test_scaler_fixtures_run_on_cpu() -> None:
     )
     done = subprocess.run([sys.executable, "-c", script, *paths], capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+def test_update_once_per_epoch_is_amp102_not_amp107() -> None:
+    src = """
+import torch
+scaler = torch.amp.GradScaler("cuda")
+for epoch in range(3):
+    for x in loader:
+        with torch.autocast("cuda", dtype=torch.float16):
+            loss = model(x).mean()
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+    scaler.update()
+"""
+    assert [c for _, c in _codes(src, "AMP102")] == ["AMP102"]
+    assert _codes(src, "AMP107") == []

@@ -81,7 +81,9 @@ class UpdatePerMicrobatch(Rule):
                 mine = [
                     s
                     for s in steps
-                    if loop in s.loops
+                    # The same micro-batch loop: an update after the batch loop that
+                    # steps is AMP102's "update once per epoch", not this.
+                    if training_loop(graph, s) is loop
                     and proto.same(proto.key(s, graph), proto.key(ev, graph))
                     and (ev.kind is Kind.UPDATE or proto.same(proto.key(s, graph, "optimizer"), proto.key(ev, graph, "optimizer")))
                 ]
