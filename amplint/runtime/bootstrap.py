@@ -165,9 +165,11 @@ class Session:
             return self._orig_os_exit(code)
 
         sys.excepthook, sys.exit, os._exit = excepthook, sys_exit, os_exit
+        self._sigterm_set = False
         if signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):
             try:
                 signal.signal(signal.SIGTERM, self._on_sigterm)
+                self._sigterm_set = True
             except ValueError:  # not the main thread
                 pass
         os.register_at_fork(after_in_child=self._after_fork)
@@ -180,6 +182,8 @@ class Session:
 
     def _after_fork(self) -> None:
         """A forked child (DataLoader worker, fork-started rank) starts with empty evidence."""
+        if self.finished:
+            return
         self.forked = True
         self.is_script = False
         self.pid = os.getpid()
@@ -208,6 +212,11 @@ class Session:
         if sys.excepthook is not self._orig_excepthook:
             sys.excepthook = self._orig_excepthook
         sys.exit, os._exit = self._orig_exit, self._orig_os_exit
+        if getattr(self, "_sigterm_set", False) and signal.getsignal(signal.SIGTERM) == self._on_sigterm:
+            try:
+                signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            except ValueError:
+                pass
         if self.budget.stopped:
             self.ended = f"stopped after {self.budget.limit} steps"
         self.sink.label = _label()

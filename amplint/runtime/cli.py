@@ -91,9 +91,6 @@ def verify(argv: list[str]) -> int:
 
     from amplint.runtime import launch
     from amplint.runtime.agenda import static_agenda
-    from amplint.runtime.correlate import correlate
-    from amplint.runtime.probes import probed_codes
-
     script = launch.script_of(args.command)
     diagnostics, errors = [], []
     if script and Path(script).is_file():
@@ -124,21 +121,28 @@ def verify(argv: list[str]) -> int:
         if args.evidence_dir is None:
             launch.clean(out_dir)
 
-    reached = {tuple(r) for p in outcome.processes for r in p.get("reached", [])}
-    findings, runtime = correlate(diagnostics, outcome.observations, reached, probed_codes())
-    report = build_report(args, outcome, findings, runtime)
+    report, findings, runtime = make_report(outcome, diagnostics)
     print(render_table(report, findings, runtime))
-    if args.profile is not None:  # summary computed from the trace JSON (compare/profile side)
-        from amplint.runtime import trace_summary
-
-        report["profile"] = trace_summary.summarize_dir(args.profile)
-        print("\n".join(trace_summary.render(s) for s in report["profile"]) or f"profile: no trace written to {args.profile}")
     if args.report is not None:
         args.report.parent.mkdir(parents=True, exist_ok=True)
         args.report.write_text(json.dumps(_clean(report), indent=2, allow_nan=False) + "\n", encoding="utf-8")
-    if outcome.exit_code != 0:
-        return outcome.exit_code
-    if any(f.status == "confirmed" for f in findings) or runtime:
+    return exit_code_for(report)
+
+
+def make_report(outcome, diagnostics):
+    """(report dict, findings, runtime findings) for a finished run and its static agenda."""
+    from amplint.runtime.correlate import correlate
+    from amplint.runtime.probes import probed_codes
+
+    reached = {tuple(r) for p in outcome.processes for r in p.get("reached", [])}
+    findings, runtime = correlate(diagnostics, outcome.observations, reached, probed_codes())
+    return build_report(outcome, findings, runtime), findings, runtime
+
+
+def exit_code_for(report: dict) -> int:
+    if report["exit_code"] != 0:
+        return report["exit_code"]
+    if any(f["status"] == "confirmed" for f in report["findings"]) or report["runtime_findings"]:
         return EXIT_FINDINGS
     return EXIT_CLEAN
 
@@ -156,7 +160,7 @@ def _profiling_extension(directory: Path) -> dict[str, str] | None:
     return dict(fn(directory)) if fn else None
 
 
-def build_report(args, outcome, findings, runtime) -> dict:
+def build_report(outcome, findings, runtime) -> dict:
     from amplint.runtime.emulation import NOTES
 
     device = "cpu" if outcome.emulated else _native_device(outcome)

@@ -2,8 +2,8 @@
 
 - autocast / GradScaler device "cuda" become "cpu" (autocast keeps CUDA's default dtype, float16,
   because CPU autocast would otherwise default to bfloat16);
-- `.cuda()`, `.to("cuda")`, `device="cuda"` (factories, `torch.device("cuda")` objects) stay on the CPU,
-  through a TorchFunctionMode that is pushed for the whole run and popped at the end;
+- `.cuda()`, `.to("cuda")`, `device="cuda"` (torch factories, `Tensor.new_*`, `torch.device("cuda")`
+  objects) stay on the CPU;
 - `torch.cuda.synchronize/set_device/current_device` become no-ops, and a "nccl" process group becomes "gloo".
 
 NB: this is an emulation.  CPU autocast casts differently from CUDA autocast (softmax, log_softmax,
@@ -17,10 +17,9 @@ from __future__ import annotations
 import inspect
 
 import torch
-from torch.overrides import TorchFunctionMode
 
 from amplint.runtime import torch_state
-from amplint.runtime.patching import Handle, Patch, wrap
+from amplint.runtime.patching import Patch, wrap
 
 NOTES = (
     "CPU emulation of a CUDA run: CPU autocast keeps softmax, log_softmax, layer_norm, exp, sum, "
@@ -41,24 +40,35 @@ def _cpu(d):
     return "cpu" if _is_cuda(d) else d
 
 
-class _CudaToCpu(TorchFunctionMode):
-    """Private: rewrite CUDA device arguments to CPU for every torch call."""
+# Factories and methods that take a `device=`; each is wrapped while emulation is on.
+_FACTORIES = (
+    "tensor", "as_tensor", "zeros", "ones", "empty", "full", "rand", "randn", "randint", "randperm",
+    "arange", "linspace", "logspace", "eye", "zeros_like", "ones_like", "empty_like", "full_like",
+    "rand_like", "randn_like", "randint_like", "empty_strided", "normal", "scalar_tensor",
+)
+_TENSOR_NEW = ("new_tensor", "new_zeros", "new_ones", "new_empty", "new_full")
 
-    def __init__(self) -> None:
-        super().__init__()
-        self._identity = {torch.Tensor.cuda, torch.Tensor.pin_memory}
-        self._positional = {torch.Tensor.to, torch.Tensor.new_empty, torch.Tensor.new_zeros}
 
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        if func in self._identity:
-            return args[0]
-        d = kwargs.get("device")
+def _device_kw(orig):
+    def call(*a, **kw):
+        d = kw.get("device")
         if d is not None and _is_cuda(d):
-            kwargs = {**kwargs, "device": "cpu"}
-        if func is torch.Tensor.to:
-            args = tuple(_cpu(a) for a in args)
-        return func(*args, **kwargs)
+            kw["device"] = "cpu"
+        return orig(*a, **kw)
+
+    return call
+
+
+def _tensor_to(orig):
+    def to(self, *a, **kw):
+        if a:
+            a = tuple(_cpu(x) for x in a)
+        d = kw.get("device")
+        if d is not None and _is_cuda(d):
+            kw["device"] = "cpu"
+        return orig(self, *a, **kw)
+
+    return to
 
 
 def install():
@@ -106,6 +116,14 @@ def install():
 
         yield wrap(dist, "init_process_group", w_pg)
 
-    mode = _CudaToCpu()
-    mode.__enter__()
-    yield Handle(lambda: mode.__exit__(None, None, None))
+    # NB: plain patches, not a TorchFunctionMode: with a mode on the stack, entering autocast
+    # imports torch._dynamo and every torch call pays the mode (measured: a fixture went from 2 s
+    # to over a minute).
+    for name in _FACTORIES:
+        if hasattr(torch, name):
+            yield wrap(torch, name, _device_kw)
+    for name in _TENSOR_NEW:
+        yield wrap(torch.Tensor, name, _device_kw)
+    yield wrap(torch.Tensor, "to", _tensor_to)
+    yield wrap(torch.Tensor, "cuda", lambda orig: (lambda self, *a, **k: self))
+    yield wrap(torch.Tensor, "pin_memory", lambda orig: (lambda self, *a, **k: self))

@@ -1,0 +1,105 @@
+"""Every fixture under verify: bad fixtures of probed rules are CONFIRMED with evidence; good
+fixtures give nothing confirmed and no runtime finding.
+
+Parametrized over the fixture directories at collection time, so new fixtures are picked up.
+The runs happen once per module, forked from one warm interpreter (tests/runtime/forkrun.py).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+
+from amplint.runtime.probes import probed_codes  # noqa: E402
+from amplint.testing import expectations, fixture_cases  # noqa: E402
+
+pytestmark = pytest.mark.runtime
+
+ROOT = Path(__file__).resolve().parents[2]
+PROBED = probed_codes()
+CASES = [
+    p
+    for p in fixture_cases(ROOT / "fixtures")
+    if p.name.startswith("good_") or (p.name.startswith("bad_") and p.parent.name in PROBED)
+]
+
+# The evidence fields each probe promises (DESIGN.md's confirmation column).
+EVIDENCE = {
+    "AMP101": {"stage", "scale", "max_norm"},
+    "AMP102": {"scaler_steps", "updates"},
+    "AMP103": {"backward", "scale"},
+    "AMP104": {"stage", "scale", "optimizer"},
+    "AMP105": {"instances_from_this_line"},
+    "AMP106": {"payload_holds"},
+    "AMP107": {"updates", "scaler_steps"},
+    "AMP108": {"stage_before"},
+    "AMP201": {"autocast"},
+    "AMP202": {"autocast"},
+    "AMP203": {"autocast_dtype", "zero_grad_share"},
+    "AMP204": {"autocast_dtype"},
+    "AMP301": {"param_dtypes", "optimizer"},
+    "AMP303": {"default_dtype"},
+    "AMP304": {"eps", "param_dtype"},
+    "AMP401": {"warning"},
+}
+
+_results: dict[Path, tuple[int, dict]] = {}
+
+
+def _run_all(paths: list[Path], tmp: Path) -> None:
+    """Run every fixture under the bootstrap (forked from one warm interpreter), then build each
+    report exactly as `amplint verify` does: static agenda, merge, correlate."""
+    from amplint.runtime import launch
+    from amplint.runtime.agenda import static_agenda
+    from amplint.runtime.cli import exit_code_for, make_report
+
+    jobs = [{"script": str(p), "out": str(tmp / f"run{i}"), "device": "cpu"} for i, p in enumerate(paths)]
+    (tmp / "jobs.json").write_text(json.dumps(jobs))
+    subprocess.run([sys.executable, str(Path(__file__).with_name("forkrun.py")), str(tmp / "jobs.json"), str(tmp / "rc.json")], check=True, timeout=1800, cwd=ROOT)
+    rcs = json.loads((tmp / "rc.json").read_text())
+    for path, job, rc in zip(paths, jobs, rcs):
+        outcome = launch.collect(Path(job["out"]), [sys.executable, str(path)], rc, "cpu")
+        diagnostics, _, _ = static_agenda(path)
+        report, _, _ = make_report(outcome, diagnostics)
+        report["output"] = (Path(job["out"]) / "output.txt").read_text(errors="replace")[-2000:]
+        _results[path] = (exit_code_for(report), report)
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory):
+    if not _results:
+        tmp = Path(tempfile.mkdtemp(prefix="amplint-fixtures-"))  # NB: not tmp_path: parallel pytest runs rotate those
+        try:
+            _run_all(CASES, tmp)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return _results
+
+
+@pytest.mark.parametrize("path", CASES, ids=lambda p: f"{p.parent.name}/{p.stem}")
+def test_fixture_under_verify(path: Path, results) -> None:
+    code, report = results[path]
+    if path.name.startswith("good_"):
+        confirmed = [f for f in report["findings"] if f["status"] == "confirmed"]
+        assert confirmed == [], (confirmed, report["output"])
+        assert report["runtime_findings"] == [], (report["runtime_findings"], report["output"])
+        return
+    rule = path.parent.name
+    wanted = [line for line, c in expectations(path.read_text()) if c == rule]
+    assert wanted, "a bad fixture promises at least one finding"
+    by_line = {(f["code"], f["line"]): f for f in report["findings"]}
+    for line in wanted:
+        f = by_line.get((rule, line))
+        assert f is not None, f"{rule} at line {line} was not on the agenda: {report['findings']}"
+        assert f["status"] == "confirmed", (f, report["runtime_findings"], report.get("probe_errors"), report["ended"], report["output"])
+        missing = EVIDENCE.get(rule, set()) - set(f["evidence"])
+        assert not missing, f"evidence lacks {missing}: {f['evidence']}"
+    assert code != 0

@@ -1,0 +1,124 @@
+"""verify end to end: transparency, failures, step budget, ranks, clean removal of every patch."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from tests.runtime.conftest import PY, SCRIPTS  # noqa: E402
+
+pytestmark = pytest.mark.runtime
+
+
+def test_losses_bit_identical_with_and_without_verify(tmp_path, verify_run):
+    plain, probed = tmp_path / "plain.txt", tmp_path / "probed.txt"
+    subprocess.run([PY, str(SCRIPTS / "deterministic.py"), str(plain)], check=True)
+    code, report = verify_run("--nan-guard", "--", PY, str(SCRIPTS / "deterministic.py"), str(probed))
+    assert code == 0, report
+    assert report["steps"] == 8 and report["ended"] == "completed"
+    assert plain.read_text() == probed.read_text()
+    assert len(plain.read_text().split()) == 8
+
+
+def test_step_budget_stops_cleanly_and_dataloader_workers_do_not_report(tmp_path, verify_run):
+    code, report = verify_run("--steps", "3", "--", PY, str(SCRIPTS / "many_steps.py"))
+    assert code == 0, report
+    assert report["steps"] == 3
+    assert report["ended"] == "stopped after 3 steps"
+    assert report["ranks"] == ["main"]  # the two DataLoader workers wrote nothing
+
+
+@pytest.mark.parametrize(
+    "how, exit_code, ended",
+    [
+        ("raise", 1, "raised ValueError: boom"),
+        ("exit", 3, "sys.exit(3)"),
+        ("os_exit", 4, "os._exit(4)"),
+        ("sigint", 130, "interrupted (SIGINT)"),
+        ("nostep", 0, "completed; no optimizer step was taken"),
+    ],
+)
+def test_failures_still_write_the_report(how, exit_code, ended, verify_run):
+    code, report = verify_run("--", PY, str(SCRIPTS / "ends_badly.py"), how)
+    assert report["exit_code"] == exit_code
+    assert code == exit_code
+    assert report["ended"] == ended
+    assert report["steps"] == (0 if how == "nostep" else 2)
+
+
+def test_cpu_emulation_runs_a_cuda_script(verify_run):
+    code, report = verify_run("--device", "cpu", "--", PY, str(SCRIPTS / "ends_badly.py"), "cuda")
+    assert code == 0, report
+    assert report["emulated"] is True and report["device"] == "cpu"
+    assert report["steps"] == 2 and "CPU" in report["notes"][0]
+
+
+@pytest.mark.skipif(shutil.which("torchrun") is None and not hasattr(torch, "distributed"), reason="no torchrun")
+def test_torchrun_two_ranks_are_merged(verify_run):
+    cmd = [PY, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", str(SCRIPTS / "ddp_clip.py")]
+    code, report = verify_run("--", *cmd)
+    assert report["exit_code"] == 0, report
+    assert sorted(report["ranks"]) == ["rank0", "rank1"]
+    (f,) = [f for f in report["findings"] if f["code"] == "AMP101"]
+    assert f["status"] == "confirmed"
+    assert f["evidence"]["ranks"] == ["rank0", "rank1"]
+    assert f["evidence"]["stage"] == "READY" and f["evidence"]["max_norm"] == 1.0
+    assert code == 1
+
+
+def _snapshot():
+    import warnings
+
+    import torch.nn.utils.clip_grad as cg
+    from torch.optim import optimizer as optmod
+
+    from amplint.runtime import torch_state
+
+    S = torch_state.BaseGradScaler
+    return {
+        "scaler": {n: S.__dict__[n] for n in ("__init__", "scale", "unscale_", "step", "update")},
+        "opt_init": torch.optim.Optimizer.__dict__["__init__"],
+        "pre_hooks": len(optmod._global_optimizer_pre_hooks),
+        "post_hooks": len(optmod._global_optimizer_post_hooks),
+        "fwd_hooks": len(torch.nn.modules.module._global_forward_hooks),
+        "clip": (torch.nn.utils.clip_grad_norm_, cg.clip_grad_norm_, torch.nn.utils.clip_grad_value_),
+        "backward": (torch.Tensor.__dict__["backward"], torch.autograd.backward, torch.autograd.grad),
+        "autocast": (torch.amp.autocast_mode.autocast.__dict__["__enter__"], torch.amp.autocast_mode.autocast.__dict__["__init__"]),
+        "module": tuple(torch.nn.Module.__dict__[n] for n in ("half", "bfloat16", "to", "cuda")),
+        "save": (torch.save, torch.set_default_dtype, warnings.showwarning),
+        "cuda": (torch.cuda.synchronize, torch.cuda.set_device, torch.cuda.current_device),
+        "sys": (sys.excepthook, sys.exit, os._exit),
+        "modes": torch._C._len_torch_function_stack(),
+        "emulation": (torch.randn, torch.zeros, torch.Tensor.__dict__.get("to"), torch.Tensor.__dict__.get("cuda"), torch.Tensor.__dict__.get("new_zeros")),
+    }
+
+
+def test_no_patch_or_hook_remains(tmp_path, monkeypatch):
+    from amplint.runtime import bootstrap
+
+    before = _snapshot()
+    monkeypatch.setenv("AMPLINT_OUT", str(tmp_path))
+    monkeypatch.setenv("AMPLINT_DEVICE", "cpu")
+    monkeypatch.setenv("AMPLINT_NAN_GUARD", "1")
+    monkeypatch.delenv("AMPLINT_STEPS", raising=False)
+    session = bootstrap.Session()
+    session.start()
+    try:
+        during = _snapshot()
+        changed = [k for k in before if before[k] != during[k]]
+        assert set(changed) >= {"scaler", "opt_init", "pre_hooks", "clip", "backward", "autocast", "module", "save", "sys", "emulation", "fwd_hooks"}
+        model = torch.nn.Linear(2, 1)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        model(torch.randn(3, 2)).sum().backward()
+        opt.step()
+    finally:
+        session.finish()
+    assert _snapshot() == before
+    assert not session.sink.errors
