@@ -93,10 +93,22 @@ class _Mutations(cst.CSTVisitor):
                     self.items.append((None, a.value))
 
 
+class _Numbering(cst.CSTVisitor):
+    """Pre-order index of every node: source order without computing positions."""
+
+    def __init__(self) -> None:
+        self.index: dict[int, int] = {}
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        self.index[id(node)] = len(self.index)
+        return True
+
+
 class Checkpoints:
     def __init__(self, model) -> None:
         self.model = model
         self.b = model.bindings
+        self._order_cache: dict[int, int] | None = None
 
     def payload(self, event) -> Payload:
         """What the `torch.save` of a SAVE event writes."""
@@ -177,6 +189,8 @@ class Checkpoints:
         if self.b.is_scaler(expr, scope):
             return {SCALER}
         values = self.b.values.assigned(expr, scope)
+        if event is not None and len(values) > 1:
+            values = self._reaching(values, event.node)
         if not values:
             return {UNKNOWN}
         out: set[str] = set()
@@ -192,6 +206,31 @@ class Checkpoints:
                 else:
                     out |= self._item(key, value, scope, depth)
         return out
+
+    def _reaching(self, values, use: cst.CSTNode):
+        """The assignment that last precedes `use` in source order, when there is one.
+
+        `checkpoint = torch.load(...)` at the top of a script and `checkpoint = {...}`
+        just before `torch.save(checkpoint, ...)` are two values; the save writes the
+        second.  Source order is a flow-insensitive stand-in for reaching definitions
+        (a loop can carry a later assignment around), which is good enough here.
+        """
+        order = self._order()
+        at = order.get(id(use))
+        if at is None:
+            return values
+        before = [(order.get(id(v), -1), v, s) for v, s in values if order.get(id(v), -1) < at]
+        if not before:
+            return values
+        _, value, scope = max(before, key=lambda t: t[0])
+        return [(value, scope)]
+
+    def _order(self) -> dict[int, int]:
+        if self._order_cache is None:
+            numbering = _Numbering()
+            self.model.module.visit(numbering)
+            self._order_cache = numbering.index
+        return self._order_cache
 
     # --- helpers called with the payload -------------------------------------------------
     def _caller_scope(self, event):
