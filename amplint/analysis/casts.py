@@ -187,13 +187,41 @@ class Casts:
 
     def is_trained(self, cast: ModuleCast) -> bool:
         """Some optimizer receives parameters of the cast module (or of its parent)."""
-        if self._upcast_after(cast) or self._frozen_base(cast):
+        if self._upcast_after(cast) or self._frozen_base(cast) or self._after_training(cast):
             return False
         for _, keys in self.optimizer_inputs:
             for k in keys:
                 if k == cast.key or cast.key.startswith(k + ".") or k.startswith(cast.key + "."):
                     return True
         return False
+
+    def _after_training(self, cast: ModuleCast) -> bool:
+        """`model.half()` for an fp16 export once the function's training is over.
+
+        True when the cast is a statement of the function's own body (not in a loop or
+        branch), the function trains before it (backward or an optimizer step, also via an
+        inlined helper) and nothing trains from that statement on.
+        """
+        from amplint.analysis.steps import Kind
+
+        scope = cast.scope
+        body = getattr(scope.node, "body", None)
+        if not isinstance(body, cst.IndentedBlock) and not isinstance(scope.node, cst.Module):
+            return False
+        statements = list(scope.node.body) if isinstance(scope.node, cst.Module) else list(body.body)
+        index = {}
+        for i, stmt in enumerate(statements):
+            for call in _calls_in(stmt):
+                index[id(call)] = (i, stmt)
+        at = index.get(id(cast.call))
+        if at is None or not isinstance(at[1], cst.SimpleStatementLine):
+            return False
+        graph = self.model.steps.graph(scope)
+        training = [e for e in graph.of_kind(Kind.BACKWARD, Kind.OPT_STEP, Kind.SCALER_STEP)]
+        positions = [index.get(id(e.anchor), (None,))[0] for e in training]
+        if not positions or any(p is None or p >= at[0] for p in positions):
+            return False
+        return True
 
     def _frozen_base(self, cast: ModuleCast) -> bool:
         """A frozen base that only carries adapters: `requires_grad_(False)` and nothing
@@ -267,6 +295,17 @@ def _chained_receiver(node: cst.BaseExpression) -> cst.Call | None:
     ):
         return node.func.value
     return None
+
+
+def _calls_in(node: cst.CSTNode) -> list[cst.Call]:
+    out: list[cst.Call] = []
+
+    class V(cst.CSTVisitor):
+        def visit_Call(self, n: cst.Call) -> None:
+            out.append(n)
+
+    node.visit(V())
+    return out
 
 
 def _dotted_names(expr: cst.CSTNode) -> list[cst.BaseExpression]:
