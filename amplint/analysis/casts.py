@@ -282,7 +282,9 @@ def _non_local(expr: cst.BaseExpression, scope) -> bool:
 
 
 # Module methods that return the module itself, so `m.to(...).eval()` is still `m`.
-_MODULE_RETURNING = frozenset({"to", "cuda", "cpu", "xpu", "npu", "eval", "train", "requires_grad_", "half", "bfloat16", "float", "double", "to_empty"})
+_MODULE_RETURNING = frozenset(
+    {"to", "cuda", "cpu", "xpu", "npu", "eval", "train", "requires_grad_", "half", "bfloat16", "float", "double", "to_empty"}
+)
 
 
 def _chained_receiver(node: cst.BaseExpression) -> cst.Call | None:
