@@ -26,6 +26,7 @@ from amplint.analysis.model import ModuleModel
 from amplint.config import Config
 from amplint.diagnostics import Diagnostic, Edit, Fix, Span
 from amplint.rules._base import InsertBefore, RemoveStatement, Replace, Report
+from amplint.sources import nesting_problem
 from amplint.suppression import is_suppressed, noqa_map
 
 
@@ -52,7 +53,12 @@ class RuleCrash:
 
 def prefilter_tokens(rules) -> tuple[str, ...]:
     """Every plain token the rules' pre-filters look for (for documentation and tests)."""
-    return tuple(sorted({t for r in rules for g in _token_groups(r) for t in g if isinstance(t, str)}))
+    return tuple(sorted({t for r in rules for g in _token_groups(r) for t in _flat(g) if isinstance(t, str)}))
+
+
+def _flat(tokens):
+    for t in tokens:
+        yield from (_flat(t) if isinstance(t, tuple) else (t,))
 
 
 def _token_groups(rule) -> tuple[tuple, ...]:
@@ -60,7 +66,12 @@ def _token_groups(rule) -> tuple[tuple, ...]:
 
 
 def _has(text: str, token) -> bool:
-    return token.lower() in text if isinstance(token, str) else token.search(text) is not None
+    """A token: a substring, a compiled pattern, or a tuple of tokens that must all be there."""
+    if isinstance(token, str):
+        return token.lower() in text
+    if isinstance(token, tuple):
+        return all(_has(text, t) for t in token)
+    return token.search(text) is not None
 
 
 def _rule_may_fire(rule, text: str) -> bool:
@@ -94,12 +105,44 @@ def may_fire(source: str, rules, path: str | None = None) -> bool:
 
 
 def parse(source: str, path: str) -> cst.Module:
+    # NB: the guard must run first: what it refuses would crash or stall libcst's native parser.
+    problem = nesting_problem(source)
+    if problem is not None:
+        raise SourceError(path, problem[0], 0, problem[1])
     try:
         return cst.parse_module(source)
     except cst.ParserSyntaxError as exc:
+        # CPython says it better ("expected ':'" at the `if`, where libcst lists every token
+        # it could have accepted at the next line): ask it, on this rare path only.
+        syntax_check(source, path)
         raise SourceError(path, exc.raw_line, max(exc.raw_column, 0), f"SyntaxError: {exc.message}") from None
     except RecursionError:
         raise SourceError(path, 1, 0, "SyntaxError: too deeply nested to parse") from None
+
+
+def syntax_check(source: str, path: str) -> None:
+    """Raise SourceError if CPython cannot compile `source` (nothing is executed).
+
+    Used for files the pre-filter skips.  `compile` to bytecode is CPython's cheapest
+    complete check (about a sixth of libcst's parse); its warnings (invalid escapes and
+    the like) are not amplint's to print.
+    """
+    import warnings
+
+    problem = nesting_problem(source)  # CPython's own limits, checked without recursing
+    if problem is not None:
+        raise SourceError(path, problem[0], 0, problem[1])
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            compile(source, path, "exec", dont_inherit=True)
+    except SyntaxError as exc:
+        line = exc.lineno or 1
+        col0 = max((exc.offset or 1) - 1, 0)
+        raise SourceError(path, line, col0, f"{type(exc).__name__}: {exc.msg}") from None
+    except (ValueError, RecursionError, MemoryError) as exc:  # NUL bytes; absurd nesting
+        raise SourceError(path, 1, 0, f"SyntaxError: {exc}" if isinstance(exc, ValueError) else
+                          "too deeply nested to analyse (CPython cannot compile it either)") from None
 
 
 def package_of(path: str) -> str | None:
@@ -140,31 +183,97 @@ def check_source(
     elif select:
         config = config.with_overrides(select=tuple(select))
     rules = config.rules_for(path)
-    if prefilter:
-        rules = rules_that_may_fire(source, rules, path)
     if not rules:
         return []
+    if prefilter:
+        rules = rules_that_may_fire(source, rules, path)
+        if not rules:
+            # Nothing can fire, but a file that does not compile is still reported (issue 8:
+            # every file ends with findings or a parse error).  CPython's compiler costs a
+            # fraction of libcst's parse, and the text is not even looked at otherwise.
+            syntax_check(source, path)
+            return []
     module = parse(source, path)
-    return analyse(module, source, path, rules, crashes=crashes)
+    # Crashes are collected per attempt, so a retry does not report them twice; without a
+    # `crashes` list a rule's exception propagates unchanged (API and test callers).
+    found: list[RuleCrash] | None = [] if crashes is not None else None
+    try:
+        out = analyse(module, source, path, rules, crashes=found)
+    except RecursionError:
+        # Deep but legal code (CPython compiles ~2,900 levels; the model and the libcst
+        # visitors recurse in Python, several frames per level): once more, with room.
+        found = [] if crashes is not None else None
+        try:
+            out = _with_deep_stack(lambda: analyse(module, source, path, rules, crashes=found))
+        except RecursionError:
+            raise SourceError(path, 1, 0, "too deeply nested to analyse") from None
+    if crashes is not None:
+        crashes.extend(found)
+    return out
+
+
+# Room for deep (legal) code: Python frames per nesting level times CPython's ~3,000
+# levels, and a C stack that holds them (threads reserve it lazily; untouched pages cost nothing).
+_DEEP_RECURSION_LIMIT = 60_000
+_DEEP_STACK_BYTES = 512 * 1024 * 1024
+
+
+def _with_deep_stack(fn):
+    """Run `fn` in a thread with a large stack and a raised recursion limit; return or raise its result."""
+    import sys
+    import threading
+
+    box: dict = {}
+
+    def run() -> None:
+        try:
+            box["value"] = fn()
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
+            box["error"] = exc
+
+    old_limit = sys.getrecursionlimit()
+    old_stack = threading.stack_size()
+    try:
+        threading.stack_size(_DEEP_STACK_BYTES)
+        sys.setrecursionlimit(max(old_limit, _DEEP_RECURSION_LIMIT))
+        worker = threading.Thread(target=run, name="amplint-deep")
+        worker.start()
+        worker.join()
+    except (ValueError, RuntimeError, MemoryError):  # no such stack here: answer as before
+        raise RecursionError("no room for a deeper stack") from None
+    finally:
+        threading.stack_size(old_stack)
+        sys.setrecursionlimit(old_limit)
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
 
 
 def analyse(module: cst.Module, source: str, path: str, rules, *, crashes=None) -> list[Diagnostic]:
+    """Run `rules` over one parsed module.
+
+    A rule that raises is recorded in `crashes` (rule, file, error) and the others still
+    run; so is a failure to build the model, under the code "model".  RecursionError is
+    the exception: it propagates, so that `check_source` can retry with a deeper stack.
+    """
     try:
         model = ModuleModel.build(module, path, package_of(path))
     except RecursionError:
-        raise SourceError(path, 1, 0, "too deeply nested to analyse") from None
+        raise
+    except Exception as exc:  # noqa: BLE001 - a model bug on one file must not stop the run
+        _record_crash(crashes, "model", path, exc)
+        return []
     reports: list[Report] = []
     for rule_cls in rules:
         rule = rule_cls(model)
         try:
             rule.check()
-        except RecursionError as exc:
-            _record_crash(crashes, rule_cls.code, path, exc)
-            continue
+            reports.extend(rule.finish())
+        except RecursionError:
+            raise
         except Exception as exc:  # noqa: BLE001 - one rule's bug must not hide the others' findings
             _record_crash(crashes, rule_cls.code, path, exc)
             continue
-        reports.extend(rule.finish())
     if not reports:
         return []
     positions = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)

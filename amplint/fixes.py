@@ -1,7 +1,9 @@
 """Applying fixes to text: non-overlapping edits, repeated until nothing fixable is left.
 
 A fix is only kept if the text it produces still parses; a fix that breaks the parse
-is dropped and reported (`FixOutcome.rejected`), never written.
+is dropped and reported (`FixOutcome.rejected`), never written.  Fixes that do not
+converge within MAX_PASSES are all dropped (`converged=False`, the original text kept).
+Inserted lines use the file's own line ending.
 """
 
 from __future__ import annotations
@@ -59,10 +61,22 @@ def apply_fixes(source: str, fixes: list[Fix]) -> tuple[str, list[Fix]]:
         taken.extend(ranges)
         edits.extend((a, b, e.content) for (a, b), e in zip(ranges, fix.edits))
         accepted.append(fix)
+    newline = newline_of(source)
     out = source
     for a, b, content in sorted(edits, key=lambda t: (t[0], t[1]), reverse=True):
+        if newline != "\n":  # NB: inserted lines take the file's line ending; no mixed endings
+            content = content.replace("\r\n", "\n").replace("\n", newline)
         out = out[:a] + content + out[b:]
     return out, accepted
+
+
+def newline_of(source: str) -> str:
+    """The file's line ending, judged by its first line (as libcst does): \\n, \\r\\n or \\r."""
+    i = source.find("\n")
+    j = source.find("\r")
+    if j == -1 or (i != -1 and i < j):
+        return "\n"
+    return "\r\n" if source.startswith("\r\n", j) else "\r"
 
 
 def _overlaps(a: tuple[int, int], b: tuple[int, int]) -> bool:
@@ -110,7 +124,10 @@ def fix_text(source: str, lint, *, unsafe: bool = False) -> FixOutcome:
             outcome.source = current
             return outcome
         current = candidate
+    # Still something to fix after MAX_PASSES: the fixes fight each other.  Nothing is
+    # kept (a half-applied set is not something a user asked for); the caller reports it.
     outcome.converged = False
-    outcome.source = current
-    outcome.remaining = lint(current)
+    outcome.applied = []
+    outcome.source = source
+    outcome.remaining = lint(source)
     return outcome

@@ -34,6 +34,8 @@ class FileResult:
     fixed: FixOutcome | None = None
     diff: str = ""
     written: bool = False
+    # Why a fix was not written (dropped, refused, raced); the findings stay reported.
+    warnings: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -92,7 +94,27 @@ def discover(paths: list[Path], config: Config, *, force_exclude: bool = False) 
 
 
 def check_file(path: Path, config: Config, *, fix: bool = False, unsafe: bool = False, diff: bool = False,
-               cache: ResultCache | None = None) -> FileResult:
+               cache: ResultCache | None = None, roots: tuple[str, ...] | None = None) -> FileResult:
+    """One file's findings, or why it could not be checked; never raises for a bad file.
+
+    `roots`: real paths of what the user named; `--fix` writes only inside them.
+    """
+    try:
+        return _check_file(path, config, fix=fix, unsafe=unsafe, diff=diff, cache=cache, roots=roots)
+    except Exception as exc:  # noqa: BLE001 - a bug of ours on one file must not end the run
+        import traceback
+
+        result = FileResult(str(path))
+        result.crashes.append(RuleCrash("amplint", str(path), f"{type(exc).__name__}: {exc}", traceback.format_exc()))
+        return result
+
+
+# How often a fix is recomputed when the file changes under it (another `--fix`, an editor).
+FIX_ATTEMPTS = 3
+
+
+def _check_file(path: Path, config: Config, *, fix: bool, unsafe: bool, diff: bool, cache: ResultCache | None,
+                roots: tuple[str, ...] | None) -> FileResult:
     result = FileResult(str(path))
     probe = None
     if cache is not None:
@@ -115,10 +137,14 @@ def check_file(path: Path, config: Config, *, fix: bool = False, unsafe: bool = 
         return result
     rel = str(path)
     try:
-        if fix or diff:
+        if fix and not diff:
+            _fix_in_place(path, src, config, unsafe, result, roots)
+        elif diff:
             outcome = fix_text(src.text, lambda text: check_source(text, rel, config, crashes=result.crashes), unsafe=unsafe)
+            result.crashes = unique_crashes(result.crashes)
             result.fixed = outcome
             result.diagnostics = outcome.remaining
+            result.warnings.extend(fix_warnings(outcome))
             if outcome.source != src.text:
                 if diff:
                     result.diff = "".join(
@@ -129,10 +155,7 @@ def check_file(path: Path, config: Config, *, fix: bool = False, unsafe: bool = 
                             tofile=f"b/{rel}",
                         )
                     )
-                    result.diagnostics = check_source(src.text, rel, config)
-                else:
-                    _write_if_unchanged(path, src, outcome.source)
-                    result.written = True
+                    result.diagnostics = check_source(src.text, rel, config, crashes=[])
         else:
             result.diagnostics = check_source(src.text, rel, config, crashes=result.crashes)
     except SourceError as exc:
@@ -144,15 +167,79 @@ def check_file(path: Path, config: Config, *, fix: bool = False, unsafe: bool = 
     return result
 
 
-def _write_if_unchanged(path: Path, src: sources.SourceFile, text: str) -> None:
-    """Write the fix only if nobody changed the file since we read it."""
+def unique_crashes(crashes: list[RuleCrash]) -> list[RuleCrash]:
+    """Fixing lints a file once per pass; a rule that crashes does so each time: report it once."""
+    seen, out = set(), []
+    for c in crashes:
+        if (c.code, c.error) not in seen:
+            seen.add((c.code, c.error))
+            out.append(c)
+    return out
+
+
+def fix_warnings(outcome: FixOutcome) -> list[str]:
+    """What fix_text dropped, in words (the findings themselves stay reported)."""
+    out = [
+        f"fix for {d.code} at line {d.span.line} dropped: the fixed text would not parse" for d in outcome.rejected
+    ]
+    if not outcome.converged:
+        out.append("fixes dropped: they did not converge (a second pass still found something to fix)")
+    return out
+
+
+def _fix_in_place(path: Path, src: sources.SourceFile, config: Config, unsafe: bool, result: FileResult,
+                  roots: tuple[str, ...] | None) -> None:
+    """Fix, then write atomically: only a text that parses, only inside `roots`, only over what was read.
+
+    If the file changed between reading and writing (another `amplint check --fix` on the
+    same tree, an editor), the fix is recomputed from the new content, a few times at most.
+    """
+    rel = str(path)
+    for _attempt in range(FIX_ATTEMPTS):
+        crashes: list[RuleCrash] = []
+        outcome = fix_text(src.text, lambda text: check_source(text, rel, config, crashes=crashes), unsafe=unsafe)
+        result.fixed, result.diagnostics, result.crashes = outcome, outcome.remaining, unique_crashes(crashes)
+        result.warnings = fix_warnings(outcome)
+        if outcome.source == src.text:
+            return
+        refusal = _refuse_write(path, src, outcome.source, roots)
+        if refusal:
+            result.warnings.append(f"fix not written: {refusal}")
+            result.fixed.applied = []
+            result.diagnostics = check_source(src.text, rel, config, crashes=[])
+            return
+        if sources.replace_if_unchanged(path, src.raw, outcome.source, src.encoding, src.bom):
+            result.written = True
+            return
+        try:  # changed under us: start again from what is there now
+            src = sources.read(path)
+        except sources.UnreadableSource as exc:
+            result.warnings.append(f"fix not written: {str(exc).split(': ', 1)[-1]}")
+            result.fixed.applied = []
+            return
+    result.warnings.append(f"fix not written: the file kept changing while it was being fixed ({FIX_ATTEMPTS} tries)")
+    result.fixed.applied = []
+
+
+def _refuse_write(path: Path, src: sources.SourceFile, text: str, roots: tuple[str, ...] | None) -> str | None:
+    """Why the fixed `text` must not replace `path`, or None."""
+    from amplint.engine import parse
+
     try:
-        now = path.read_bytes()
-    except OSError:
-        return
-    if now != src.raw:
-        raise SourceError(str(path), 1, 0, "file changed while it was being fixed; not written")
-    sources.write_atomic(path, text, src.encoding, src.bom)
+        parse(text, str(path))  # NB: fix_text checks this too; a file is the last place to find out
+    except SourceError as exc:
+        return f"the fixed text would not parse ({exc.reason})"
+    try:
+        sources.encode(text, src.encoding, src.bom)
+        same = sources.encode(src.text, src.encoding, src.bom) == src.raw
+    except UnicodeEncodeError:
+        return f"the fixed text cannot be written in the file's encoding ({src.encoding})"
+    if not same:  # NB: e.g. a codec with two spellings of one character: writing would change other lines
+        return f"the file's bytes do not survive decoding and encoding as {src.encoding}"
+    real = os.path.realpath(path)
+    if roots is not None and not any(real == r or real.startswith(r.rstrip(os.sep) + os.sep) for r in roots):
+        return f"it is a link to {real}, outside the paths being checked"
+    return None
 
 
 def check_paths(paths: list[Path], config: Config, *, fix: bool = False, unsafe: bool = False, diff: bool = False,
@@ -164,8 +251,22 @@ def check_paths(paths: list[Path], config: Config, *, fix: bool = False, unsafe:
     """
     files, missing = discover(paths, config, force_exclude=force_exclude)
     cache = ResultCache(cache_dir, config) if cache_dir is not None else None
-    results = check_files(files, config, jobs=jobs, cache=cache, fix=fix, unsafe=unsafe, diff=diff)
+    options = dict(fix=fix, unsafe=unsafe, diff=diff)
+    if fix:
+        options["roots"] = tuple(_root(p) for p in paths)
+    results = check_files(files, config, jobs=jobs, cache=cache, **options)
     return RunResult(results, missing)
+
+
+def _root(p: Path) -> str:
+    """Where `--fix` may write for a named path: a directory's real location, or the named file itself.
+
+    NB: a named file that is a symlink is not resolved: its target lies outside unless
+    another named path holds it.
+    """
+    if p.is_dir():
+        return os.path.realpath(p)
+    return os.path.join(os.path.realpath(p.parent), p.name)
 
 
 def available_cores() -> int:
