@@ -155,6 +155,9 @@ def cmd_check(args) -> int:
     for f in result.errors:
         e = f.error
         print(f"{e.path}:{e.line}:{e.col0 + 1}: error: {e.reason}", file=sys.stderr)
+    for f in result.files:  # fixes dropped or not written (issue 8): say so, never silently
+        for w in getattr(f, "warnings", ()):
+            print(f"{f.path}: warning: {w}", file=sys.stderr)
     _report_crashes(result.crashes)
     diagnostics = sorted(result.diagnostics, key=lambda d: d.sort_key)
     if args.diff:

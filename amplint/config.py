@@ -126,7 +126,7 @@ class Config:
         p = Path(path)
         if self.root is not None:
             try:
-                return p.resolve().relative_to(self.root.resolve()).as_posix()
+                return _resolve(p).relative_to(_resolve(self.root)).as_posix()
             except (ValueError, OSError):
                 pass
         return p.as_posix()
@@ -210,10 +210,18 @@ def from_table(table: dict, path: Path | None = None) -> Config:
         raise ConfigError(f"{where}[tool.amplint]: {exc}") from None
 
 
+def _resolve(p: Path) -> Path:
+    """`p.resolve()`, or its absolute path when it is a symlink loop (resolve raises RuntimeError)."""
+    try:
+        return p.resolve()
+    except (RuntimeError, OSError):
+        return Path(os.path.abspath(p))
+
+
 def discover(paths: list[Path]) -> Config:
     """Configuration for a run: the pyproject.toml nearest the first path, else defaults."""
     for p in paths or [Path.cwd()]:
-        found = find_pyproject(p.resolve())
+        found = find_pyproject(_resolve(p))
         if found is not None:
             return load(found)
     return Config(root=Path.cwd())
@@ -228,7 +236,7 @@ def group_by_config(paths: list[Path]) -> list[tuple[Config, list[Path]]]:
     by_source: dict[Path | None, tuple[Config, list[Path]]] = {}
     nearest: dict[Path, Path | None] = {}  # pre-commit passes thousands of files from few directories
     for p in paths:
-        resolved = p.resolve()
+        resolved = _resolve(p)
         here = resolved if resolved.is_dir() else resolved.parent
         if here not in nearest:
             nearest[here] = find_pyproject(here)
