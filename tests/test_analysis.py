@@ -304,3 +304,17 @@ def test_casts_in_chains_and_upcasts() -> None:
     )
     targets = sorted(c.target_text for c in model.casts.module_casts)
     assert targets == ["a", "c"]
+
+
+def test_scaled_backward_through_names_and_arithmetic() -> None:
+    model = build(
+        """
+        def f(scaler, loss, k):
+            scaled = scaler.scale(loss)
+            scaled.backward()
+            (scaler.scale(loss) / k).backward()
+            (loss / k).backward()
+        """
+    )
+    flags = [e.scaled for e in graph_of(model, "f").of_kind(Kind.BACKWARD)]
+    assert flags == [True, True, False]

@@ -544,6 +544,12 @@ class _Builder:
         if tensor is None or depth > 3:
             return None
         for branch in value_branches(tensor):
+            if isinstance(branch, cst.BinaryOperation):
+                # `(scaler.scale(loss) / accum_steps).backward()`
+                found = self._scaled_by(branch.left, depth + 1) or self._scaled_by(branch.right, depth + 1)
+                if found is not None:
+                    return found
+                continue
             if isinstance(branch, cst.Call) and isinstance(branch.func, cst.Attribute) and branch.func.attr.value == "scale":
                 if self.b.is_scaler(branch.func.value, self.scope):
                     return self.b.key(branch.func.value, self.scope)
