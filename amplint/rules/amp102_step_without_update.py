@@ -50,8 +50,9 @@ class StepWithoutUpdate(Rule):
     ```
 
     ## Fix safety
-    Unsafe: adds `scaler.update()` right after the `scaler.step(...)` statement. It is
-    offered only when the module never updates that scaler anywhere; where an update
+    Unsafe: adds `scaler.update()` right after the `scaler.step(...)` statement (when
+    another statement follows it in its block). It is offered only when the module
+    never updates that scaler anywhere; where an update
     exists elsewhere (after the loop, in another method), a second one would raise
     "No inf checks were recorded prior to update", so moving it is left to you. With
     several optimizers on one scaler, the update belongs after the last step.
