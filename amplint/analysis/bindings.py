@@ -24,6 +24,7 @@ from amplint.analysis.torch_api import (
     SHARDED_SCALER_CONSTRUCTORS,
 )
 from amplint.analysis.values import ValueResolver, value_branches
+from amplint.analysis.walk import walk
 
 
 def call_arg(call: cst.Call, position: int | None, keyword: str | None) -> cst.BaseExpression | None:
@@ -348,5 +349,5 @@ def _returned_values(fn: cst.FunctionDef) -> list[cst.BaseExpression]:
             if node.value is not None:
                 out.append(node.value)
 
-    fn.visit(V())
+    walk(fn, V())
     return out

@@ -306,7 +306,7 @@ def _calls_in(node: cst.CSTNode) -> list[cst.Call]:
         def visit_Call(self, n: cst.Call) -> None:
             out.append(n)
 
-    node.visit(V())
+    walk(node, V())
     return out
 
 
