@@ -19,6 +19,7 @@ Events (arguments):
   autocast_enter(ctx)                      after an autocast context is entered
   module_cast(module, dtype, how)          after .half() / .bfloat16() / .to(low precision)
   save(obj)                                before torch.save
+  load_state(obj)                          before Optimizer/GradScaler.load_state_dict
   set_default_dtype(dtype)                 after torch.set_default_dtype
   warning(message, category, filename, lineno)  every warning shown
 
@@ -69,7 +70,7 @@ class AmpState:
 SITE_EVENTS = frozenset(
     {
         "scaler_init", "scale", "unscale_pre", "scaler_step_pre", "update_pre", "opt_init", "opt_step_pre",
-        "clip_pre", "backward", "autocast_enter", "module_cast", "save", "set_default_dtype",
+        "clip_pre", "backward", "autocast_enter", "module_cast", "save", "set_default_dtype", "load_state",
     }
 )
 
@@ -292,6 +293,16 @@ def install(bus: Bus):
             return orig(obj, *a, **kw)
 
         return save
+
+    def w_load(orig):
+        def load_state_dict(self, *a, **kw):
+            emit("load_state", self)
+            return orig(self, *a, **kw)
+
+        return load_state_dict
+
+    yield wrap(torch.optim.Optimizer, "load_state_dict", w_load)
+    yield wrap(S, "load_state_dict", w_load)
 
     yield wrap(torch, "save", w_save)
     import torch.serialization as ser

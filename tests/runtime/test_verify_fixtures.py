@@ -51,6 +51,16 @@ EVIDENCE = {
     "AMP401": {"warning"},
 }
 
+# Bad fixtures whose finding cannot happen in the run as written: the static rule analyses code
+# under an option as if the option were on (DESIGN.md), but the fixture runs with it off, or the
+# runtime shape makes the pattern harmless.  Each must still be on the agenda, and must NOT be
+# confirmed (if it ever is, the fixture changed: move it out of this table).
+NOT_RUNTIME_VISIBLE = {
+    "AMP102/bad_update_after_epoch": "one batch per epoch: each step is followed by the epoch's update",
+    "AMP108/bad_unscale_before_debug_check": "check_grads is False: the second unscale_ never runs",
+    "AMP108/bad_two_clip_options": "clip_value is None: the second unscale_ never runs",
+}
+
 _results: dict[Path, tuple[int, dict]] = {}
 
 
@@ -96,6 +106,11 @@ def test_fixture_under_verify(path: Path, results) -> None:
     wanted = [line for line, c in expectations(path.read_text()) if c == rule]
     assert wanted, "a bad fixture promises at least one finding"
     by_line = {(f["code"], f["line"]): f for f in report["findings"]}
+    key = f"{rule}/{path.stem}"
+    if key in NOT_RUNTIME_VISIBLE:
+        statuses = {by_line[(rule, line)]["status"] for line in wanted if (rule, line) in by_line}
+        assert statuses and "confirmed" not in statuses, (statuses, NOT_RUNTIME_VISIBLE[key])
+        return
     for line in wanted:
         f = by_line.get((rule, line))
         assert f is not None, f"{rule} at line {line} was not on the agenda: {report['findings']}"

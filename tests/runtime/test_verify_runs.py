@@ -12,7 +12,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from tests.runtime.conftest import PY, SCRIPTS  # noqa: E402
+PY = sys.executable
+SCRIPTS = Path(__file__).resolve().parent / "scripts"
 
 pytestmark = pytest.mark.runtime
 

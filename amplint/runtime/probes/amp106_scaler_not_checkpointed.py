@@ -7,6 +7,7 @@ from collections.abc import Mapping
 import torch
 
 from amplint.runtime import torch_state
+from amplint.runtime.attribution import user_stack
 from amplint.runtime.probes._base import Probe
 
 _SCALER_KEYS = {"scale", "growth_factor", "backoff_factor", "growth_interval", "_growth_tracker"}
@@ -48,7 +49,23 @@ class ScalerNotCheckpointedProbe(Probe):
     code = "AMP106"
 
     def install(self):
+        self.opt_loads: list = []
+        self.scaler_loaded = False
         yield self.on("save", self._save)
+        yield self.on("load_state", self._load)
+
+    def _load(self, obj):
+        if isinstance(obj, torch_state.BaseGradScaler):
+            self.scaler_loaded = True
+        elif self.state.enabled_scalers() and len(self.opt_loads) < 8:
+            self.opt_loads.append(user_stack(1))
+
+    def finish(self):
+        """A resume that restores the optimizer but never the scaler: the scale restarts at init_scale."""
+        if self.scaler_loaded:
+            return
+        for stack in self.opt_loads:
+            self.sink.record_site(self.code, stack[0] if stack else None, {"payload_holds": ["optimizer"], "restored": "optimizer", "scaler_restored": False}, stack=stack)
 
     def _save(self, obj):
         scalers = self.state.enabled_scalers()
