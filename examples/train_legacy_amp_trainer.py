@@ -4,13 +4,10 @@
 fix), the backward inside the autocast block (AMP201), clipping through a helper before
 `unscale_` (AMP101). Runs on CPU (`python examples/train_legacy_amp_trainer.py`).
 """
-import warnings
-
 import torch
 from torch import nn
 from torch.cuda.amp import GradScaler, autocast
 
-warnings.simplefilter("ignore", FutureWarning)
 
 
 class Trainer:
