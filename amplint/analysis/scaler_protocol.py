@@ -37,10 +37,12 @@ from amplint.analysis.steps import Event, Kind, Point, StepGraph
 # Pre-filter for rules that need a GradScaler: without one of these strings a file can
 # neither build a scaler (`GradScaler`), name one (`scaler`), nor use one by its methods
 # (`x.scale(loss)`, `x.unscale_(opt)`), so the model would find none.
-# Pre-filter: a scaler is built (`GradScaler`), named `*scaler*`, or used through `unscale_`,
-# `get_scale` or a `.scale` method (bindings.scaler_keys). NB: the word `scale`, never `.scale(`:
-# whitespace and comments may sit between `.`, the name and `(`.
-SCALER_TOKENS = ("scaler", "unscale_", "get_scale", re.compile(r"\bscale\b"))
+# Pre-filter (bindings.is_scaler): a scaler is built (`GradScaler`) or named `*scaler*`, or
+# is the receiver of `unscale_`/`get_scale`, of `.scale(x).backward()`, or of all of
+# `.scale`/`.update`/`.step`. A tuple is a conjunction. NB: the word `scale`, never
+# `.scale(`: whitespace and comments may sit between `.`, the name and `(`.
+_SCALE, _BACKWARD, _UPDATE, _STEP = (re.compile(rf"\b{w}\b") for w in ("scale", "backward", "update", "step"))
+SCALER_TOKENS = ("scaler", "unscale_", "get_scale", (_SCALE, _BACKWARD), (_SCALE, _UPDATE, _STEP))
 
 
 @dataclass(frozen=True)

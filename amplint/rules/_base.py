@@ -84,6 +84,8 @@ class Rule:
       requires_any        pre-filter tokens: the rule cannot fire on a file whose text (or, for
                           relative imports, package) contains none of them (matched case-insensitively)
       and_requires_any    further token groups; the file must contain one token of each as well
+                          (a token: a substring, a re.Pattern on the lowercased text, or a
+                          tuple of tokens that must all be present)
     """
 
     code: ClassVar[str]
