@@ -208,7 +208,13 @@ def _fix_in_place(path: Path, src: sources.SourceFile, config: Config, unsafe: b
             result.fixed.applied = []
             result.diagnostics = check_source(src.text, rel, config, crashes=[])
             return
-        if sources.replace_if_unchanged(path, src.raw, outcome.source, src.encoding, src.bom):
+        try:
+            replaced = sources.replace_if_unchanged(path, src.raw, outcome.source, src.encoding, src.bom)
+        except OSError as exc:  # disk full, read-only directory: the old file is intact
+            result.warnings.append(f"fix not written: {exc.strerror or exc}")
+            result.fixed.applied = []
+            return
+        if replaced:
             result.written = True
             return
         try:  # changed under us: start again from what is there now

@@ -37,7 +37,14 @@ def decode(raw: bytes, path: str = "<bytes>") -> tuple[str, str, bool]:
     try:
         encoding, _ = tokenize.detect_encoding(io.BytesIO(raw).readline)
     except SyntaxError as exc:
-        raise UnreadableSource(f"{path}: {exc.msg if hasattr(exc, 'msg') else exc}") from None
+        msg = exc.msg if hasattr(exc, "msg") else str(exc)
+        if "invalid or missing encoding declaration" in msg:
+            # No cookie, so UTF-8, and the bytes are not UTF-8: say where, as for a cookie.
+            try:
+                raw.decode("utf-8")
+            except UnicodeDecodeError as err:
+                msg = f"cannot decode as utf-8 (no coding cookie): {err}"
+        raise UnreadableSource(f"{path}: {msg}") from None
     bom = raw.startswith(codecs.BOM_UTF8)
     body = raw[len(codecs.BOM_UTF8):] if bom else raw
     codec = "utf-8" if encoding == "utf-8-sig" else encoding
