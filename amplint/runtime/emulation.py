@@ -4,7 +4,9 @@
   because CPU autocast would otherwise default to bfloat16);
 - `.cuda()`, `.to("cuda")`, `device="cuda"` (torch factories, `Tensor.new_*`, `torch.device("cuda")`
   objects) stay on the CPU;
-- `torch.cuda.synchronize/set_device/current_device` become no-ops, and a "nccl" process group becomes "gloo".
+- `torch.cuda.is_available()` is True (so `"cuda" if torch.cuda.is_available() else "cpu"` takes the
+  CUDA path), `torch.cuda.synchronize/set_device/...` are no-ops, memory queries return 0, and a
+  "nccl" process group becomes "gloo".
 
 NB: this is an emulation.  CPU autocast casts differently from CUDA autocast (softmax, log_softmax,
 layer_norm, exp, sum, cumsum, norm, pow stay in reduced precision on CPU; they run in float32 on
@@ -98,8 +100,17 @@ def install():
     yield wrap(torch.amp.autocast_mode.autocast, "__init__", w_autocast)
 
     yield wrap(torch.nn.Module, "cuda", lambda orig: (lambda self, device=None: self))
-    for name in ("synchronize", "set_device"):
+    # The machine looks like a CUDA machine, so `"cuda" if torch.cuda.is_available() else "cpu"`
+    # takes the CUDA path the script was written for (and that path lands on the CPU).
+    yield Patch(torch.cuda, "is_available", lambda: True)
+    yield Patch(torch.cuda, "device_count", lambda: 1)
+    yield Patch(torch.cuda, "is_bf16_supported", lambda *a, **k: True)
+    yield Patch(torch.cuda, "get_device_name", lambda *a, **k: "CPU (amplint emulation)")
+    yield Patch(torch.cuda, "get_device_capability", lambda *a, **k: (8, 0))
+    for name in ("synchronize", "set_device", "empty_cache", "reset_peak_memory_stats", "manual_seed", "manual_seed_all"):
         yield Patch(torch.cuda, name, lambda *a, **k: None)
+    for name in ("memory_allocated", "max_memory_allocated", "memory_reserved", "max_memory_reserved"):
+        yield Patch(torch.cuda, name, lambda *a, **k: 0)
     yield Patch(torch.cuda, "current_device", lambda: 0)
 
     import torch.distributed as dist

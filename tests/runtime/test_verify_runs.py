@@ -94,7 +94,7 @@ def _snapshot():
         "autocast": (torch.amp.autocast_mode.autocast.__dict__["__enter__"], torch.amp.autocast_mode.autocast.__dict__["__init__"]),
         "module": tuple(torch.nn.Module.__dict__[n] for n in ("half", "bfloat16", "to", "cuda")),
         "save": (torch.save, torch.set_default_dtype, warnings.showwarning),
-        "cuda": (torch.cuda.synchronize, torch.cuda.set_device, torch.cuda.current_device),
+        "cuda": (torch.cuda.synchronize, torch.cuda.set_device, torch.cuda.current_device, torch.cuda.is_available),
         "sys": (sys.excepthook, sys.exit, os._exit),
         "modes": torch._C._len_torch_function_stack(),
         "emulation": (torch.randn, torch.zeros, torch.Tensor.__dict__.get("to"), torch.Tensor.__dict__.get("cuda"), torch.Tensor.__dict__.get("new_zeros")),

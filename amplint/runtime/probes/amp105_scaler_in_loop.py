@@ -6,25 +6,35 @@ from amplint.runtime.probes._base import Probe
 
 
 class ScalerInLoopProbe(Probe):
-    """Counts GradScaler constructions per construction site; two or more from one site confirm
-    (each new scaler restarts the scale at init_scale and forgets its growth tracker)."""
+    """One optimizer stepped by two or more GradScalers built at the same line confirms: each new
+    scaler restarts the scale at init_scale and forgets its growth tracker, mid-training.  A new
+    scaler per independent run (a fold, an experiment: a new optimizer too) is fine."""
 
     code = "AMP105"
 
     def install(self):
         self.sites: dict = {}
+        self.by_opt: dict[int, dict] = {}  # id(optimizer) -> {site: {id(scaler)}}
         yield self.on("scaler_init", self._init)
+        yield self.on("scaler_step_pre", self._step)
 
     def _init(self, scaler):
         site = self.state.site.get(id(scaler))
         if site is not None:
             self.sites[site] = self.sites.get(site, 0) + 1
 
-    def finish(self):
-        total = sum(self.sites.values())
-        for site, n in self.sites.items():
-            if n > 1:
-                self.sink.record_site(self.code, site, {"instances_from_this_line": n, "scalers_created": total})
+    def _step(self, scaler, opt):
+        site = self.state.site.get(id(scaler))
+        if site is None:
+            return
+        ids = self.by_opt.setdefault(id(opt), {}).setdefault(site, set())
+        ids.add(id(scaler))
+        if len(ids) > 1:
+            self.sink.record_site(
+                self.code, site,
+                {"instances_from_this_line": self.sites.get(site, len(ids)), "scalers_stepping_one_optimizer": len(ids)},
+                update=True,
+            )
 
 
 PROBE = ScalerInLoopProbe

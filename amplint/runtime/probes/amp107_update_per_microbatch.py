@@ -19,6 +19,8 @@ class UpdatePerMicrobatchProbe(Probe):
         self.updates: dict[int, int] = {}
         self.steps: dict[int, int] = {}
         yield self.on("scaler_step_pre", self._step)
+        # A plain optimizer.step() also steps this iteration (that is AMP104's business, not ours).
+        yield self.on("opt_step_pre", lambda opt, in_scaler: None if in_scaler else self._plain_step())
         yield self.on("unscale_pre", self._unscale)
         yield self.on("update_pre", self._update)
 
@@ -27,6 +29,10 @@ class UpdatePerMicrobatchProbe(Probe):
         self.steps_since[k] = self.steps_since.get(k, 0) + 1
         self.steps[k] = self.steps.get(k, 0) + 1
         self.unscales.pop(k, None)
+
+    def _plain_step(self):
+        for k in list(self.steps_since) + [id(s) for s in list(self.state.scalers)]:
+            self.steps_since[k] = self.steps_since.get(k, 0) + 1
 
     def _unscale(self, scaler, opt):
         self.unscales.setdefault(id(scaler), []).append(user_stack(1))

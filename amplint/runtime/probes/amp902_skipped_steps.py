@@ -10,7 +10,8 @@ _HISTORY = 1024
 
 class SkippedStepsProbe(Probe):
     """Counts scaler.step calls whose optimizer step did not run (the global post-hook is not fired
-    on a skip: no sync needed), and keeps the scale after each update as a device tensor (read once
+    on a skip: no sync needed); leading skips while the scale comes down from init_scale are
+    calibration and not counted.  It keeps the scale after each update as a device tensor (read once
     at the end).  Finding: the scale fell below 1, or at least 3 steps were skipped and they are at
     least half of all steps (calibration skips at the start of fp16 training are normal)."""
 
@@ -25,9 +26,13 @@ class SkippedStepsProbe(Probe):
     def _step(self, scaler, opt, ran):
         if not torch_state.scaler_enabled(scaler):
             return
-        s = self.stats.setdefault(id(scaler), {"steps": 0, "skipped": 0, "first_skip_step": None, "scaler": scaler})
+        s = self.stats.setdefault(id(scaler), {"steps": 0, "skipped": 0, "calibration": 0, "first_skip_step": None, "applied": False})
         s["steps"] += 1
-        if not ran:
+        if ran:
+            s["applied"] = True
+        elif not s["applied"]:
+            s["calibration"] += 1  # leading skips: the scale coming down from init_scale, normal
+        else:
             s["skipped"] += 1
             if s["first_skip_step"] is None:
                 s["first_skip_step"] = self.sink.step
@@ -47,12 +52,14 @@ class SkippedStepsProbe(Probe):
             values = [float(t) for t in self.history.get(k, [])]
             low = min(values) if values else None
             collapsed = low is not None and low < 1.0
-            many = s["skipped"] >= 3 and s["skipped"] * 2 >= s["steps"]
+            after = s["steps"] - s["calibration"]
+            many = s["skipped"] >= 3 and s["skipped"] * 2 >= after
             if not (collapsed or many):
                 continue
             ev = {
                 "steps": s["steps"],
                 "skipped": s["skipped"],
+                "calibration_skips": s["calibration"],
                 "first_skip_step": s["first_skip_step"],
                 "min_scale": low,
                 "final_scale": values[-1] if values else None,
