@@ -25,8 +25,7 @@ from amplint.fixes import fix_text, is_applicable
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = sorted(p for p in (ROOT / "fixtures").glob("AMP*/*.py") if not p.name.endswith(".fixed.py"))
-# Real code: amplint's own sources, plus the unzipped-wheel corpus where this machine has one.
-CORPUS = Path("/work/corpus/src")
+# Real code: amplint's own sources.
 REAL = sorted((ROOT / "amplint").rglob("*.py"))
 SEEDS = [p.read_text(encoding="utf-8") for p in FIXTURES + REAL]
 
