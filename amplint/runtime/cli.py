@@ -123,6 +123,11 @@ def verify(argv: list[str]) -> int:
 
     report, findings, runtime = make_report(outcome, diagnostics)
     print(render_table(report, findings, runtime))
+    if args.profile is not None:  # summary computed from the trace JSON (compare/profile side)
+        from amplint.runtime import trace_summary
+
+        report["profile"] = trace_summary.summarize_dir(args.profile)
+        print("\n".join(trace_summary.render(s) for s in report["profile"]) or f"profile: no trace written to {args.profile}")
     if args.report is not None:
         args.report.parent.mkdir(parents=True, exist_ok=True)
         args.report.write_text(json.dumps(_clean(report), indent=2, allow_nan=False) + "\n", encoding="utf-8")
