@@ -33,7 +33,7 @@ CASES = [
 
 # The evidence fields each probe promises (DESIGN.md's confirmation column).
 EVIDENCE = {
-    "AMP101": {"stage", "scale", "max_norm"},
+    "AMP101": {"stage", "scale"},  # and the threshold: max_norm, or clip_value (THRESHOLD below)
     "AMP102": {"scaler_steps", "updates"},
     "AMP103": {"backward", "scale"},
     "AMP104": {"stage", "scale", "optimizer"},
@@ -51,6 +51,9 @@ EVIDENCE = {
     "AMP401": {"warning"},
 }
 
+# The clip threshold: clip_grad_norm_'s max_norm or clip_grad_value_'s clip_value.
+THRESHOLD = {"AMP101": {"max_norm", "clip_value"}}
+
 # Bad fixtures whose finding cannot happen in the run as written: the static rule analyses code
 # under an option as if the option were on (DESIGN.md), but the fixture runs with it off, or the
 # runtime shape makes the pattern harmless ("fixture" or "fixture:line").  Each must still be on
@@ -63,6 +66,11 @@ NOT_RUNTIME_VISIBLE = {
     "AMP303/bad_dtype_option": "--bf16 is off: the default dtype stays float32",
     "AMP106/bad_resume_then_save_script:13": "the save runs before the GradScaler exists",
     "AMP107/bad_trainer_accumulation": "accumulation_steps=1: every micro-batch steps",
+    # With accum > 1 torch itself raises at the second micro-batch; test_verify_runs confirms that
+    # shape (tests/runtime/scripts/update_every_microbatch.py).
+    "AMP107/bad_update_every_microbatch": "accum = 1: every micro-batch steps",
+    "AMP107/bad_unscale_every_microbatch": "accum = 1: every micro-batch steps",
+    "AMP108/bad_helper_unscales_again": "log_grad_norm is False: the first unscale_ never runs",
     "AMP304/bad_dtype_option_rmsprop": "the option is off: parameters stay float32",
 }
 
@@ -125,5 +133,7 @@ def test_fixture_under_verify(path: Path, results) -> None:
         assert f["status"] == "confirmed", (f, report["runtime_findings"], report.get("probe_errors"), report["ended"], report["output"])
         missing = EVIDENCE.get(rule, set()) - set(f["evidence"])
         assert not missing, f"evidence lacks {missing}: {f['evidence']}"
+        if rule in THRESHOLD:
+            assert THRESHOLD[rule] & set(f["evidence"]), f"evidence lacks one of {THRESHOLD[rule]}: {f['evidence']}"
     if not all(NOT_RUNTIME_VISIBLE.get(key) or NOT_RUNTIME_VISIBLE.get(f"{key}:{line}") for line in wanted):
         assert code != 0

@@ -61,6 +61,17 @@ def test_cpu_emulation_runs_a_cuda_script(verify_run):
     assert report["steps"] == 2 and "CPU" in report["notes"][0]
 
 
+def test_update_every_microbatch_is_confirmed_before_torch_raises(verify_run):
+    """AMP107's real shape (accum > 1) crashes inside GradScaler.update: the finding is confirmed
+    first, and verify passes on the script's own exit code."""
+    code, report = verify_run("--", PY, str(SCRIPTS / "update_every_microbatch.py"))
+    assert code == report["exit_code"] != 0
+    assert "No inf checks were recorded" in report["ended"]
+    (f,) = [f for f in report["findings"] if f["code"] == "AMP107"]
+    assert f["status"] == "confirmed"
+    assert f["evidence"]["updates"] > f["evidence"]["scaler_steps"]
+
+
 @pytest.mark.skipif(shutil.which("torchrun") is None and not hasattr(torch, "distributed"), reason="no torchrun")
 def test_torchrun_two_ranks_are_merged(verify_run):
     cmd = [PY, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", str(SCRIPTS / "ddp_clip.py")]

@@ -24,6 +24,8 @@ class StepBypassesScalerProbe(Probe):
         yield self.on("opt_step_pre", self._pre)
         yield self.on("scaler_step_post", lambda scaler, opt, ran: self.scaler_stepped.__setitem__(id(opt), scaler))
         yield self.on("scale", lambda scaler, outputs, result: self.scaler_stepped.clear())
+        # A new backward (scaled or not) starts new gradients: e.g. an fp32 phase after AMP.
+        yield self.on("backward", lambda api, tensors: self.scaler_stepped.clear())
 
     def _pre(self, opt, in_scaler_step):
         if in_scaler_step:

@@ -42,6 +42,13 @@ def _kinds(obj, depth: int = 0, out: set | None = None, keys: list | None = None
     return out
 
 
+def _is_weights_export(obj) -> bool:
+    """A bare module or `model.state_dict()`: weights to deploy, not a checkpoint to resume from."""
+    if isinstance(obj, torch.nn.Module):
+        return True
+    return isinstance(obj, Mapping) and bool(obj) and all(isinstance(v, torch.Tensor) for v in list(obj.values())[:50])
+
+
 class ScalerNotCheckpointedProbe(Probe):
     """At torch.save: the payload holds model or optimizer state and no scaler state while an
     enabled scaler is live.  Evidence: what the payload holds, its top-level keys, the scale."""
@@ -51,6 +58,10 @@ class ScalerNotCheckpointedProbe(Probe):
     def install(self):
         self.opt_loads: list = []
         self.scaler_loaded = False
+        # Saves are judged per checkpoint, not per call: the scaler often gets a file of its own
+        # written next to the optimizer's, between the same two optimizer steps.
+        self.pending_saves: list = []  # (step, stack, evidence)
+        self.scaler_saved_at: set[int] = set()
         yield self.on("save", self._save)
         yield self.on("load_state", self._load)
 
@@ -62,6 +73,9 @@ class ScalerNotCheckpointedProbe(Probe):
 
     def finish(self):
         """A resume that restores the optimizer but never the scaler: the scale restarts at init_scale."""
+        for step, stack, evidence in self.pending_saves:
+            if step not in self.scaler_saved_at:
+                self.sink.record_site(self.code, stack[0] if stack else None, evidence, stack=stack)
         if self.scaler_loaded:
             return
         for stack in self.opt_loads:
@@ -73,12 +87,13 @@ class ScalerNotCheckpointedProbe(Probe):
             return
         keys: list = []
         kinds = _kinds(obj, keys=keys)
-        if "scaler" in kinds or not ({"model", "optimizer"} & kinds):
+        if "scaler" in kinds:
+            self.scaler_saved_at.add(self.sink.step)
             return
-        self.sink.record_here(
-            self.code,
-            {"payload_holds": sorted(kinds), "payload_keys": keys[:20], "live_scale": torch_state.scale_value(scalers[0])},
-        )
+        if not ({"model", "optimizer"} & kinds) or _is_weights_export(obj):
+            return
+        evidence = {"payload_holds": sorted(kinds), "payload_keys": keys[:20], "live_scale": torch_state.scale_value(scalers[0])}
+        self.pending_saves.append((self.sink.step, user_stack(1), evidence))
 
 
 PROBE = ScalerNotCheckpointedProbe
