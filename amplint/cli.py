@@ -166,7 +166,7 @@ def cmd_check(args) -> int:
                 sys.stdout.write(f.diff)
     else:
         fixed = sum(len(f.fixed.applied) for f in result.files if f.fixed and f.written)
-        _emit(args, diagnostics, fixed, sources=None)
+        _emit(args, diagnostics, fixed, sources=None, unchecked=len(result.errors) + len(result.missing))
     if result.missing or result.errors or result.crashes:
         return EXIT_ERROR
     if args.diff:
@@ -266,7 +266,7 @@ def _report_crashes(crashes) -> None:
         )
 
 
-def _emit(args, diagnostics, fixed: int, *, sources: dict[str, str] | None, stream=None) -> None:
+def _emit(args, diagnostics, fixed: int, *, sources: dict[str, str] | None, stream=None, unchecked: int = 0) -> None:
     """Print findings in the chosen format to --output-file, `stream`, or stdout."""
     fmt = args.output_format
     if args.output_file is not None:
@@ -289,7 +289,7 @@ def _emit(args, diagnostics, fixed: int, *, sources: dict[str, str] | None, stre
         if fmt == "text" and not args.statistics:
             fixable = sum(1 for d in diagnostics if output.shows_fix_marker(d, args.unsafe_fixes))
             hidden = sum(1 for d in diagnostics if d.fix is not None) - fixable
-            out.write(output.summary(len(diagnostics), fixed, fixable, hidden) + "\n")
+            out.write(output.summary(len(diagnostics), fixed, fixable, hidden, unchecked) + "\n")
     finally:
         if out is not sys.stdout and out is not sys.stderr:
             out.close()

@@ -76,8 +76,11 @@ def format_text(diagnostics: list[Diagnostic], sources: dict[str, str] | None = 
     return "\n".join(out)
 
 
-def summary(found: int, fixed: int, fixable: int, hidden_unsafe: int) -> str:
+def summary(found: int, fixed: int, fixable: int, hidden_unsafe: int, unchecked: int = 0) -> str:
     """The closing line(s) of text output, in ruff's words."""
+    if not found and unchecked:
+        # Never "All checks passed!" next to error lines: some files were not checked at all.
+        return f"No findings, but {unchecked} path{'s' if unchecked != 1 else ''} could not be checked (see the errors above)."
     if not found:
         return f"Fixed {fixed} error{'s' if fixed != 1 else ''}. All checks passed!" if fixed else "All checks passed!"
     parts = [f"Found {found} error{'s' if found != 1 else ''}" + (f" ({fixed} fixed, {found} remaining)." if fixed else ".")]
