@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import weakref
+
 from amplint.runtime.probes._base import Probe
 
 
@@ -14,7 +16,9 @@ class ScalerInLoopProbe(Probe):
 
     def install(self):
         self.sites: dict = {}
-        self.by_opt: dict[int, dict] = {}  # id(optimizer) -> {site: {id(scaler)}}
+        # optimizer -> {site: scalers}; NB: optimizers weakly referenced, not by id(): once an
+        # experiment's optimizer is freed, CPython reuses its id for the next experiment's.
+        self.by_opt: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         yield self.on("scaler_init", self._init)
         yield self.on("scaler_step_pre", self._step)
 
@@ -27,8 +31,13 @@ class ScalerInLoopProbe(Probe):
         site = self.state.site.get(id(scaler))
         if site is None:
             return
-        ids = self.by_opt.setdefault(id(opt), {}).setdefault(site, set())
-        ids.add(id(scaler))
+        try:
+            ids = self.by_opt.setdefault(opt, {}).setdefault(site, [])
+        except TypeError:  # an optimizer wrapper that cannot be weakly referenced
+            return
+        # Scalers are held strongly (two are enough to confirm) so a freed one's id is never reused.
+        if len(ids) < 2 and not any(s is scaler for s in ids):
+            ids.append(scaler)
         if len(ids) > 1:
             self.sink.record_site(
                 self.code, site,
