@@ -24,6 +24,20 @@ def _branches(expr: cst.BaseExpression) -> list[cst.BaseExpression]:
     return [expr]
 
 
+def _union(possibilities) -> frozenset[str] | None:
+    """Everything any alternative may be; unknown (None) only when nothing known was found."""
+    found: set[str] = set()
+    unknown = False
+    for got in possibilities:
+        if got is None:
+            unknown = True
+        else:
+            found |= got
+    if found:
+        return frozenset(found)
+    return None if unknown else frozenset()
+
+
 def value_branches(expr: cst.BaseExpression) -> list[cst.BaseExpression]:
     return _branches(expr)
 
@@ -56,17 +70,7 @@ class ValueResolver:
         """Possible dtype names (`float16`, `bfloat16`, `float32`...) or None if unknown."""
         if expr is None or depth > _MAX_DEPTH:
             return None
-        found: set[str] = set()
-        unknown = False
-        for branch in _branches(expr):
-            got = self._dtype_of(branch, scope, depth)
-            if got is None:
-                unknown = True
-            else:
-                found |= got
-        if found:
-            return frozenset(found)
-        return None if unknown else frozenset()
+        return _union(self._dtype_of(branch, scope, depth) for branch in _branches(expr))
 
     def _dtype_of(self, expr: cst.BaseExpression, scope, depth: int) -> frozenset[str] | None:
         qual = self.model.qualify(expr)
@@ -101,17 +105,7 @@ class ValueResolver:
             assigned = self.assigned(expr, scope)
             if not assigned:
                 return None
-            found = set()
-            unknown = False
-            for value, vscope in assigned:
-                got = self.dtypes(value, vscope, depth + 1)
-                if got is None:
-                    unknown = True
-                else:
-                    found |= got
-            if found:
-                return frozenset(found)
-            return None if unknown else frozenset()
+            return _union(self.dtypes(value, vscope, depth + 1) for value, vscope in assigned)
         return None
 
     # --- literals ------------------------------------------------------------------------
