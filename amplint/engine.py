@@ -4,20 +4,19 @@ The only entry point for the CLI, the flake8 plugin and pre-commit:
 `check_source(source, path, config) -> list[Diagnostic]`.
 
 Cost control (see BENCHMARKS.md):
-- a textual pre-filter skips files that contain none of the enabled rules'
-  `requires_any` tokens; a rule cannot fire without its tokens, so this never changes
-  findings (tests/test_prefilter.py checks that on real code);
+- a textual pre-filter (`amplint.prefilter`) skips files whose code contains none of
+  the enabled rules' `requires_any` tokens; a rule cannot fire without its tokens, so
+  this never changes findings (tests/test_prefilter.py checks that on real code);
 - positions come from libcst's PositionProvider, which is computed only for files
   that have something to report.
 """
 
 from __future__ import annotations
 
-import re
+import gc
 import traceback
+from contextlib import contextmanager
 from dataclasses import dataclass
-from functools import lru_cache
-from pathlib import Path
 
 import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
@@ -26,6 +25,7 @@ from amplint.analysis.model import ModuleModel
 from amplint.config import Config
 from amplint.diagnostics import Diagnostic, Edit, Fix, Span
 from amplint.rules._base import InsertBefore, RemoveStatement, Replace, Report
+from amplint.prefilter import package_of, rules_that_may_fire
 from amplint.sources import nesting_problem
 from amplint.suppression import is_suppressed, noqa_map
 
@@ -51,59 +51,6 @@ class RuleCrash:
     trace: str
 
 
-def prefilter_tokens(rules) -> tuple[str, ...]:
-    """Every plain token the rules' pre-filters look for (for documentation and tests)."""
-    return tuple(sorted({t for r in rules for g in _token_groups(r) for t in _flat(g) if isinstance(t, str)}))
-
-
-def _flat(tokens):
-    for t in tokens:
-        yield from (_flat(t) if isinstance(t, tuple) else (t,))
-
-
-def _token_groups(rule) -> tuple[tuple, ...]:
-    return (tuple(rule.requires_any), *(tuple(g) for g in rule.and_requires_any))
-
-
-def _has(text: str, token) -> bool:
-    """A token: a substring, a compiled pattern, or a tuple of tokens that must all be there."""
-    if isinstance(token, str):
-        return token.lower() in text
-    if isinstance(token, tuple):
-        return all(_has(text, t) for t in token)
-    return token.search(text) is not None
-
-
-def _rule_may_fire(rule, text: str) -> bool:
-    return all(any(_has(text, t) for t in group) for group in _token_groups(rule))
-
-
-# `from .x import y` / `from ..pkg import z` (whitespace and line continuations allowed):
-# such names are qualified with the file's package, which comes from its path, not its text.
-_RELATIVE_IMPORT = re.compile(r"\bfrom[\s\\]*\.")
-
-
-def rules_that_may_fire(source: str, rules, path: str | None = None) -> tuple:
-    """Pre-filter: the rules that can fire on this text (the others are not run).
-
-    A rule can fire only if the lowercased text contains one token of each of its
-    groups (`requires_any`, then each of `and_requires_any`).  Qualified names built
-    from a relative import also carry the package's dotted name, which is not in the
-    text, so for such files the package (from `path`) is searched as well.
-    """
-    text = source.lower()
-    if path is not None and _RELATIVE_IMPORT.search(text):
-        package = package_of(path)
-        if package:
-            text = f"{text}\n{package.lower()}"
-    return tuple(r for r in rules if _rule_may_fire(r, text))
-
-
-def may_fire(source: str, rules, path: str | None = None) -> bool:
-    """Pre-filter: False only when no enabled rule can fire on this text."""
-    return bool(rules_that_may_fire(source, rules, path))
-
-
 def parse(source: str, path: str) -> cst.Module:
     # NB: the guard must run first: what it refuses would crash or stall libcst's native parser.
     problem = nesting_problem(source)
@@ -124,45 +71,26 @@ def syntax_check(source: str, path: str) -> None:
     """Raise SourceError if CPython cannot compile `source` (nothing is executed).
 
     Used for files the pre-filter skips.  `compile` to bytecode is CPython's cheapest
-    complete check (about a sixth of libcst's parse); its warnings (invalid escapes and
-    the like) are not amplint's to print.
+    complete check (about a tenth of libcst's parse) and refuses deep nesting with an
+    exception, never a crash, so the nesting guard runs only to explain a failure; its
+    warnings (invalid escapes and the like) are not amplint's to print.
     """
     import warnings
 
-    problem = nesting_problem(source)  # CPython's own limits, checked without recursing
-    if problem is not None:
-        raise SourceError(path, problem[0], 0, problem[1])
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             compile(source, path, "exec", dont_inherit=True)
-    except SyntaxError as exc:
-        line = exc.lineno or 1
-        col0 = max((exc.offset or 1) - 1, 0)
-        raise SourceError(path, line, col0, f"{type(exc).__name__}: {exc.msg}") from None
-    except (ValueError, RecursionError, MemoryError) as exc:  # NUL bytes; absurd nesting
-        raise SourceError(path, 1, 0, f"SyntaxError: {exc}" if isinstance(exc, ValueError) else
+    except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
+        problem = nesting_problem(source)  # names the level and the line where CPython does not
+        if problem is not None:
+            raise SourceError(path, problem[0], 0, problem[1]) from None
+        if isinstance(exc, SyntaxError):
+            line = exc.lineno or 1
+            col0 = max((exc.offset or 1) - 1, 0)
+            raise SourceError(path, line, col0, f"{type(exc).__name__}: {exc.msg}") from None
+        raise SourceError(path, 1, 0, f"SyntaxError: {exc}" if isinstance(exc, ValueError) else  # NUL bytes
                           "too deeply nested to analyse (CPython cannot compile it either)") from None
-
-
-def package_of(path: str) -> str | None:
-    """Dotted package of a file on disk, from its `__init__.py` chain (for relative imports)."""
-    p = Path(path)
-    if not p.suffix == ".py":
-        return None
-    return _package_of_dir(p.parent)
-
-
-@lru_cache(maxsize=1024)
-def _package_of_dir(d: Path) -> str:
-    """Cached per directory: a run asks once per file, and files share directories."""
-    parts: list[str] = []
-    while (d / "__init__.py").is_file():
-        parts.append(d.name)
-        if d.parent == d:
-            break
-        d = d.parent
-    return ".".join(reversed(parts))
 
 
 def check_source(
@@ -193,12 +121,14 @@ def check_source(
             # fraction of libcst's parse, and the text is not even looked at otherwise.
             syntax_check(source, path)
             return []
-    module = parse(source, path)
+    with _cyclic_gc_paused():
+        module = parse(source, path)
     # Crashes are collected per attempt, so a retry does not report them twice; without a
     # `crashes` list a rule's exception propagates unchanged (API and test callers).
     found: list[RuleCrash] | None = [] if crashes is not None else None
     try:
-        out = analyse(module, source, path, rules, crashes=found)
+        with _cyclic_gc_paused():
+            out = analyse(module, source, path, rules, crashes=found)
     except RecursionError:
         # Deep but legal code (CPython compiles ~2,900 levels; the model and the libcst
         # visitors recurse in Python, several frames per level): once more, with room.
@@ -210,6 +140,24 @@ def check_source(
     if crashes is not None:
         crashes.extend(found)
     return out
+
+
+@contextmanager
+def _cyclic_gc_paused():
+    """Pause Python's cyclic garbage collector around a parse or an analysis.
+
+    libcst builds several objects per source token, and the collector, triggered by the
+    allocations, walks the growing tree again and again although it holds no cycles: a
+    third of the parse time (BENCHMARKS.md).  Whatever cycles the analysis leaves behind
+    are collected at the next collection after the file.
+    """
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 # Room for deep (legal) code: Python frames per nesting level times CPython's ~3,000

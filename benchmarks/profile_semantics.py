@@ -35,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from amplint.analysis.model import ModuleModel  # noqa: E402
 from amplint.config import Config  # noqa: E402
-from amplint.engine import package_of  # noqa: E402
+from amplint.prefilter import package_of  # noqa: E402
 
 AMP_API = re.compile(r"\b(autocast|GradScaler|custom_fwd|custom_bwd)\b")
 DEFAULT_CORPUS = Path("/work/corpus/src")

@@ -1,7 +1,7 @@
 """The pre-filter never changes findings (issue 7).
 
 `Rule.requires_any` / `and_requires_any` name the tokens without which a rule cannot
-fire; `engine.rules_that_may_fire` runs only the rules whose tokens are all there and
+fire; `prefilter.rules_that_may_fire` runs only the rules whose tokens are all there and
 skips the parse when none is.  These tests analyse files with and without the
 pre-filter and require identical findings, and require every finding's rule to pass
 its own pre-filter on that file (so each rule's tokens are checked separately, not
@@ -20,7 +20,8 @@ import pytest
 
 from amplint import registry
 from amplint.config import Config
-from amplint.engine import SourceError, check_source, may_fire, prefilter_tokens, rules_that_may_fire
+from amplint.engine import SourceError, check_source
+from amplint.prefilter import Attr, Word, code_text, may_fire, prefilter_tokens, rules_that_may_fire
 
 ROOT = Path(__file__).resolve().parent.parent
 # Opt-in: the corpus run takes many minutes, so it runs only when AMPLINT_CORPUS names it.
@@ -69,7 +70,7 @@ def test_every_rule_declares_tokens() -> None:
         for group in groups:
             for token in group:
                 for t in token if isinstance(token, tuple) else (token,):  # a tuple: all of them
-                    assert isinstance(t, (str, re.Pattern)), f"{rule.code}: {t!r}"
+                    assert isinstance(t, (str, Word, re.Pattern)), f"{rule.code}: {t!r}"
                     if isinstance(t, re.Pattern):
                         assert t.pattern == t.pattern.lower(), f"{rule.code}: patterns run on lowercased text"
 
@@ -120,3 +121,89 @@ def test_prefilter_is_exact_on_real_code() -> None:
         for found in pool.map(_compare, files, chunksize=8):
             problems.extend(found)
     assert problems == []
+
+
+# --- the code text: what stage 2 reads --------------------------------------------------------
+
+
+def test_code_text_drops_comments_and_docstrings_only() -> None:
+    source = (
+        '"""Module docstring: GradScaler, float16, -1e9."""\n'
+        "import torch  # autocast in a comment\n"
+        'x = "# not a comment: scaler"\n'
+        "def f():\n"
+        "    r'''A raw docstring: half.'''\n"
+        "    y = (\n"
+        '        "an argument string, kept: autocast"\n'
+        "    )\n"
+        "    z = \\\n"
+        '        "the value of z, kept: fp16"\n'
+        "    s = f\"{a['#']} kept\"  # gone\n"
+        "    return '''a returned string, kept: # and 1e9'''\n"
+    )
+    code = code_text(source)
+    assert "Module docstring" not in code and "A raw docstring" not in code
+    assert "comment" not in code.replace("not a comment", "") and "# gone" not in code
+    for kept in ('"# not a comment: scaler"', "an argument string, kept", "the value of z, kept",
+                 "f\"{a['#']} kept\"", "a returned string, kept: # and 1e9", "import torch"):
+        assert kept in code, kept
+
+
+def test_code_text_handles_crlf_and_unterminated_text() -> None:
+    assert code_text('"""doc"""\r\nx = 1  # c\r\n') == ' \r\nx = 1  \r\n'
+    assert "y" in code_text("x = '''unterminated\ny = 1\n")  # a syntax error: nothing is lost
+
+
+def test_words_and_attributes_need_whole_identifiers() -> None:
+    assert Word("function").search("class f(torch.autograd.function):")
+    assert not Word("function").search("import torch.nn.functional as f")
+    assert Attr("scale").search("scaler . scale(loss)") and Attr("scale").search("s.\\\n    scale(l)")
+    assert not Attr("scale").search("attention(q, k, scale=scale)")
+    assert not Word("unscale_").search("unscale_lora_layers(model)")
+
+
+def test_reduced_dtype_tokens_cover_every_spelling_the_analysis_knows() -> None:
+    from amplint.analysis.torch_api import DTYPE_STRINGS, HALF_CAST_METHODS, HALF_DTYPES, REDUCED_DTYPE_TOKENS
+
+    spellings = [q.rsplit(".", 1)[-1] for q in HALF_DTYPES]
+    spellings += [f'"{s}"' for s, d in DTYPE_STRINGS.items() if d in ("float16", "bfloat16")]
+    spellings += [f".{m}()" for m in HALF_CAST_METHODS]
+    rule = type("R", (), {"requires_any": REDUCED_DTYPE_TOKENS, "and_requires_any": ()})
+    for spelling in [*spellings, '"\\x31\\x36"']:
+        assert may_fire(f"x = {spelling}\n", (rule,)), spelling
+    assert not may_fire('x = "float"  # 16, half\n', (rule,))
+
+
+def test_amp501_number_token_matches_every_float_literal_beyond_fp16() -> None:
+    """`number_of` reads float literals; every one it finds out of range passes the token."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    import libcst as cst
+
+    from amplint.analysis.precision import number_of, overflows_fp16
+
+    number = registry.BY_CODE["AMP501"].requires_any[1]
+    digits = st.text("0123456789", min_size=1, max_size=8)
+
+    @st.composite
+    def float_literals(draw) -> str:
+        whole, frac = draw(digits), draw(st.one_of(st.just(""), digits))
+        text = draw(st.sampled_from([f"{whole}.{frac}", f".{whole}", f"{whole}"]))
+        if draw(st.booleans()) or "." not in text:
+            text += draw(st.sampled_from(["e", "E"])) + draw(st.sampled_from(["", "+", "-"])) + draw(digits)
+        if draw(st.booleans()) and len(whole) > 1:
+            text = text.replace(whole, whole[0] + "_" + whole[1:], 1)
+        return text
+
+    @settings(max_examples=400, deadline=None)
+    @given(float_literals())
+    def check(literal: str) -> None:
+        try:
+            node = cst.parse_expression(literal)
+        except cst.ParserSyntaxError:
+            return
+        if overflows_fp16(number_of(node)):
+            assert number.search(literal.lower()), literal
+
+    check()

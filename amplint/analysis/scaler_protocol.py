@@ -21,7 +21,6 @@ not", which is what gradient accumulation bugs (AMP107) look like in the graph.
 
 from __future__ import annotations
 
-import re
 import weakref
 from collections import deque
 from dataclasses import dataclass
@@ -32,17 +31,16 @@ import libcst as cst
 from amplint.analysis.names import dotted
 from amplint.analysis.walk import walk
 from amplint.analysis.steps import Event, Kind, Point, StepGraph
+from amplint.prefilter import Attr, Word
 
 
-# Pre-filter for rules that need a GradScaler: without one of these strings a file can
-# neither build a scaler (`GradScaler`), name one (`scaler`), nor use one by its methods
-# (`x.scale(loss)`, `x.unscale_(opt)`), so the model would find none.
-# Pre-filter (bindings.is_scaler): a scaler is built (`GradScaler`) or named `*scaler*`, or
-# is the receiver of `unscale_`/`get_scale`, of `.scale(x).backward()`, or of all of
-# `.scale`/`.update`/`.step`. A tuple is a conjunction. NB: the word `scale`, never
-# `.scale(`: whitespace and comments may sit between `.`, the name and `(`.
-_SCALE, _BACKWARD, _UPDATE, _STEP = (re.compile(rf"\b{w}\b") for w in ("scale", "backward", "update", "step"))
-SCALER_TOKENS = ("scaler", "unscale_", "get_scale", (_SCALE, _BACKWARD), (_SCALE, _UPDATE, _STEP))
+# Pre-filter for rules that need a GradScaler (bindings.is_scaler): without one of these a
+# file can neither build a scaler (`GradScaler`), name one (`*scaler*`), nor use one by its
+# methods: the receiver of `unscale_`/`get_scale`, of `.scale(x).backward()`, or of all of
+# `.scale`/`.update`/`.step`. A tuple is a conjunction. NB: `Attr("scale")`, never the
+# text `.scale(`: blanks and line breaks may sit between `.`, the name and `(`.
+_SCALE, _BACKWARD, _UPDATE, _STEP = (Attr(w) for w in ("scale", "backward", "update", "step"))
+SCALER_TOKENS = ("scaler", Word("unscale_"), Word("get_scale"), (_SCALE, _BACKWARD), (_SCALE, _UPDATE, _STEP))
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from amplint.prefilter import STRING_ESCAPE
+
 SCALER_CONSTRUCTORS = frozenset(
     {
         "torch.amp.GradScaler",
@@ -85,6 +87,10 @@ DTYPE_STRINGS = {
 }
 # Module methods that convert every parameter to a reduced precision.
 HALF_CAST_METHODS = {"half": "float16", "bfloat16": "bfloat16"}
+# Pre-filter tokens: every spelling of a reduced dtype above (a qualified name's last part,
+# a dtype string with its quotes, a cast method) contains one of these, or hides in a
+# string escape (tests/test_prefilter.py checks the tables against them).
+REDUCED_DTYPE_TOKENS = ("float16", "fp16", "bf16", "half", '"16"', "'16'", STRING_ESCAPE)
 
 OPTIMIZER_PACKAGES = ("torch.optim.", "apex.optimizers.", "bitsandbytes.optim.", "transformers.optimization.", "timm.optim.")
 NOT_OPTIMIZERS = ("torch.optim.lr_scheduler", "torch.optim.swa_utils")

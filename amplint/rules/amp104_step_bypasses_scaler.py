@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import re
-
 from amplint.analysis.scaler_protocol import protocol
 from amplint.analysis.steps import Kind
+from amplint.prefilter import Attr
 from amplint.rules._base import Rule
 
 
@@ -56,7 +55,7 @@ class StepBypassesScaler(Rule):
     message = "`{step}` bypasses the GradScaler after a scaled backward{detail}"
     # Pre-filter: a scaled backward is `.backward` of a `.scale` call (the word, not `.scale(`),
     # and the bypass is an optimizer `.step`.
-    requires_any = (re.compile(r"\bscale\b"),)
+    requires_any = (Attr("scale"),)  # `scaler.scale(loss).backward()`
     and_requires_any = (("backward",), ("step",))
 
     @staticmethod

@@ -6,6 +6,7 @@ from amplint.analysis.bindings import Bindings
 from amplint.analysis.scaler_protocol import protocol, search
 from amplint.analysis.steps import Kind
 from amplint.diagnostics import Applicability
+from amplint.prefilter import Word
 from amplint.rules._base import FixAvailability, RemoveStatement, Rule
 
 
@@ -63,7 +64,7 @@ class UnscaleTwice(Rule):
     fix_title = "Remove the second `{call}`"
     fix_availability = FixAvailability.SOMETIMES
     safety = Applicability.UNSAFE
-    requires_any = ("unscale_",)
+    requires_any = (Word("unscale_"),)  # the method's name, not `unscale_lora_layers`
 
     def check(self) -> None:
         proto = protocol(self.model)

@@ -6,6 +6,7 @@ import libcst as cst
 
 from amplint.analysis.names import dotted
 from amplint.analysis.precision import precision_of
+from amplint.prefilter import Word
 from amplint.rules._base import Rule
 
 _FUNCTION_BASES = ("torch.autograd.Function", "torch.autograd.function.Function")
@@ -77,7 +78,7 @@ class CustomFunctionWithoutCustomFwd(Rule):
     code = "AMP205"
     name = "custom-function-without-custom-fwd"
     message = "autograd.Function `{cls}` runs under autocast without `{missing}`"
-    requires_any = ("Function",)
+    requires_any = (Word("function"),)  # a base's last part: `Function`, not `functional`
     # NB: the module must enter autocast or build a GradScaler.
     and_requires_any = (("autocast", "GradScaler"),)
 

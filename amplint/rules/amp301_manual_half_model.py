@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 
+from amplint.analysis.torch_api import REDUCED_DTYPE_TOKENS
 from amplint.rules._base import Rule
 
 
@@ -47,10 +48,9 @@ class ManualHalfModel(Rule):
     code = "AMP301"
     name = "manual-half-model"
     message = "`{target}` is cast to {dtype} with `{spelling}` and then trained: the optimizer holds {dtype} weights"
-    # Pre-filter: a reduced dtype is spelled with `16` or `half` (HALF_DTYPES, DTYPE_STRINGS,
-    # `.half()`/`.bfloat16()`), or hidden in a string escape (`\\`); the module must reach an
+    # Pre-filter: a reduced dtype is spelled (REDUCED_DTYPE_TOKENS); the module must reach an
     # optimizer: OPTIMIZER_PACKAGES or a `create_optimizer`-like helper (casts.py).
-    requires_any = ("16", "half", "\\")
+    requires_any = REDUCED_DTYPE_TOKENS
     and_requires_any = ((re.compile(r"optim(?![a-z0-9_])|optimizer|optimization"),),)
 
     def check(self) -> None:

@@ -6,6 +6,7 @@ import libcst as cst
 
 from amplint.analysis.bindings import call_arg
 from amplint.analysis.steps import Kind
+from amplint.analysis.torch_api import REDUCED_DTYPE_TOKENS
 from amplint.rules._base import Rule
 
 _SET_DEFAULT_DTYPE = "torch.set_default_dtype"
@@ -57,6 +58,9 @@ class DefaultDtypeHalf(Rule):
     name = "default-dtype-half"
     message = "`{call}` makes every new tensor and parameter {dtype} in training code"
     requires_any = ("set_default_",)
+    # a reduced dtype (or HalfTensor), and training: an optimizer (OPTIMIZER_PACKAGES),
+    # a backward or a step
+    and_requires_any = (REDUCED_DTYPE_TOKENS, ("optim", "backward", "step"))
 
     def check(self) -> None:
         model = self.model

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from amplint.analysis.bindings import call_arg
 from amplint.analysis.precision import number_of
+from amplint.analysis.torch_api import REDUCED_DTYPE_TOKENS
 from amplint.rules._base import Rule
 
 # Smallest positive float16 (subnormal) is 2**-24, about 5.96e-8; anything below rounds to 0.
@@ -60,8 +61,8 @@ class Fp16EpsUnderflow(Rule):
     code = "AMP304"
     name = "fp16-eps-underflow"
     message = "`{optimizer}` eps={eps:g} is 0 in float16, and it updates float16 parameters of `{target}`"
-    # float16 is spelled `half` or with "16" (float16, fp16, "16"); optimizers live in `*optim*`.
-    requires_any = ("half", "16")
+    # float16 is spelled (REDUCED_DTYPE_TOKENS); optimizers live in `*optim*`.
+    requires_any = REDUCED_DTYPE_TOKENS
     and_requires_any = (("optim",),)
 
     def check(self) -> None:

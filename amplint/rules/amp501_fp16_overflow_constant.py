@@ -96,10 +96,27 @@ class Fp16OverflowConstant(Rule):
     fix_title = "Use `{replacement}`"
     fix_availability = FixAvailability.SOMETIMES
     safety = Applicability.UNSAFE
-    # A float beyond 65504 has an exponent (`1e9`, `1.e9`) or five integer digits
-    # (`100000.0`, `100_000.0`); the second group is every spelling of fp16 evidence.
-    requires_any = (re.compile(r"[0-9.]e|[0-9]{5}|[0-9]_[0-9]{3}|finfo"),)
-    and_requires_any = (("autocast", "GradScaler", "float16", "half", "fp16", "apex"),)
+    # Pre-filter, three groups, each necessary:
+    # 1. an overflowing value: a float literal beyond 65504 (`number_of` reads floats only)
+    #    has a non-negative exponent (`1e9`, `1.e9`, `1.5e+9`), or at least five integer
+    #    digits (`65505.`, `100000.0`, `1000000e-1`), or underscores in its integer part
+    #    (`100_000.0`, not `qwen2_5`); or `torch.finfo(...)`;
+    # 2. every spelling of fp16 evidence;
+    # 3. a sink: the writing methods and factories above, or an index (augmented)
+    #    assignment `x[m] = v` / `(x[m]) += v` (comments are gone from the code text).
+    requires_any = (
+        "finfo",
+        # (one digit first, then lookbehinds: a pattern that starts with alternatives of
+        # character classes costs several times more on real code)
+        re.compile(
+            r"[0-9](?:\.?e\+?[0-9]|_[0-9][0-9_]*[.e]|[0-9]{5}[0-9_]*[.e]"
+            r"|(?<=[7-9])[0-9]{4}[.e]|(?<=6)(?:[6-9][0-9]{3}|5[5-9][0-9]{2})[.e])"
+        ),
+    )
+    and_requires_any = (
+        ("autocast", "GradScaler", "float16", "half", "fp16", "apex"),
+        (*_WRITING_METHODS, "where", "full", re.compile(r"\][\s\\)]*[-+*]?=(?!=)")),
+    )
 
     def check(self) -> None:
         self.precision = precision_of(self.model)

@@ -1,0 +1,260 @@
+"""The text pre-filter: which rules can fire on a file, decided without parsing it.
+
+libcst's parse is the largest cost of a run (about 1.3 s of CPU per MB), and in a large
+tree only a few files use AMP at all.  Each rule declares tokens without which it cannot
+fire (`Rule.requires_any` / `and_requires_any`); a file is parsed only for the rules
+whose every token group matches, and not at all when no rule's does.
+
+Two stages, each cheap, the second only for files that pass the first:
+
+1. the file's lowercased text;
+2. its *code text*: the same text without comments and docstrings (string statements).
+   No rule reads either, and on real code they are where most tokens sit (`float16`,
+   `GradScaler` and `-1e9` in usage examples and explanations): on transformers this
+   halves the files parsed.
+
+Stage 2 only ever removes text, so it can only reject more; `tests/test_prefilter.py`
+checks on every fixture (and on a real-code corpus when present) that findings are the
+same with and without the pre-filter.
+
+A token is a substring, a `Word` (a whole identifier), an `Attr` (a whole identifier
+after a dot), a compiled pattern (run on the lowercased text) or a tuple of tokens that must all be present.  Tokens shared by rules
+(the GradScaler ones) are evaluated once per file.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Word:
+    """A whole word: `scale` in `scaler.scale(loss)`, not in `upscale` or `scale_factor`.
+
+    Found by `str.find` and a look at its neighbours: a regex `\\bscale\\b` cannot use the
+    regex engine's literal-prefix scan and costs about 40 times as much on real code.
+    """
+
+    word: str
+
+    def __post_init__(self) -> None:
+        if self.word != self.word.lower():
+            raise ValueError(f"Word tokens match lowercased text: {self.word!r}")
+
+    def search(self, text: str) -> bool:
+        word, n = self.word, len(self.word)
+        at = text.find(word)
+        while at != -1:
+            before = text[at - 1] if at else " "
+            after = text[at + n] if at + n < len(text) else " "
+            if not (before.isalnum() or before == "_") and not (after.isalnum() or after == "_") and self._fits(text, at):
+                return True
+            at = text.find(word, at + 1)
+        return False
+
+    def _fits(self, text: str, at: int) -> bool:
+        return True
+
+
+_BLANKS = " \t\f\r\n\\"
+
+
+class Attr(Word):
+    """A whole word used as an attribute or method: `x.scale`, `x . scale`, `x.\\ scale`.
+
+    The code text has no comments, so what may separate the dot from the name is blanks,
+    line breaks and backslash continuations.
+    """
+
+    def _fits(self, text: str, at: int) -> bool:
+        at -= 1
+        while at >= 0 and text[at] in _BLANKS:
+            at -= 1
+        return at >= 0 and text[at] == "."
+
+
+# A backslash escape that can spell a letter or digit inside a string (`"\x31\x36"` is
+# "16"), in lowercased text: `\x`, `\u` / `\U`, `\N{...}`, octal.  Rules whose values
+# resolver evaluates strings add it next to the words it could hide.
+STRING_ESCAPE = re.compile(r"\\(?:x|u|n\{|[0-7])")
+
+
+def token_groups(rule) -> tuple[tuple, ...]:
+    return (tuple(rule.requires_any), *(tuple(g) for g in rule.and_requires_any))
+
+
+@lru_cache(maxsize=None)
+def _cheapest_first(rule) -> tuple[tuple, ...]:
+    """The rule's groups, plain substrings before words and patterns (a pattern without a
+    literal prefix scans every character; a substring search is a memchr)."""
+
+    def cost(token) -> int:
+        if isinstance(token, tuple):
+            return max(map(cost, token))
+        return 0 if isinstance(token, str) else 1 if isinstance(token, Word) else 2  # Attr is a Word
+
+    ordered = (tuple(sorted(group, key=cost)) for group in token_groups(rule))
+    return tuple(sorted(ordered, key=lambda group: max(map(cost, group))))
+
+
+def prefilter_tokens(rules) -> tuple[str, ...]:
+    """Every plain token or word the rules look for (for documentation and tests)."""
+    found = set()
+    for rule in rules:
+        for group in token_groups(rule):
+            for token in _flat(group):
+                if isinstance(token, str):
+                    found.add(token)
+                elif isinstance(token, Word):
+                    found.add(token.word)
+    return tuple(sorted(found))
+
+
+def _flat(tokens):
+    for t in tokens:
+        yield from (_flat(t) if isinstance(t, tuple) else (t,))
+
+
+def _has(text: str, token, memo: dict) -> bool:
+    known = memo.get(token)
+    if known is None:
+        if isinstance(token, str):
+            known = token.lower() in text
+        elif isinstance(token, tuple):
+            known = all(_has(text, t, memo) for t in token)
+        else:
+            known = bool(token.search(text))  # a Match or a bool
+        memo[token] = known
+    return known
+
+
+def _rule_may_fire(rule, text: str, memo: dict) -> bool:
+    return all(any(_has(text, t, memo) for t in group) for group in _cheapest_first(rule))
+
+
+def _passing(rules, text: str) -> tuple:
+    memo: dict = {}
+    return tuple(r for r in rules if _rule_may_fire(r, text, memo))
+
+
+# `from .x import y` / `from ..pkg import z` (whitespace and line continuations allowed):
+# such names are qualified with the file's package, which comes from its path, not its text.
+_RELATIVE_IMPORT = re.compile(r"\bfrom[\s\\]*\.")
+
+
+def rules_that_may_fire(source: str, rules, path: str | None = None) -> tuple:
+    """The rules that can fire on this text (the others are not run).
+
+    A rule can fire only if the text contains one token of each of its groups
+    (`requires_any`, then each of `and_requires_any`), first in the whole lowercased
+    text, then in its code text.  Qualified names built from a relative import also carry
+    the package's dotted name, which is not in the text, so for such files the package
+    (from `path`) is searched as well.
+    """
+    text = source.lower()
+    package = ""
+    if path is not None and _RELATIVE_IMPORT.search(text):
+        package = (package_of(path) or "").lower()
+    rules = _passing(rules, f"{text}\n{package}" if package else text)
+    if not rules:
+        return ()
+    code = code_text(source).lower()
+    return _passing(rules, f"{code}\n{package}" if package else code)
+
+
+def may_fire(source: str, rules, path: str | None = None) -> bool:
+    """False only when no enabled rule can fire on this text."""
+    return bool(rules_that_may_fire(source, rules, path))
+
+
+# --- code text -----------------------------------------------------------------------------
+# One scan over comments and string literals.  Strings are matched whole so that a `#` in
+# one is not taken for a comment; Python 3.11's f-strings cannot nest their own quote, so
+# quote matching finds exactly the strings the tokenizer would.  A string is removed only
+# when it is a whole statement (a docstring), bracket depth 0, not continued by `\`.
+_LEXEME = re.compile(
+    r"""
+    (?P<comment>\#[^\r\n]*)
+  | (?P<string>
+        \"\"\"[^"\\]*(?:(?:\\(?:\r\n|.)|"(?!""))[^"\\]*)*(?:\"\"\"|\Z)
+      | '''[^'\\]*(?:(?:\\(?:\r\n|.)|'(?!''))[^'\\]*)*(?:'''|\Z)
+      | "[^"\\\r\n]*(?:\\(?:\r\n|.)[^"\\\r\n]*)*(?:"|(?=[\r\n])|\Z)
+      | '[^'\\\r\n]*(?:\\(?:\r\n|.)[^'\\\r\n]*)*(?:'|(?=[\r\n])|\Z)
+    )
+    """,
+    re.VERBOSE | re.DOTALL,
+)
+# What may precede a string statement on its line: indentation and a non-f prefix.
+_STATEMENT_START = re.compile(r"[ \t\f]*(?P<prefix>[rRuUbB]|[bB][rR]|[rR][bB]|)\Z")
+# What may follow it: blanks, then the end of the line (a comment is removed as well).
+_STATEMENT_END = re.compile(r"[ \t\f]*(?:\#[^\r\n]*)?(?:\r\n|\r|\n|\Z)")
+
+
+def code_text(source: str) -> str:
+    """`source` without its comments and docstrings (string statements).
+
+    What stays is everything a rule can read; what goes is replaced by nothing (a
+    comment) or a blank (a string statement), so no two code tokens join.
+    """
+    out: list[str] = []
+    depth = 0
+    kept = 0  # source[kept:] is not yet in `out`
+    scanned = 0  # brackets are counted in source[:scanned] (code only)
+    for m in _LEXEME.finditer(source):
+        start, end = m.span()
+        segment = source[scanned:start]
+        depth += (
+            segment.count("(") + segment.count("[") + segment.count("{")
+            - segment.count(")") - segment.count("]") - segment.count("}")
+        )
+        scanned = end
+        if m.lastgroup == "comment":
+            out.append(source[kept:start])
+            kept = end
+        elif depth <= 0 and (statement := _string_statement_start(source, start, end)) >= 0:
+            out.append(source[kept:statement])
+            out.append(" ")
+            kept = end
+    out.append(source[kept:])
+    return "".join(out)
+
+
+def _string_statement_start(source: str, start: int, end: int) -> int:
+    """Where the string statement around the literal source[start:end] starts (its
+    prefix included), or -1 if the literal is part of a larger statement."""
+    line_start = max(source.rfind("\n", 0, start), source.rfind("\r", 0, start)) + 1
+    lead = _STATEMENT_START.match(source, line_start, start)
+    if lead is None or _STATEMENT_END.match(source, end) is None:
+        return -1
+    # NB: a line after `x = \` continues that statement: the string is its value.
+    at = line_start - 1
+    if at >= 0 and source[at] == "\n":
+        at -= 1
+    if at >= 0 and source[at] == "\r":
+        at -= 1
+    if at >= 0 and source[at] == "\\":
+        return -1
+    return lead.start("prefix")
+
+
+def package_of(path: str) -> str | None:
+    """Dotted package of a file on disk, from its `__init__.py` chain (for relative imports)."""
+    p = Path(path)
+    if not p.suffix == ".py":
+        return None
+    return _package_of_dir(p.parent)
+
+
+@lru_cache(maxsize=1024)
+def _package_of_dir(d: Path) -> str:
+    """Cached per directory: a run asks once per file, and files share directories."""
+    parts: list[str] = []
+    while (d / "__init__.py").is_file():
+        parts.append(d.name)
+        if d.parent == d:
+            break
+        d = d.parent
+    return ".".join(reversed(parts))
