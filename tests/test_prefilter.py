@@ -70,7 +70,9 @@ def test_every_rule_declares_tokens() -> None:
         for group in groups:
             for token in group:
                 for t in token if isinstance(token, tuple) else (token,):  # a tuple: all of them
-                    assert isinstance(t, (str, Word, re.Pattern)), f"{rule.code}: {t!r}"
+                    # a substring, a Word/Attr, a pattern, or a rule's own token object
+                    assert isinstance(t, str) or callable(getattr(t, "search", None)), f"{rule.code}: {t!r}"
+                    hash(t)  # evaluated once per file and token: tokens are memo keys
                     if isinstance(t, re.Pattern):
                         assert t.pattern == t.pattern.lower(), f"{rule.code}: patterns run on lowercased text"
 
@@ -163,7 +165,7 @@ def test_words_and_attributes_need_whole_identifiers() -> None:
 
 
 def test_reduced_dtype_tokens_cover_every_spelling_the_analysis_knows() -> None:
-    from amplint.analysis.torch_api import DTYPE_STRINGS, HALF_CAST_METHODS, HALF_DTYPES, REDUCED_DTYPE_TOKENS
+    from amplint.analysis.torch_api import DTYPE_STRINGS, FP16_DTYPE_TOKENS, HALF_CAST_METHODS, HALF_DTYPES, REDUCED_DTYPE_TOKENS
 
     spellings = [q.rsplit(".", 1)[-1] for q in HALF_DTYPES]
     spellings += [f'"{s}"' for s, d in DTYPE_STRINGS.items() if d in ("float16", "bfloat16")]
@@ -172,6 +174,25 @@ def test_reduced_dtype_tokens_cover_every_spelling_the_analysis_knows() -> None:
     for spelling in [*spellings, '"\\x31\\x36"']:
         assert may_fire(f"x = {spelling}\n", (rule,)), spelling
     assert not may_fire('x = "float"  # 16, half\n', (rule,))
+    fp16 = type("R", (), {"requires_any": FP16_DTYPE_TOKENS, "and_requires_any": ()})
+    for spelling in [q.rsplit(".", 1)[-1] for q, d in HALF_DTYPES.items() if d == "float16"]:
+        assert may_fire(f"x = torch.{spelling}\n", (fp16,)), spelling
+    for s, d in DTYPE_STRINGS.items():
+        assert may_fire(f'x = "{s}"\n', (fp16,)) is (d == "float16"), s
+    assert may_fire("model.half()\n", (fp16,)) and not may_fire("model.bfloat16()\n", (fp16,))
+
+
+def test_optimizer_tokens_cover_the_packages_and_factories() -> None:
+    from amplint.analysis.casts import _OPTIMIZER_FACTORY
+    from amplint.analysis.torch_api import OPTIMIZER_PACKAGES, OPTIMIZER_TOKENS
+
+    rule = type("R", (), {"requires_any": OPTIMIZER_TOKENS, "and_requires_any": ()})
+    for package in OPTIMIZER_PACKAGES:
+        assert may_fire(f"import {package}Adam\n", (rule,)), package
+    factories = ["create_optimizer", "get_optim_and_scheduler", "_build_optimizers_and_schedulers", "configure_optimizers"]
+    for name in factories:
+        assert _OPTIMIZER_FACTORY.match(name) and may_fire(f"x = {name}(m)\n", (rule,)), name
+    assert not may_fire("import optimum\nbest = optimal(x)\n", (rule,))
 
 
 def test_amp501_number_token_matches_every_float_literal_beyond_fp16() -> None:
@@ -183,7 +204,7 @@ def test_amp501_number_token_matches_every_float_literal_beyond_fp16() -> None:
 
     from amplint.analysis.precision import number_of, overflows_fp16
 
-    number = registry.BY_CODE["AMP501"].requires_any[1]
+    (number,) = [t for t in registry.BY_CODE["AMP501"].requires_any if type(t).__name__ == "_OverflowingFloat"]
     digits = st.text("0123456789", min_size=1, max_size=8)
 
     @st.composite
@@ -204,6 +225,6 @@ def test_amp501_number_token_matches_every_float_literal_beyond_fp16() -> None:
         except cst.ParserSyntaxError:
             return
         if overflows_fp16(number_of(node)):
-            assert number.search(literal.lower()), literal
+            assert number.search(f"x = -{literal.lower()}"), literal
 
     check()

@@ -336,18 +336,23 @@ def method_name(call: cst.Call) -> str | None:
 
 def _returned_values(fn: cst.FunctionDef) -> list[cst.BaseExpression]:
     """The expressions `fn` returns (not those of functions nested in it)."""
-    out: list[cst.BaseExpression] = []
+    collector = _ReturnCollector(fn)
+    walk(fn, collector)
+    return collector.values
 
-    class V(cst.CSTVisitor):
-        def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
-            return node is fn
 
-        def visit_Lambda(self, node: cst.Lambda) -> bool:
-            return False
+class _ReturnCollector(cst.CSTVisitor):
+    # NB: at module level, not inside the function: `walk` plans its dispatch once per class.
+    def __init__(self, fn: cst.FunctionDef) -> None:
+        self.fn = fn
+        self.values: list[cst.BaseExpression] = []
 
-        def visit_Return(self, node: cst.Return) -> None:
-            if node.value is not None:
-                out.append(node.value)
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+        return node is self.fn
 
-    walk(fn, V())
-    return out
+    def visit_Lambda(self, node: cst.Lambda) -> bool:
+        return False
+
+    def visit_Return(self, node: cst.Return) -> None:
+        if node.value is not None:
+            self.values.append(node.value)

@@ -299,30 +299,37 @@ def _chained_receiver(node: cst.BaseExpression) -> cst.Call | None:
     return None
 
 
+class _CallCollector(cst.CSTVisitor):
+    # NB: at module level, not inside the function: `walk` plans its dispatch once per class.
+    def __init__(self) -> None:
+        self.calls: list[cst.Call] = []
+
+    def visit_Call(self, n: cst.Call) -> None:
+        self.calls.append(n)
+
+
 def _calls_in(node: cst.CSTNode) -> list[cst.Call]:
-    out: list[cst.Call] = []
-
-    class V(cst.CSTVisitor):
-        def visit_Call(self, n: cst.Call) -> None:
-            out.append(n)
-
-    walk(node, V())
-    return out
+    collector = _CallCollector()
+    walk(node, collector)
+    return collector.calls
 
 
 def _dotted_names(expr: cst.CSTNode) -> list[cst.BaseExpression]:
     """Every maximal dotted name inside an expression (`model.parameters` of `model.parameters()`)."""
-    out: list[cst.BaseExpression] = []
+    collector = _DottedNameCollector()
+    walk(expr, collector)
+    return collector.names
 
-    class V(cst.CSTVisitor):
-        def visit_Attribute(self, node: cst.Attribute) -> bool:
-            if dotted(node) is not None:
-                out.append(node)
-                return False
-            return True
 
-        def visit_Name(self, node: cst.Name) -> None:
-            out.append(node)
+class _DottedNameCollector(cst.CSTVisitor):
+    def __init__(self) -> None:
+        self.names: list[cst.BaseExpression] = []
 
-    walk(expr, V())
-    return out
+    def visit_Attribute(self, node: cst.Attribute) -> bool:
+        if dotted(node) is not None:
+            self.names.append(node)
+            return False
+        return True
+
+    def visit_Name(self, node: cst.Name) -> None:
+        self.names.append(node)

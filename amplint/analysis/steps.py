@@ -631,30 +631,33 @@ def _identifiers(text: str) -> set[str]:
 
 def _assigned_names(node: cst.CSTNode) -> frozenset[str]:
     """Every name bound inside a loop (targets, loop variables, `self.x`'s last part)."""
-    names: set[str] = set()
+    collector = _BoundNameCollector()
+    walk(node, collector)
+    return frozenset(collector.names)
 
-    class V(cst.CSTVisitor):
-        def _target(self, t) -> None:
-            for n in _names_in(t):
-                names.add(n)
 
-        def visit_AssignTarget(self, n: cst.AssignTarget) -> None:
-            self._target(n.target)
+class _BoundNameCollector(cst.CSTVisitor):
+    # NB: at module level, not inside the function: `walk` plans its dispatch once per class.
+    def __init__(self) -> None:
+        self.names: set[str] = set()
 
-        def visit_AugAssign(self, n: cst.AugAssign) -> None:
-            self._target(n.target)
+    def _target(self, t) -> None:
+        self.names.update(_names_in(t))
 
-        def visit_AnnAssign(self, n: cst.AnnAssign) -> None:
-            self._target(n.target)
+    def visit_AssignTarget(self, n: cst.AssignTarget) -> None:
+        self._target(n.target)
 
-        def visit_For(self, n: cst.For) -> None:
-            self._target(n.target)
+    def visit_AugAssign(self, n: cst.AugAssign) -> None:
+        self._target(n.target)
 
-        def visit_NamedExpr(self, n: cst.NamedExpr) -> None:
-            self._target(n.target)
+    def visit_AnnAssign(self, n: cst.AnnAssign) -> None:
+        self._target(n.target)
 
-    walk(node, V())
-    return frozenset(names)
+    def visit_For(self, n: cst.For) -> None:
+        self._target(n.target)
+
+    def visit_NamedExpr(self, n: cst.NamedExpr) -> None:
+        self._target(n.target)
 
 
 def _names_in(t: cst.CSTNode) -> list[str]:

@@ -5,6 +5,7 @@ Data, not logic: adding a new alias of an existing concept is a one-line change 
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from amplint.prefilter import STRING_ESCAPE
@@ -91,9 +92,14 @@ HALF_CAST_METHODS = {"half": "float16", "bfloat16": "bfloat16"}
 # a dtype string with its quotes, a cast method) contains one of these, or hides in a
 # string escape (tests/test_prefilter.py checks the tables against them).
 REDUCED_DTYPE_TOKENS = ("float16", "fp16", "bf16", "half", '"16"', "'16'", STRING_ESCAPE)
+FP16_DTYPE_TOKENS = (re.compile(r"(?<!b)float16"), "fp16", "half", '"16"', "'16'", STRING_ESCAPE)
 
 OPTIMIZER_PACKAGES = ("torch.optim.", "apex.optimizers.", "bitsandbytes.optim.", "transformers.optimization.", "timm.optim.")
 NOT_OPTIMIZERS = ("torch.optim.lr_scheduler", "torch.optim.swa_utils")
+# Pre-filter tokens for "builds an optimizer": every package above has a part `optim`,
+# `optimizers` or `optimization`, and casts.py's factories (`create_optimizer`,
+# `get_optim_and_scheduler`) are named so too; `optimum` and `optimal` do not pass.
+OPTIMIZER_TOKENS = (re.compile(r"optim(?![a-z0-9])|optimizer|optimization"),)
 
 
 @dataclass(frozen=True)

@@ -87,6 +87,20 @@ def _hook(vcls, name: str):
     return method  # unbound: the dispatch table is shared by every instance of the class
 
 
+# What a field's value is, by its class: `isinstance(value, cst.CSTNode)` goes through
+# ABCMeta.__instancecheck__, which cost a fifth of a walk.
+_NODE, _SEQUENCE, _OTHER = "node", "sequence", "other"
+_KINDS: dict[type, str] = {}
+
+
+def _kind_of(cls: type) -> str:
+    if issubclass(cls, cst.CSTNode):
+        return _NODE
+    if issubclass(cls, (tuple, list)):
+        return _SEQUENCE
+    return _OTHER
+
+
 # visitor class -> (falls back to libcst?, node class -> (visit, leave, ((field, before, after), ...)))
 _PLANS: dict[type, tuple[bool, dict]] = {}
 
@@ -101,7 +115,7 @@ def walk(root: cst.CSTNode, visitor: cst.CSTVisitor) -> None:
     if fallback:
         root.visit(visitor)
         return
-    CSTNode = cst.CSTNode
+    kinds = _KINDS
 
     def go(node: cst.CSTNode) -> None:
         cls = node.__class__
@@ -116,11 +130,17 @@ def walk(root: cst.CSTNode, visitor: cst.CSTVisitor) -> None:
                 if before is not None:
                     before(visitor, node)
                 value = getattr(node, f)
-                if isinstance(value, CSTNode):
+                kind = kinds.get(value.__class__)
+                if kind is None:
+                    kind = kinds[value.__class__] = _kind_of(value.__class__)
+                if kind is _NODE:
                     go(value)
-                elif isinstance(value, (tuple, list)):
+                elif kind is _SEQUENCE:
                     for child in value:
-                        if isinstance(child, CSTNode):
+                        child_kind = kinds.get(child.__class__)
+                        if child_kind is None:
+                            child_kind = kinds[child.__class__] = _kind_of(child.__class__)
+                        if child_kind is _NODE:
                             go(child)
                 if after is not None:
                     after(visitor, node)

@@ -56,7 +56,7 @@ class StepBypassesScaler(Rule):
     # Pre-filter: a scaled backward is `.backward` of a `.scale` call (the word, not `.scale(`),
     # and the bypass is an optimizer `.step`.
     requires_any = (Attr("scale"),)  # `scaler.scale(loss).backward()`
-    and_requires_any = (("backward",), ("step",))
+    and_requires_any = ((Attr("backward"),), (Attr("step"),))
 
     @staticmethod
     def _detail(graph, bw, ev, scaler_steps) -> str:

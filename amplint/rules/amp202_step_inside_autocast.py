@@ -6,6 +6,7 @@ import libcst as cst
 
 from amplint.analysis.precision import precision_of
 from amplint.analysis.steps import Kind
+from amplint.prefilter import Attr
 from amplint.rules._base import Rule
 
 
@@ -51,7 +52,7 @@ class StepInsideAutocast(Rule):
     code = "AMP202"
     name = "step-inside-autocast"
     message = "`{call}` runs inside an autocast region"
-    requires_any = ("step",)
+    requires_any = (Attr("step"),)  # `optimizer.step()`, `scaler.step(optimizer)`
     and_requires_any = (("autocast",),)
 
     def check(self) -> None:

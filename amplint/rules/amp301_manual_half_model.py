@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import re
-
-from amplint.analysis.torch_api import REDUCED_DTYPE_TOKENS
+from amplint.analysis.torch_api import OPTIMIZER_TOKENS, REDUCED_DTYPE_TOKENS
 from amplint.rules._base import Rule
 
 
@@ -51,7 +49,7 @@ class ManualHalfModel(Rule):
     # Pre-filter: a reduced dtype is spelled (REDUCED_DTYPE_TOKENS); the module must reach an
     # optimizer: OPTIMIZER_PACKAGES or a `create_optimizer`-like helper (casts.py).
     requires_any = REDUCED_DTYPE_TOKENS
-    and_requires_any = ((re.compile(r"optim(?![a-z0-9_])|optimizer|optimization"),),)
+    and_requires_any = (OPTIMIZER_TOKENS,)
 
     def check(self) -> None:
         casts = self.model.casts

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from amplint.analysis.bindings import call_arg
 from amplint.analysis.precision import number_of
-from amplint.analysis.torch_api import REDUCED_DTYPE_TOKENS
+from amplint.analysis.torch_api import FP16_DTYPE_TOKENS, OPTIMIZER_TOKENS
 from amplint.rules._base import Rule
 
 # Smallest positive float16 (subnormal) is 2**-24, about 5.96e-8; anything below rounds to 0.
@@ -61,9 +61,9 @@ class Fp16EpsUnderflow(Rule):
     code = "AMP304"
     name = "fp16-eps-underflow"
     message = "`{optimizer}` eps={eps:g} is 0 in float16, and it updates float16 parameters of `{target}`"
-    # float16 is spelled (REDUCED_DTYPE_TOKENS); optimizers live in `*optim*`.
-    requires_any = REDUCED_DTYPE_TOKENS
-    and_requires_any = (("optim",),)
+    # float16 (not bfloat16) is spelled (FP16_DTYPE_TOKENS); an optimizer is built.
+    requires_any = FP16_DTYPE_TOKENS
+    and_requires_any = (OPTIMIZER_TOKENS,)
 
     def check(self) -> None:
         model = self.model

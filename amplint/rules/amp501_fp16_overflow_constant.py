@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 import libcst as cst
 
@@ -33,6 +34,97 @@ _FACTORIES = frozenset(
     for name in ("zeros", "ones", "empty", "full", "rand", "randn", "zeros_like", "ones_like", "empty_like", "full_like", "rand_like", "randn_like")
 )
 
+
+
+# --- pre-filter tokens (run on the lowercased code text; see amplint/prefilter.py) ---------
+_FULL_DTYPE_NAMES = ("float32", "float64", "float", "double")  # FULL_DTYPES' last parts
+_DOTTED_NAME = re.compile(r"[a-z_][a-z0-9_]*(?:\s*\.\s*[a-z_][a-z0-9_]*)*")
+
+
+@dataclass(frozen=True)
+class _OverflowingFloat:
+    """A float literal that may lie beyond 65504 (`number_of` reads float literals only).
+
+    Such a literal has a non-negative exponent (`1e9`, `1.e9`, `1.5e+9`), at least five
+    integer digits (`65505.`, `100000.0`, `1000000e-1`) or underscores in its integer part
+    (`100_000.0`), and starts a number: not `0x9e37` or `layer1e5`.
+    """
+
+    # NB: one digit first, then lookbehinds: a pattern that starts with alternatives of
+    # character classes costs several times more on real code.
+    pattern: re.Pattern = re.compile(
+        r"[0-9](?:\.?e\+?[0-9]|_[0-9][0-9_]*[.e]|[0-9]{5}[0-9_]*[.e]"
+        r"|(?<=[7-9])[0-9]{4}[.e]|(?<=6)(?:[6-9][0-9]{3}|5[5-9][0-9]{2})[.e])"
+    )
+
+    def search(self, text: str) -> bool:
+        for m in self.pattern.finditer(text):
+            at = m.start()
+            while at > 0 and (text[at - 1].isdigit() or text[at - 1] in "_."):
+                at -= 1
+            if at == 0 or not (text[at - 1].isalnum() or text[at - 1] == "_"):
+                return True
+        return False
+
+
+@dataclass(frozen=True)
+class _FinfoOfFullDtype:
+    """`torch.finfo(<arg>)` whose argument may resolve to float32/float64 (`_finfo_full`).
+
+    Only a dotted name can be ruled out (anything else passes): it resolves to a full
+    dtype when its last part is one (`torch.float32`), when it is an alias imported as one
+    (`from torch import float32 as f32`), or when a value is assigned to it: `x.dtype =`
+    for an attribute (or `self.dtype` of the class), `dtype =` / `dtype :=` for a name.
+    `finfo(hidden_states.dtype)` in a module that never assigns `.dtype` does not pass.
+    """
+
+    def search(self, text: str) -> bool:
+        at = text.find("finfo")
+        while at != -1:
+            if self._may_be_full(_call_argument(text, at + len("finfo")), text):
+                return True
+            at = text.find("finfo", at + 1)
+        return False
+
+    @staticmethod
+    def _may_be_full(arg: str | None, text: str) -> bool:
+        if arg is None:
+            return True  # `finfo` not called here (an alias, an import): no argument to judge
+        arg = arg.strip()
+        if arg.startswith("type") and "=" in arg:
+            arg = arg.split("=", 1)[1].strip()  # finfo(type=...)
+        if not _DOTTED_NAME.fullmatch(arg):
+            return True
+        parts = [p.strip() for p in arg.split(".")]
+        last = re.escape(parts[-1])
+        if parts[-1] in _FULL_DTYPE_NAMES:
+            return True
+        if re.search(rf"(?:float32|float64|float|double)\s+as\s+{re.escape(parts[0])}(?![a-z0-9_])", text):
+            return True
+        if len(parts) > 1:
+            assigned = rf"\.\s*{last}\s*(?::[^=\n]*)?=(?!=)"
+        else:
+            assigned = rf"(?:^|[=;])[ \t]*{last}\s*(?::[^=\n]*)?=(?!=)|(?<![a-z0-9_]){last}\s*:="
+        return re.search(assigned, text, re.MULTILINE) is not None
+
+
+def _call_argument(text: str, at: int) -> str | None:
+    """The text between the parentheses that open at `text[at:]` (after blanks), else None."""
+    n = len(text)
+    while at < n and text[at] in " \t\r\n\\":
+        at += 1
+    if at >= n or text[at] != "(":
+        return None
+    depth = 0
+    for end in range(at, n):
+        c = text[end]
+        if c in "([{":
+            depth += 1
+        elif c in ")]}":
+            depth -= 1
+            if depth == 0:
+                return text[at + 1 : end]
+    return text[at + 1 :]
 
 class Fp16OverflowConstant(Rule):
     """
@@ -97,22 +189,11 @@ class Fp16OverflowConstant(Rule):
     fix_availability = FixAvailability.SOMETIMES
     safety = Applicability.UNSAFE
     # Pre-filter, three groups, each necessary:
-    # 1. an overflowing value: a float literal beyond 65504 (`number_of` reads floats only)
-    #    has a non-negative exponent (`1e9`, `1.e9`, `1.5e+9`), or at least five integer
-    #    digits (`65505.`, `100000.0`, `1000000e-1`), or underscores in its integer part
-    #    (`100_000.0`, not `qwen2_5`); or `torch.finfo(...)`;
+    # 1. an overflowing value: a float literal or `torch.finfo` of a full dtype (above);
     # 2. every spelling of fp16 evidence;
     # 3. a sink: the writing methods and factories above, or an index (augmented)
     #    assignment `x[m] = v` / `(x[m]) += v` (comments are gone from the code text).
-    requires_any = (
-        "finfo",
-        # (one digit first, then lookbehinds: a pattern that starts with alternatives of
-        # character classes costs several times more on real code)
-        re.compile(
-            r"[0-9](?:\.?e\+?[0-9]|_[0-9][0-9_]*[.e]|[0-9]{5}[0-9_]*[.e]"
-            r"|(?<=[7-9])[0-9]{4}[.e]|(?<=6)(?:[6-9][0-9]{3}|5[5-9][0-9]{2})[.e])"
-        ),
-    )
+    requires_any = (_OverflowingFloat(), _FinfoOfFullDtype())
     and_requires_any = (
         ("autocast", "GradScaler", "float16", "half", "fp16", "apex"),
         (*_WRITING_METHODS, "where", "full", re.compile(r"\][\s\\)]*[-+*]?=(?!=)")),
