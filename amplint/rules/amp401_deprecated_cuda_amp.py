@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from amplint.diagnostics import Applicability
+from amplint.prefilter import Word
 from amplint.rules._base import FixAvailability, Rule
 
 
@@ -63,7 +64,8 @@ class DeprecatedCudaAmp(Rule):
     # `cuda`/`cpu` components (in the text, or in the package of a relative import).
     # NB: never `cuda.amp`: `torch.cuda .amp` and `import torch.cuda as c; c.amp` are legal.
     requires_any = ("autocast", "GradScaler", "custom_fwd", "custom_bwd")
-    and_requires_any = (("amp",), ("cuda", "cpu"))
+    # (whole words: a qualified name's parts, not `example`, `clamp` or `timestamp`)
+    and_requires_any = ((Word("amp"),), (Word("cuda"), Word("cpu")))
 
     def check(self) -> None:
         for ref in self.model.deprecations.references:

@@ -73,9 +73,11 @@ class _FinfoOfFullDtype:
 
     Only a dotted name can be ruled out (anything else passes): it resolves to a full
     dtype when its last part is one (`torch.float32`), when it is an alias imported as one
-    (`from torch import float32 as f32`), or when a value is assigned to it: `x.dtype =`
-    for an attribute (or `self.dtype` of the class), `dtype =` / `dtype :=` for a name.
-    `finfo(hidden_states.dtype)` in a module that never assigns `.dtype` does not pass.
+    (`from torch import float32 as f32`), or when a value is assigned to it (values.py):
+    the same dotted text (`x.dtype = ...`), any `<self>.dtype = ...` when its first part
+    is some function's first parameter (a class attribute), `dtype = ...` / `dtype :=`
+    for a name.  `finfo(hidden_states.dtype)` does not pass where `hidden_states.dtype`
+    is never assigned.
     """
 
     def search(self, text: str) -> bool:
@@ -102,7 +104,11 @@ class _FinfoOfFullDtype:
         if re.search(rf"(?:float32|float64|float|double)\s+as\s+{re.escape(parts[0])}(?![a-z0-9_])", text):
             return True
         if len(parts) > 1:
-            assigned = rf"\.\s*{last}\s*(?::[^=\n]*)?=(?!=)"
+            head = re.escape(parts[0])
+            dotted_text = r"\s*\.\s*".join(map(re.escape, parts))
+            assigned = rf"(?<![a-z0-9_.]){dotted_text}\s*(?::[^=\n]*)?=(?!=)"
+            if re.search(rf"def\s+[a-z0-9_]+\s*\(\s*{head}(?![a-z0-9_])", text):  # maybe `self`
+                assigned += rf"|\.\s*{last}\s*(?::[^=\n]*)?=(?!=)"
         else:
             assigned = rf"(?:^|[=;])[ \t]*{last}\s*(?::[^=\n]*)?=(?!=)|(?<![a-z0-9_]){last}\s*:="
         return re.search(assigned, text, re.MULTILINE) is not None
