@@ -118,31 +118,36 @@ def _flat(tokens):
         yield from (_flat(t) if isinstance(t, tuple) else (t,))
 
 
-def _has(text: str, token, memo: dict) -> bool:
+def _has(text: str, token, memo: dict, bare) -> bool:
     known = memo.get(token)
     if known is None:
         if isinstance(token, str):
             known = token.lower() in text
         elif isinstance(token, tuple):
-            known = all(_has(text, t, memo) for t in token)
+            known = all(_has(text, t, memo, bare) for t in token)
+        elif getattr(token, "outside_strings", False) and bare is not None:
+            known = bool(token.search(bare()))
         else:
             known = bool(token.search(text))  # a Match or a bool
         memo[token] = known
     return known
 
 
-def _rule_may_fire(rule, text: str, memo: dict) -> bool:
-    return all(any(_has(text, t, memo) for t in group) for group in _cheapest_first(rule))
+def _rule_may_fire(rule, text: str, memo: dict, bare) -> bool:
+    return all(any(_has(text, t, memo, bare) for t in group) for group in _cheapest_first(rule))
 
 
-def _passing(rules, text: str) -> tuple:
+def _passing(rules, text: str, bare=None) -> tuple:
+    """The rules whose groups all match `text`; `bare()` gives the text without string
+    contents, for tokens marked `outside_strings` (a float literal is never in a string)."""
     memo: dict = {}
-    return tuple(r for r in rules if _rule_may_fire(r, text, memo))
+    return tuple(r for r in rules if _rule_may_fire(r, text, memo, bare))
 
 
 # `from .x import y` / `from ..pkg import z` (whitespace and line continuations allowed):
 # such names are qualified with the file's package, which comes from its path, not its text.
-_RELATIVE_IMPORT = re.compile(r"\bfrom[\s\\]*\.")
+# (No `\b`: it would cost 20 times the scan, and a false match only adds the package.)
+_RELATIVE_IMPORT = re.compile(r"from[\s\\]*\.")
 
 
 def rules_that_may_fire(source: str, rules, path: str | None = None) -> tuple:
@@ -162,7 +167,14 @@ def rules_that_may_fire(source: str, rules, path: str | None = None) -> tuple:
     if not rules:
         return ()
     code = code_text(source).lower()
-    return _passing(rules, f"{code}\n{package}" if package else code)
+    bare: list[str] = []
+
+    def without_strings() -> str:
+        if not bare:
+            bare.append(code_text(source, strings=False).lower())
+        return bare[0]
+
+    return _passing(rules, f"{code}\n{package}" if package else code, without_strings)
 
 
 def may_fire(source: str, rules, path: str | None = None) -> bool:
@@ -193,11 +205,13 @@ _STATEMENT_START = re.compile(r"[ \t\f]*(?P<prefix>[rRuUbB]|[bB][rR]|[rR][bB]|)\
 _STATEMENT_END = re.compile(r"[ \t\f]*(?:\#[^\r\n]*)?(?:\r\n|\r|\n|\Z)")
 
 
-def code_text(source: str) -> str:
+def code_text(source: str, *, strings: bool = True) -> str:
     """`source` without its comments and docstrings (string statements).
 
     What stays is everything a rule can read; what goes is replaced by nothing (a
-    comment) or a blank (a string statement), so no two code tokens join.
+    comment) or a blank (a string statement), so no two code tokens join.  With
+    `strings=False` every other string but an f-string (which holds code) is emptied
+    to `""` as well.
     """
     out: list[str] = []
     depth = 0
@@ -217,6 +231,10 @@ def code_text(source: str) -> str:
         elif depth <= 0 and (statement := _string_statement_start(source, start, end)) >= 0:
             out.append(source[kept:statement])
             out.append(" ")
+            kept = end
+        elif not strings and "f" not in source[max(start - 2, 0) : start].lower():
+            out.append(source[kept:start])
+            out.append('""')
             kept = end
     out.append(source[kept:])
     return "".join(out)

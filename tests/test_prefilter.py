@@ -228,3 +228,13 @@ def test_amp501_number_token_matches_every_float_literal_beyond_fp16() -> None:
             assert number.search(f"x = -{literal.lower()}"), literal
 
     check()
+
+
+def test_code_text_without_strings_keeps_f_strings_which_hold_code() -> None:
+    source = 'url = "see pull/12619#issue-3606633695."\nmsg = f"{x.masked_fill(m, -1e9)}"\ny = rb\'1e9\'\n'
+    bare = code_text(source, strings=False)
+    assert "3606633695" not in bare and "1e9'" not in bare
+    assert 'f"{x.masked_fill(m, -1e9)}"' in bare
+    rule = registry.BY_CODE["AMP501"]
+    assert not may_fire('import torch\nx = torch.zeros(3).half()\nx.masked_fill(m, 0)\nu = "3606633695."\n', (rule,))
+    assert may_fire("import torch\nx = torch.zeros(3).half()\nx.masked_fill(m, -3606633695.)\n", (rule,))

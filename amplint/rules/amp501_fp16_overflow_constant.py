@@ -47,8 +47,11 @@ class _OverflowingFloat:
 
     Such a literal has a non-negative exponent (`1e9`, `1.e9`, `1.5e+9`), at least five
     integer digits (`65505.`, `100000.0`, `1000000e-1`) or underscores in its integer part
-    (`100_000.0`), and starts a number: not `0x9e37` or `layer1e5`.
+    (`100_000.0`), and starts a number: not `0x9e37` or `layer1e5`, nor anything in a
+    string (`"issue-3606633695."`): it is looked for in the code without string contents.
     """
+
+    outside_strings = True
 
     # NB: one digit first, then lookbehinds: a pattern that starts with alternatives of
     # character classes costs several times more on real code.
