@@ -81,11 +81,14 @@ class Rule:
       fix_availability    NONE / SOMETIMES / ALWAYS; tests check it matches behaviour
       safety              applicability of the fixes this rule offers
       default_enabled     False for opt-in (noisy) rules
-      requires_any        pre-filter tokens: the rule cannot fire on a file whose text (or, for
-                          relative imports, package) contains none of them (matched case-insensitively)
+      requires_any        pre-filter tokens: the rule cannot fire on a file whose code (its
+                          lowercased text without comments and docstrings, plus for relative
+                          imports its package) contains none of them; see amplint/prefilter.py
       and_requires_any    further token groups; the file must contain one token of each as well
-                          (a token: a substring, a re.Pattern on the lowercased text, or a
-                          tuple of tokens that must all be present)
+                          (a token: a substring, a prefilter.Word / Attr, a re.Pattern on the
+                          lowercased text, a tuple of tokens that must all be present, or a
+                          hashable object with `search(text) -> bool`, optionally marked
+                          `outside_strings` to be given the code with string contents emptied)
     """
 
     code: ClassVar[str]
@@ -95,8 +98,8 @@ class Rule:
     fix_availability: ClassVar[FixAvailability] = FixAvailability.NONE
     safety: ClassVar[Applicability] = Applicability.SAFE
     default_enabled: ClassVar[bool] = True
-    requires_any: ClassVar[tuple[str | re.Pattern, ...]] = ()
-    and_requires_any: ClassVar[tuple[tuple[str | re.Pattern, ...], ...]] = ()
+    requires_any: ClassVar[tuple[object, ...]] = ()
+    and_requires_any: ClassVar[tuple[tuple[object, ...], ...]] = ()
 
     def __init_subclass__(cls, **kwargs) -> None:
         super().__init_subclass__(**kwargs)

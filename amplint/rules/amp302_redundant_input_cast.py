@@ -7,7 +7,7 @@ import libcst as cst
 from amplint.analysis.bindings import call_arg
 from amplint.analysis.names import dotted
 from amplint.analysis.precision import precision_of
-from amplint.analysis.torch_api import HALF_CAST_METHODS
+from amplint.analysis.torch_api import HALF_CAST_METHODS, REDUCED_DTYPE_TOKENS
 from amplint.diagnostics import Applicability
 from amplint.rules._base import FixAvailability, Replace, Rule
 
@@ -51,7 +51,7 @@ class RedundantInputCast(Rule):
     fix_availability = FixAvailability.SOMETIMES
     safety = Applicability.UNSAFE
     default_enabled = False
-    requires_any = ("half", "16")
+    requires_any = REDUCED_DTYPE_TOKENS
     and_requires_any = (("autocast",),)
 
     def check(self) -> None:
@@ -79,6 +79,11 @@ class RedundantInputCast(Rule):
                 if not dtypes or len(dtypes) != 1:
                     continue
                 dtype = next(iter(dtypes))
+                if dtype not in HALF_CAST_METHODS.values():
+                    # `autocast(device, torch.float32)` around `x.to(torch.float32)` (diffusers'
+                    # RoPE): where autocast does not take float32 it is disabled, and the cast
+                    # is what keeps the op in float32.
+                    continue
             else:
                 continue
             if dtype not in region.info.dtypes or self._is_module(func.value, site.scope):
