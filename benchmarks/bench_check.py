@@ -120,14 +120,18 @@ def machine() -> dict:
         mem = f"{kib / 1024 / 1024:.0f} GiB"
     except (OSError, ValueError, IndexError):
         pass
-    import libcst
+    from importlib.metadata import PackageNotFoundError, version
 
+    try:
+        libcst_version = version("libcst")
+    except PackageNotFoundError:
+        libcst_version = "?"
     return {
         "cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
         "cpu": model,
         "memory": mem,
         "python": platform.python_version(),
-        "libcst": getattr(libcst, "__version__", "?"),
+        "libcst": libcst_version,
         "os": platform.platform(),
         "load_avg_start": os.getloadavg(),
     }

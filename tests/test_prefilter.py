@@ -195,8 +195,8 @@ def test_optimizer_tokens_cover_the_packages_and_factories() -> None:
     assert not may_fire("import optimum\nbest = optimal(x)\n", (rule,))
 
 
-def test_amp501_number_token_matches_every_float_literal_beyond_fp16() -> None:
-    """`number_of` reads float literals; every one it finds out of range passes the token."""
+def test_amp501_number_token_matches_exactly_the_float_literals_beyond_fp16() -> None:
+    """`number_of` reads float literals; the token passes exactly those it finds out of range."""
     from hypothesis import given, settings
     from hypothesis import strategies as st
 
@@ -224,8 +224,7 @@ def test_amp501_number_token_matches_every_float_literal_beyond_fp16() -> None:
             node = cst.parse_expression(literal)
         except cst.ParserSyntaxError:
             return
-        if overflows_fp16(number_of(node)):
-            assert number.search(f"x = -{literal.lower()}"), literal
+        assert number.search(f"x = -{literal.lower()}") == overflows_fp16(number_of(node)), literal
 
     check()
 

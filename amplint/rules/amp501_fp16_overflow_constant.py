@@ -39,16 +39,20 @@ _FACTORIES = frozenset(
 # --- pre-filter tokens (run on the lowercased code text; see amplint/prefilter.py) ---------
 _FULL_DTYPE_NAMES = ("float32", "float64", "float", "double")  # FULL_DTYPES' last parts
 _DOTTED_NAME = re.compile(r"[a-z_][a-z0-9_]*(?:\s*\.\s*[a-z_][a-z0-9_]*)*")
+# A number literal as Python's tokenizer reads it (lowercased text), from its first character.
+_FLOAT_LITERAL = re.compile(r"(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9][0-9_]*)(?:e[+-]?[0-9][0-9_]*)?(?P<imaginary>j)?")
 
 
 @dataclass(frozen=True)
 class _OverflowingFloat:
-    """A float literal that may lie beyond 65504 (`number_of` reads float literals only).
+    """A float literal beyond 65504, judged as the rule judges one (`number_of`, which
+    reads float literals only, then `overflows_fp16`): `-1e9` and `100_000.0` pass,
+    `1e4`, `1e-5` and the integer `100000` do not.
 
-    Such a literal has a non-negative exponent (`1e9`, `1.e9`, `1.5e+9`), at least five
-    integer digits (`65505.`, `100000.0`, `1000000e-1`) or underscores in its integer part
-    (`100_000.0`), and starts a number: not `0x9e37` or `layer1e5`, nor anything in a
-    string (`"issue-3606633695."`): it is looked for in the code without string contents.
+    A fast pattern finds candidates (a non-negative exponent, five integer digits, or
+    underscores); each is then read whole, from a start that begins a number (not
+    `0x9e37` or `layer1e5`), and evaluated.  Strings are not looked at
+    (`"issue-3606633695."`): the token gets the code with string contents emptied.
     """
 
     outside_strings = True
@@ -62,10 +66,22 @@ class _OverflowingFloat:
 
     def search(self, text: str) -> bool:
         for m in self.pattern.finditer(text):
-            at = m.start()
-            while at > 0 and (text[at - 1].isdigit() or text[at - 1] in "_."):
-                at -= 1
-            if at == 0 or not (text[at - 1].isalnum() or text[at - 1] == "_"):
+            start = m.start()
+            while start > 0 and (text[start - 1].isdigit() or text[start - 1] in "_."):
+                start -= 1
+            if start > 0 and (text[start - 1].isalnum() or text[start - 1] == "_"):
+                continue  # inside a name or a hex literal
+            literal = _FLOAT_LITERAL.match(text, start)
+            if literal is None:
+                return True  # not a shape this reader knows: keep the file
+            spelled = literal.group()
+            if ("." not in spelled and "e" not in spelled) or literal.group("imaginary"):
+                continue  # an int or an imaginary number: `number_of` reads floats only
+            try:
+                value = float(spelled.replace("_", ""))
+            except ValueError:
+                return True
+            if overflows_fp16(value):
                 return True
         return False
 
