@@ -19,7 +19,7 @@ import subprocess
 import sys
 import weakref
 from dataclasses import dataclass, field, replace
-from functools import cached_property
+from functools import cached_property, lru_cache
 from pathlib import Path
 
 if sys.version_info >= (3, 11):
@@ -131,7 +131,7 @@ class Config:
         patterns = [p.rstrip("/") for p in (*self.exclude, *self.extend_exclude)]
         if not patterns:
             return None, None, ()
-        whole = "|".join(f"(?:{fnmatch.translate(p)})|(?:{fnmatch.translate(p + '/*')})" for p in patterns)
+        whole = "|".join(_path_glob(p) for p in patterns)
         part = "|".join(f"(?:{fnmatch.translate(p)})" for p in patterns)
         return re.compile(whole), re.compile(part), tuple(p + "/" for p in patterns)
 
@@ -154,8 +154,18 @@ class Config:
         return repr((sorted(r.code for r in self.rules()), self.per_file_ignores, self.target_torch))
 
 
+def _path_glob(pattern: str) -> str:
+    """Regex source for a path matching `pattern` itself or anything below it (`pattern/*`)."""
+    return f"(?:{fnmatch.translate(pattern)})|(?:{fnmatch.translate(pattern.rstrip('/') + '/*')})"
+
+
+@lru_cache(maxsize=256)
+def _path_matcher(pattern: str) -> re.Pattern:
+    return re.compile(_path_glob(pattern))
+
+
 def _match(rel: str, pattern: str) -> bool:
-    return fnmatch.fnmatch(rel, pattern) or fnmatch.fnmatch(rel, pattern.rstrip("/") + "/*") or rel.startswith(pattern.rstrip("/") + "/")
+    return _path_matcher(pattern).match(rel) is not None or rel.startswith(pattern.rstrip("/") + "/")
 
 
 def find_pyproject(start: Path) -> Path | None:
