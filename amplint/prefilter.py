@@ -29,6 +29,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
+from amplint.sources import STRINGS_AND_COMMENTS
+
 
 @dataclass(frozen=True)
 class Word:
@@ -183,22 +185,9 @@ def may_fire(source: str, rules, path: str | None = None) -> bool:
 
 
 # --- code text -----------------------------------------------------------------------------
-# One scan over comments and string literals.  Strings are matched whole so that a `#` in
-# one is not taken for a comment; Python 3.11's f-strings cannot nest their own quote, so
-# quote matching finds exactly the strings the tokenizer would.  A string is removed only
-# when it is a whole statement (a docstring), bracket depth 0, not continued by `\`.
-_LEXEME = re.compile(
-    r"""
-    (?P<comment>\#[^\r\n]*)
-  | (?P<string>
-        \"\"\"[^"\\]*(?:(?:\\(?:\r\n|.)|"(?!""))[^"\\]*)*(?:\"\"\"|\Z)
-      | '''[^'\\]*(?:(?:\\(?:\r\n|.)|'(?!''))[^'\\]*)*(?:'''|\Z)
-      | "[^"\\\r\n]*(?:\\(?:\r\n|.)[^"\\\r\n]*)*(?:"|(?=[\r\n])|\Z)
-      | '[^'\\\r\n]*(?:\\(?:\r\n|.)[^'\\\r\n]*)*(?:'|(?=[\r\n])|\Z)
-    )
-    """,
-    re.VERBOSE | re.DOTALL,
-)
+# One scan over comments and string literals (sources.STRINGS_AND_COMMENTS).  A string is
+# removed only when it is a whole statement (a docstring), bracket depth 0, not continued
+# by `\`.
 # What may precede a string statement on its line: indentation and a non-f prefix.
 _STATEMENT_START = re.compile(r"[ \t\f]*(?P<prefix>[rRuUbB]|[bB][rR]|[rR][bB]|)\Z")
 # What may follow it: blanks, then the end of the line (a comment is removed as well).
@@ -217,7 +206,7 @@ def code_text(source: str, *, strings: bool = True) -> str:
     depth = 0
     kept = 0  # source[kept:] is not yet in `out`
     scanned = 0  # brackets are counted in source[:scanned] (code only)
-    for m in _LEXEME.finditer(source):
+    for m in STRINGS_AND_COMMENTS.finditer(source):
         start, end = m.span()
         segment = source[scanned:start]
         depth += (

@@ -149,9 +149,21 @@ MAX_BRACKET_DEPTH = 200  # CPython's tokenizer limit (MAXLEVEL)
 LONG_LOGICAL_LINE = 2000
 MAX_EXPRESSION_DEPTH = 1000
 
-_STRINGS_AND_COMMENTS = re.compile(
-    r"""[rRbBuUfF]{0,3}(?:'''(?:\\.|[^\\])*?'''|\"\"\"(?:\\.|[^\\])*?\"\"\"|'(?:\\.|[^'\\\n])*'|"(?:\\.|[^"\\\n])*")"""
-    r"""|\#[^\n]*"""
+# Comments and string literals, one scan: strings are matched whole (unterminated ones to the
+# end of their line, or of the file for triple quotes) so that a `#` in one is not taken for
+# a comment; Python 3.11's f-strings cannot nest their own quote, so quote matching finds
+# exactly the strings the tokenizer would.  Shared by the nesting guard and the pre-filter.
+STRINGS_AND_COMMENTS = re.compile(
+    r"""
+    (?P<comment>\#[^\r\n]*)
+  | (?P<string>
+        \"\"\"[^"\\]*(?:(?:\\(?:\r\n|.)|"(?!""))[^"\\]*)*(?:\"\"\"|\Z)
+      | '''[^'\\]*(?:(?:\\(?:\r\n|.)|'(?!''))[^'\\]*)*(?:'''|\Z)
+      | "[^"\\\r\n]*(?:\\(?:\r\n|.)[^"\\\r\n]*)*(?:"|(?=[\r\n])|\Z)
+      | '[^'\\\r\n]*(?:\\(?:\r\n|.)[^'\\\r\n]*)*(?:'|(?=[\r\n])|\Z)
+    )
+    """,
+    re.VERBOSE | re.DOTALL,
 )
 _STRUCTURE = re.compile(r"[(\[{]|[)\]}]|\\\r?\n|\n")
 
@@ -163,7 +175,7 @@ def nesting_problem(text: str) -> tuple[int, str] | None:
     of libcst's parse time); CPython's own parser runs only on files with a logical line
     longer than LONG_LOGICAL_LINE characters, which real code rarely has.
     """
-    stripped = _STRINGS_AND_COMMENTS.sub("0", text)
+    stripped = STRINGS_AND_COMMENTS.sub("0", text)
     depth = deepest = 0
     deepest_at = start = longest = 0
     for m in _STRUCTURE.finditer(stripped):
