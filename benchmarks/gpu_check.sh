@@ -108,5 +108,10 @@ PYEOF
 else
     echo "== profile: skipped (amplint.runtime.profiling not present)"
 fi
-echo "== overhead (CPU benchmark, for reference)"
-$PY benchmarks/verify_overhead.py --steps 20 --rounds 1 || true
+echo "== compare on CUDA: fp32 vs fp16 autocast + GradScaler vs bf16, 15 steps of good.py"
+t0=$(date +%s.%N)
+$PY -m amplint compare --steps 15 --bf16 --report "$OUT/compare.json" "$OUT/good.py" 2>&1 | grep -v "^amplint compare \[" | head -20
+echo "   exit ${PIPESTATUS[0]}, $(echo "$(date +%s.%N) - $t0" | bc)s"
+echo "== verify overhead on CUDA: launch-bound (d_model 128) and compute-bound (d_model 2048)"
+$PY benchmarks/verify_overhead.py --device cuda --width 128 --steps 30 --rounds ${ROUNDS:-2} || true
+$PY benchmarks/verify_overhead.py --device cuda --width 2048 --steps 30 --rounds ${ROUNDS:-2} || true
