@@ -66,12 +66,14 @@ for step in range(10):
     optimizer.zero_grad()
 PYEOF
 
+elapsed() { awk -v a="$1" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }'; }  # (no bc on the GPU image)
+
 run() {  # name, expected exit, verify args...
     local name=$1 want=$2; shift 2
-    local t0=$(date +%s.%N)
+    local t0=$EPOCHREALTIME
     $PY -m amplint verify --no-progress --report "$OUT/$name.json" "$@" > "$OUT/$name.txt" 2>&1
     local rc=$?
-    local dt=$(echo "$(date +%s.%N) - $t0" | bc)
+    local dt=$(elapsed "$t0")
     echo "== $name: exit $rc (want $want), ${dt}s"
     cat "$OUT/$name.txt" | grep -v "^amplint verify \[" | head -12
     [ "$rc" = "$want" ] && echo "   OK" || echo "   MISMATCH"
@@ -109,9 +111,9 @@ else
     echo "== profile: skipped (amplint.runtime.profiling not present)"
 fi
 echo "== compare on CUDA: fp32 vs fp16 autocast + GradScaler vs bf16, 15 steps of good.py"
-t0=$(date +%s.%N)
+t0=$EPOCHREALTIME
 $PY -m amplint compare --steps 15 --bf16 --report "$OUT/compare.json" "$OUT/good.py" 2>&1 | grep -v "^amplint compare \[" | head -20
-echo "   exit ${PIPESTATUS[0]}, $(echo "$(date +%s.%N) - $t0" | bc)s"
-echo "== verify overhead on CUDA: launch-bound (d_model 128) and compute-bound (d_model 2048)"
+echo "   exit ${PIPESTATUS[0]}, $(elapsed "$t0")s"
+echo "== verify overhead on CUDA: launch-bound (d_model 128) and wider (d_model 2048, batch still small)"
 $PY benchmarks/verify_overhead.py --device cuda --width 128 --steps 30 --rounds ${ROUNDS:-2} || true
 $PY benchmarks/verify_overhead.py --device cuda --width 2048 --steps 30 --rounds ${ROUNDS:-2} || true

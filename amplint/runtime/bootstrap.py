@@ -85,6 +85,7 @@ class Session:
         self.handles: list[Any] = []
         self.probes: list[Any] = []
         self.finished = False
+        self._dies_by_sigint = False  # the script ended in an unhandled KeyboardInterrupt
         self.sink.meta.update(
             pid=self.pid,
             argv=list(sys.argv),
@@ -148,6 +149,7 @@ class Session:
         def excepthook(tp, value, tb):
             if issubclass(tp, KeyboardInterrupt):
                 self.ended = "interrupted (SIGINT)"
+                self._dies_by_sigint = True
             else:
                 self.ended = f"raised {tp.__name__}: {value}"[:300]
             return self._orig_excepthook(tp, value, tb)
@@ -228,6 +230,35 @@ class Session:
         )
         if self.is_script or self.sink.step > 0 or (self.sink.records and not self.forked):
             self.sink.flush(force=True)
+        if self._dies_by_sigint:
+            _rearm_exit_by_sigint()
+
+
+def _rearm_exit_by_sigint() -> None:
+    """Keep CPython's promise that a program ended by an unhandled KeyboardInterrupt dies by SIGINT.
+
+    CPython sets a flag when the main code ends in KeyboardInterrupt and, after finalisation,
+    re-raises SIGINT on itself so the parent sees a signal death (-2, "130" in a shell).  But every
+    string `exec`/`eval` (`PyRun_String`: dataclass and namedtuple creation, for one) clears that
+    flag first, so an exit hook that creates a dataclass turns the death into a plain exit 1.  Our
+    finish runs probe and torch code at exit (it did exactly that on a CUDA build of torch, found
+    on an H200), so we set the flag again the only way CPython offers: one string eval that ends in
+    KeyboardInterrupt.
+    """
+    if sys.implementation.name != "cpython":
+        return
+    try:
+        import ctypes
+
+        run = ctypes.pythonapi.PyRun_String
+        run.argtypes = (ctypes.c_char_p, ctypes.c_int, ctypes.py_object, ctypes.py_object)
+        run.restype = ctypes.py_object
+        file_input = 257  # Py_file_input
+        run(b"raise KeyboardInterrupt", file_input, {}, {})
+    except KeyboardInterrupt:
+        pass
+    except Exception:  # noqa: BLE001 - no ctypes, no symbol: the exit status is all that is lost
+        pass
 
 
 def _rank() -> int | None:

@@ -153,7 +153,10 @@ def test_trace_loads_in_torch_tb_profiler(fp16_trace, tmp_path):
     assert len(profiles) == 1, proc.stderr[-2000:]  # a parse failure leaves no profile
     p = profiles[0]
     assert {"Overview", "Operator", "Trace", "Memory"} <= set(p["views"])
-    assert len(p["steps"]) == summary["steps"]["count"]  # the same ProfilerStep ranges
+    # the same ProfilerStep ranges.  On a CUDA trace torch also writes each ProfilerStep#N on the
+    # GPU's track (gpu_user_annotation) and the plugin lists it twice: ['2', '2', '3', '3', ...] on
+    # an H200, where our summary rightly counts the host ranges once.
+    assert len(set(p["steps"])) == summary["steps"]["count"]
     assert {"aten::addmm", "aten::mm", "aten::_to_copy"} <= set(p["ops"])
 
 

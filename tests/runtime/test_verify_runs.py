@@ -54,6 +54,25 @@ def test_failures_still_write_the_report(how, exit_code, ended, verify_run):
     assert report["steps"] == (0 if how == "nostep" else 2)
 
 
+def test_sigint_death_survives_a_string_exec_at_exit(tmp_path, verify_run, monkeypatch):
+    """A string exec during verify's exit work (a dataclass made by a probe's finish, as on a CUDA
+    build of torch) clears CPython's unhandled-KeyboardInterrupt flag; the script must still die by
+    SIGINT (130), as it does without verify."""
+    (tmp_path / "exec_at_exit.py").write_text(
+        "import dataclasses\n"
+        "class _Handle:\n"
+        "    def remove(self):\n"
+        "        dataclasses.make_dataclass('MadeAtExit', ['a'])\n"
+        "def install(sink):\n"
+        "    return _Handle()\n"
+    )
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")])))
+    monkeypatch.setenv("AMPLINT_EXTENSIONS", "exec_at_exit:install")
+    code, report = verify_run("--", PY, str(SCRIPTS / "ends_badly.py"), "sigint")
+    assert (code, report["exit_code"], report["ended"]) == (130, 130, "interrupted (SIGINT)")
+    assert not report.get("errors"), report.get("errors")
+
+
 def test_cpu_emulation_runs_a_cuda_script(verify_run):
     code, report = verify_run("--device", "cpu", "--", PY, str(SCRIPTS / "ends_badly.py"), "cuda")
     assert code == 0, report
