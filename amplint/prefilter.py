@@ -17,8 +17,11 @@ Stage 2 only ever removes text, so it can only reject more; `tests/test_prefilte
 checks on every fixture (and on a real-code corpus when present) that findings are the
 same with and without the pre-filter.
 
-A token is a substring, a `Word` (a whole identifier), an `Attr` (a whole identifier
-after a dot), a compiled pattern (run on the lowercased text) or a tuple of tokens that must all be present.  Tokens shared by rules
+A token is a substring, a `Word` (a whole identifier), a `CodeWord` (the same outside
+string literals), an `Attr` (a whole identifier after a dot, outside string literals), a
+compiled pattern (run on the lowercased text), a rule's own object with `search(text)`
+(`outside_strings = True` to get the code with string contents emptied) or a tuple of
+tokens that must all be present.  Tokens shared by rules
 (the GradScaler ones) are evaluated once per file.
 """
 
@@ -61,14 +64,27 @@ class Word:
         return True
 
 
+class CodeWord(Word):
+    """A whole word in code, outside string literals: for names only code can spell.
+
+    `autocast` in `torch.autocast(...)` or an import, not in a message that says "use
+    torch.autocast".  f-strings keep their text (they hold code).  NB: the package that
+    the pre-filter appends for a relative import is not searched: a rule that may need it
+    (AMP402's `apex`) uses a `Word`.
+    """
+
+    outside_strings = True
+
+
 _BLANKS = " \t\f\r\n\\"
 
 
-class Attr(Word):
+class Attr(CodeWord):
     """A whole word used as an attribute or method: `x.scale`, `x . scale`, `x.\\ scale`.
 
     The code text has no comments, so what may separate the dot from the name is blanks,
-    line breaks and backslash continuations.
+    line breaks and backslash continuations.  An attribute is code, so strings are not
+    searched ("call optimizer.step()" in a message is no step).
     """
 
     def _fits(self, text: str, at: int) -> bool:
@@ -90,15 +106,24 @@ def token_groups(rule) -> tuple[tuple, ...]:
 
 @lru_cache(maxsize=None)
 def _cheapest_first(rule) -> tuple[tuple, ...]:
-    """The rule's groups, plain substrings before words and patterns (a pattern without a
-    literal prefix scans every character; a substring search is a memchr)."""
+    """The rule's groups, plain substrings (lowercased here, once) before words, patterns
+    and a rule's own token objects: a substring search is a memchr, a pattern without a
+    literal prefix scans every character, and a token object runs Python per candidate
+    (AMP501's literal reader was called on every file while it came first)."""
 
     def cost(token) -> int:
         if isinstance(token, tuple):
             return max(map(cost, token))
-        return 0 if isinstance(token, str) else 1 if isinstance(token, Word) else 2  # Attr is a Word
+        if isinstance(token, str):
+            return 0
+        return 1 if isinstance(token, Word) else 2 if isinstance(token, re.Pattern) else 3  # Attr is a Word
 
-    ordered = (tuple(sorted(group, key=cost)) for group in token_groups(rule))
+    def lowered(token):
+        if isinstance(token, tuple):
+            return tuple(map(lowered, token))
+        return token.lower() if isinstance(token, str) else token
+
+    ordered = (tuple(sorted(map(lowered, group), key=cost)) for group in token_groups(rule))
     return tuple(sorted(ordered, key=lambda group: max(map(cost, group))))
 
 
@@ -124,7 +149,7 @@ def _has(text: str, token, memo: dict, bare) -> bool:
     known = memo.get(token)
     if known is None:
         if isinstance(token, str):
-            known = token.lower() in text
+            known = token in text  # lowercased by _cheapest_first
         elif isinstance(token, tuple):
             known = all(_has(text, t, memo, bare) for t in token)
         elif getattr(token, "outside_strings", False) and bare is not None:
@@ -221,12 +246,51 @@ def code_text(source: str, *, strings: bool = True) -> str:
             out.append(source[kept:statement])
             out.append(" ")
             kept = end
-        elif not strings and "f" not in source[max(start - 2, 0) : start].lower():
-            out.append(source[kept:start])
-            out.append('""')
-            kept = end
+        elif not strings:
+            if "f" not in source[max(start - 2, 0) : start].lower():
+                out.append(source[kept:start])
+                out.append('""')
+                kept = end
+            elif (fields := _fstring_fields(m.group())) is not None:
+                out.append(source[kept:start])
+                out.append(fields)
+                kept = end
     out.append(source[kept:])
     return "".join(out)
+
+
+def _fstring_fields(literal: str) -> str | None:
+    """An f-string literal with only its replacement fields kept (`f"{a} {b:>{w}}"` of
+    `f"loss {a} at {b:>{w}}"`): the fields are code, the rest is text like any string's.
+
+    None (keep the literal whole) for an unterminated literal, or a field that holds a
+    quote, a backslash or unbalanced brackets: keeping more text can only pass more files.
+    """
+    q = 3 if literal[:3] in ('"""', "'''") else 1
+    if len(literal) < 2 * q or literal[-q:] != literal[:q]:
+        return None
+    body, fields, at = literal[q:-q], [], 0
+    while (at := body.find("{", at)) != -1:
+        if body.startswith("{{", at):
+            at += 2
+            continue
+        depth, end = 0, at
+        while end < len(body):
+            c = body[end]
+            if c in "{[(":
+                depth += 1
+            elif c in "}])":
+                depth -= 1
+                if depth == 0:
+                    break
+            elif c in "\"'\\":
+                return None
+            end += 1
+        if depth != 0 or end >= len(body) or body[end] != "}":
+            return None
+        fields.append(body[at : end + 1])
+        at = end + 1
+    return f'{literal[:q]}{" ".join(fields)}{literal[:q]}'
 
 
 def _string_statement_start(source: str, start: int, end: int) -> int:

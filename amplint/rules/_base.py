@@ -85,7 +85,8 @@ class Rule:
                           lowercased text without comments and docstrings, plus for relative
                           imports its package) contains none of them; see amplint/prefilter.py
       and_requires_any    further token groups; the file must contain one token of each as well
-                          (a token: a substring, a prefilter.Word / Attr, a re.Pattern on the
+                          (a token: a substring, a prefilter.Word / CodeWord / Attr (the last
+                          two outside string literals), a re.Pattern on the
                           lowercased text, a tuple of tokens that must all be present, or a
                           hashable object with `search(text) -> bool`, optionally marked
                           `outside_strings` to be given the code with string contents emptied)
