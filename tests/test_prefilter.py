@@ -183,15 +183,15 @@ def test_reduced_dtype_tokens_cover_every_spelling_the_analysis_knows() -> None:
 
 
 def test_optimizer_tokens_cover_the_packages_and_factories() -> None:
-    from amplint.analysis.casts import _OPTIMIZER_FACTORY
-    from amplint.analysis.torch_api import OPTIMIZER_PACKAGES, OPTIMIZER_TOKENS
+    from amplint.analysis.casts import OPTIMIZER_FACTORY, OPTIMIZER_TOKENS
+    from amplint.analysis.torch_api import OPTIMIZER_PACKAGES
 
     rule = type("R", (), {"requires_any": OPTIMIZER_TOKENS, "and_requires_any": ()})
     for package in OPTIMIZER_PACKAGES:
         assert may_fire(f"import {package}Adam\n", (rule,)), package
     factories = ["create_optimizer", "get_optim_and_scheduler", "_build_optimizers_and_schedulers", "configure_optimizers"]
     for name in factories:
-        assert _OPTIMIZER_FACTORY.match(name) and may_fire(f"x = {name}(m)\n", (rule,)), name
+        assert OPTIMIZER_FACTORY.match(name) and may_fire(f"x = {name}(m)\n", (rule,)), name
     assert not may_fire("import optimum\nbest = optimal(x)\n", (rule,))
 
 
@@ -237,3 +237,205 @@ def test_code_text_without_strings_keeps_f_strings_which_hold_code() -> None:
     rule = registry.BY_CODE["AMP501"]
     assert not may_fire('import torch\nx = torch.zeros(3).half()\nx.masked_fill(m, 0)\nu = "3606633695."\n', (rule,))
     assert may_fire("import torch\nx = torch.zeros(3).half()\nx.masked_fill(m, -3606633695.)\n", (rule,))
+
+
+def test_f_strings_keep_their_fields_only() -> None:
+    """An f-string's text is a message like any string's; its fields are code."""
+    bare = code_text('log(f"use torch.autocast, not {x.masked_fill(m, -1e9)!r:>{w}} {{1e9}}")\n', strings=False)
+    assert "autocast" not in bare and "{{1e9}}" not in bare
+    assert "{x.masked_fill(m, -1e9)!r:>{w}}" in bare
+    # a field that holds a quote is kept whole with its text (keeping more only passes more)
+    assert code_text("f\"autocast {d['k']}\"\n", strings=False) == "f\"autocast {d['k']}\"\n"
+
+
+def test_code_words_and_attributes_are_not_read_in_strings() -> None:
+    rule = registry.BY_CODE["AMP201"]
+    message = 'loss.backward()\nwarn("wrap the forward in torch.autocast")\nwarn(f"{x} see torch.autocast")\n'
+    assert not may_fire(message, (rule,))
+    assert may_fire('loss.backward()\nwith torch.autocast("cuda"):\n    pass\n', (rule,))
+    assert may_fire('loss.backward()\nctx = f"{torch.autocast}"\n', (rule,))  # a field is code
+    step = registry.BY_CODE["AMP202"]
+    assert not may_fire('with torch.autocast("cuda"):\n    print("call optimizer.step() after")\n', (step,))
+
+
+def test_half_is_a_word_and_bfloat16_is_not_float16() -> None:
+    amp301, amp501 = registry.BY_CODE["AMP301"], registry.BY_CODE["AMP501"]
+    train = "opt = torch.optim.SGD(model.parameters())\n"
+    assert not may_fire(f"def rotate_half(x):\n    half_dim = 2\n{train}", (amp301,))
+    for spelling in ("model.half()", "x = torch.half", 'dtype = "half"', "from torch import half as h"):
+        assert may_fire(f"{spelling}\n{train}", (amp301,)), spelling
+    masked = "y = x.masked_fill(m, -1e9)\n"
+    assert not may_fire(f"if x.dtype == torch.bfloat16:\n    pass\n{masked}", (amp501,))
+    assert may_fire(f"if x.dtype == torch.float16:\n    pass\n{masked}", (amp501,))
+
+
+def test_optimizer_token_wants_a_package_part_or_a_factory() -> None:
+    from amplint.analysis.casts import OPTIMIZER_TOKENS
+
+    rule = type("R", (), {"requires_any": OPTIMIZER_TOKENS, "and_requires_any": ()})
+    assert not may_fire("self.optimizer.step()\noptimizer_cls = get_optimizer_cls_and_kwargs(args)\n", (rule,))
+    for text in ("from torch import optim\n", "import torch.optim as o\n", "opt = build_optimizer(cfg)\n",
+                 "from .optimization import Adafactor\n"):
+        assert may_fire(text, (rule,)), text
+
+
+def test_apex_and_amp_as_words(tmp_path: Path) -> None:
+    rule = registry.BY_CODE["AMP402"]
+    assert not may_fire("if is_apex_available():\n    import torch.amp\n", (rule,))
+    assert may_fire("from apex import amp\n", (rule,)) and may_fire("import apex.amp as a\n", (rule,))
+    pkg = tmp_path / "apex"  # inside apex itself: the package comes from the path
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "user.py").write_text("from . import amp\n\namp.initialize(model, optimizer)\n")
+    assert may_fire((pkg / "user.py").read_text(), (rule,), str(pkg / "user.py"))
+    assert _compare(pkg / "user.py") == []
+
+
+def test_amp205_scaler_handed_in_needs_no_gradscaler_spelled() -> None:
+    """`enabled_scaler` finds a scaler by its use alone; the pre-filter once required the
+    words `autocast` or `GradScaler` and skipped this file."""
+    source = (
+        "import torch\n\n\n"
+        "class Square(torch.autograd.Function):\n"
+        "    @staticmethod\n"
+        "    def forward(ctx, x):\n"
+        "        return x * x\n\n\n"
+        "def train_step(model, optimizer, scaler, x):\n"
+        "    loss = Square.apply(model(x)).mean()\n"
+        "    scaler.scale(loss).backward()\n"
+        "    scaler.step(optimizer)\n"
+        "    scaler.update()\n"
+    )
+    assert [d.code for d in check_source(source, "train.py", ALL, prefilter=False)] == ["AMP205"]
+    assert [d.code for d in check_source(source, "train.py", ALL)] == ["AMP205"]
+
+
+def test_amp303_half_tensor_type_passes() -> None:
+    source = 'import torch\ntorch.set_default_tensor_type("torch.cuda.HalfTensor")\nloss.backward()\n'
+    assert [d.code for d in check_source(source, "train.py", ALL, prefilter=False)] == ["AMP303"]
+    assert [d.code for d in check_source(source, "train.py", ALL)] == ["AMP303"]
+
+
+# --- AMP501: only a literal the rule can read makes a file pass -----------------------------
+
+_FP16 = "import torch\nx = torch.zeros(4).half()\nm = x > 0\nw = torch.zeros(4)\n"
+_READ = [
+    "x = x.masked_fill(m, -1e9)", "x = x.masked_fill(m, value = -1e9)", "x.fill_(-1e9)", "x.add_( 1e5 )",
+    "x = torch.where(m, x, -1e10)", "x = x.masked_fill(m,\n    -1e9,\n)", "x[m] = -1e9", "x[m] -= 1e5",
+    "x[m] = (-1e9)", "x[m] = -(1e9)", "x[m] = - -1e9", "NEG = -1e9\nx = x.masked_fill(m, NEG)",
+    "NEG: float = -1e9\nx = x.masked_fill(m, NEG)", "x[m] = \\\n    -1e9", "x[m] = -1e9; y = 0",
+    "if (neg := -1e9):\n    x.masked_fill_(m, neg)",
+]
+_NOT_READ = [
+    "x = x.masked_fill(m, -1e9 * w)", "x = x.masked_fill(m, w - 1e30)", "x[m] = int(1e9)",
+    "x = x.masked_fill(m, torch.tensor(-1e9))", "x[m] = [-1e9]", "x = x.masked_fill(m, {'a': -1e9}['a'])",
+    "x[m] = -1e9 if w.dtype == torch.float32 else -1e4", "ok = w == 1e9",
+]
+
+
+@pytest.mark.parametrize("statement", _READ)
+def test_amp501_literal_the_rule_reads_passes(statement: str) -> None:
+    source = f"{_FP16}{statement}\n"
+    rule = registry.BY_CODE["AMP501"]
+    assert [d.code for d in check_source(source, "m.py", ALL, select=["AMP501"], prefilter=False)] == ["AMP501"]
+    assert may_fire(source, (rule,))
+
+
+@pytest.mark.parametrize("statement", _NOT_READ)
+def test_amp501_literal_the_rule_cannot_read_does_not_pass(statement: str) -> None:
+    source = f"{_FP16}{statement}\n"
+    assert check_source(source, "m.py", ALL, select=["AMP501"], prefilter=False) == []
+    assert not may_fire(source, (registry.BY_CODE["AMP501"],))
+
+
+def _read_literal_positions(module) -> list:
+    """Float literals where AMP501 reads a value whole (under signs and parentheses): an
+    argument (a first positional one only of `fill_`/`add_`/`sub_`/`mul_`: every other
+    sink takes a tensor or a size first), or the value of an assignment, a named
+    expression or an augmented assignment."""
+    import libcst as cst
+
+    from amplint.analysis.walk import walk
+    from amplint.rules.amp501_fp16_overflow_constant import _FIRST_ARGUMENT_SINKS
+
+    found = []
+
+    class Visitor(cst.CSTVisitor):
+        def _take(self, value) -> None:
+            node = value
+            while isinstance(node, cst.UnaryOperation):
+                node = node.expression
+            if isinstance(node, cst.Float):
+                found.append(node)
+
+        def visit_Call(self, node) -> None:
+            for i, arg in enumerate(node.args):
+                first = i == 0 and arg.keyword is None and not arg.star
+                if first and not (isinstance(node.func, cst.Attribute) and node.func.attr.value in _FIRST_ARGUMENT_SINKS):
+                    continue
+                self._take(arg.value)
+
+        def visit_Assign(self, node) -> None:
+            self._take(node.value)
+
+        def visit_AnnAssign(self, node) -> None:
+            if node.value is not None:
+                self._take(node.value)
+
+        def visit_AugAssign(self, node) -> None:
+            self._take(node.value)
+
+        def visit_NamedExpr(self, node) -> None:
+            self._take(node.value)
+
+    walk(module, Visitor())
+    return found
+
+
+def _literal_context_misses(path: Path) -> list[str]:
+    """Each readable out-of-range literal of the file must be accepted where it stands by
+    AMP501's literal token, on the text the pre-filter gives it (code, strings emptied)."""
+    import libcst as cst
+
+    from amplint.analysis.precision import number_of, overflows_fp16
+    from amplint.rules.amp501_fp16_overflow_constant import _may_be_read_whole
+
+    try:
+        module = cst.parse_module(path.read_text(encoding="utf-8"))
+    except Exception:  # noqa: BLE001 - unreadable or unparsable: nothing to check
+        return []
+    marker = "9.75e77"
+    misses = []
+    for node in _read_literal_positions(module):
+        if not overflows_fp16(number_of(node)):
+            continue
+        text = code_text(module.deep_replace(node, node.with_changes(value=marker)).code, strings=False).lower()
+        at = text.find(marker)
+        literal = node.value.lower()
+        text = text[:at] + literal + text[at + len(marker):]
+        if at < 0 or not _may_be_read_whole(text, at, at + len(literal)):
+            line = text.count("\n", 0, max(at, 0)) + 1
+            misses.append(f"{path}:{line}: `{node.value}` is read by AMP501 but its token does not accept it there")
+    return misses
+
+
+@pytest.mark.parametrize("path", _fixture_files(), ids=lambda p: f"{p.parent.name}/{p.stem}")
+def test_amp501_literal_token_accepts_every_readable_literal_of_the_fixtures(path: Path) -> None:
+    assert _literal_context_misses(path) == []
+
+
+def test_amp501_readable_literals_are_found() -> None:
+    """The check above has something to check: the statements AMP501 reports hold them."""
+    import libcst as cst
+
+    for statement in _READ:
+        assert _read_literal_positions(cst.parse_module(f"{_FP16}{statement}\n")), statement
+
+
+@pytest.mark.skipif(not CORPUS.is_dir(), reason="set AMPLINT_CORPUS to a real-code corpus (benchmarks/fetch_corpus.sh) to run this")
+def test_amp501_literal_token_accepts_every_readable_literal_of_real_code() -> None:
+    misses: list[str] = []
+    with concurrent.futures.ProcessPoolExecutor() as pool:
+        for found in pool.map(_literal_context_misses, sorted(CORPUS.rglob("*.py")), chunksize=16):
+            misses.extend(found)
+    assert misses == []

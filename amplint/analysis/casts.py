@@ -166,7 +166,7 @@ class Casts:
             return True
         name = (dotted(call.func) or "").split(".")[-1].lower()
         # `create_optimizer(model)`, `configure_optimizers()`, not `get_optimizer_cls_and_kwargs(...)`
-        return _OPTIMIZER_FACTORY.match(name) is not None
+        return OPTIMIZER_FACTORY.match(name) is not None
 
     def _keys_through(self, expr: cst.BaseExpression, scope, depth: int, origin=None) -> set[str]:
         keys: set[str] = set()
@@ -269,7 +269,6 @@ class Casts:
         return False
 
 
-_OPTIMIZER_FACTORY = re.compile(r"^_?(create|build|get|make|configure|init|setup)_?(optimizers?|optim)(_and_schedulers?)?$")
 
 
 def _non_local(expr: cst.BaseExpression, scope) -> bool:
@@ -333,3 +332,38 @@ class _DottedNameCollector(cst.CSTVisitor):
 
     def visit_Name(self, node: cst.Name) -> None:
         self.names.append(node)
+
+
+# --- pre-filter token -------------------------------------------------------------------
+# Calls taken for optimizer factories, by the last part of their name:
+# `create_optimizer(model)`, `configure_optimizers()`, not `get_optimizer_cls_and_kwargs(...)`.
+OPTIMIZER_FACTORY = re.compile(r"^_?(create|build|get|make|configure|init|setup)_?(optimizers?|optim)(_and_schedulers?)?$")
+_OPTIMIZER_PACKAGE_PARTS = frozenset({"optim", "optimizers", "optimization"})
+
+
+@dataclass(frozen=True)
+class _OptimizerName:
+    """Pre-filter token for "builds an optimizer" (`_builds_optimizer`): an
+    identifier that is a part of an OPTIMIZER_PACKAGES name (`optim`, `optimizers`,
+    `optimization`: a constructor is only qualified through an import or a dotted name
+    that spells one, or through the package of a relative import, which the pre-filter
+    appends) or the name of a factory.  `self.optimizer`, `optimizer.step()` and
+    `optimum` are none of these.
+    """
+
+    def search(self, text: str) -> bool:
+        at = text.find("optim")
+        while at != -1:
+            begin, end = at, at + 5
+            while begin > 0 and (text[begin - 1].isalnum() or text[begin - 1] == "_"):
+                begin -= 1
+            while end < len(text) and (text[end].isalnum() or text[end] == "_"):
+                end += 1
+            name = text[begin:end]
+            if name in _OPTIMIZER_PACKAGE_PARTS or OPTIMIZER_FACTORY.match(name):
+                return True
+            at = text.find("optim", end)
+        return False
+
+
+OPTIMIZER_TOKENS = (_OptimizerName(),)

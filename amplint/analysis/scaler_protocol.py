@@ -40,7 +40,9 @@ from amplint.prefilter import Attr, Word
 # `.scale`/`.update`/`.step`. A tuple is a conjunction. NB: `Attr("scale")`, never the
 # text `.scale(`: blanks and line breaks may sit between `.`, the name and `(`.
 _SCALE, _BACKWARD, _UPDATE, _STEP = (Attr(w) for w in ("scale", "backward", "update", "step"))
-SCALER_TOKENS = ("scaler", Word("unscale_"), Word("get_scale"), (_SCALE, _BACKWARD), (_SCALE, _UPDATE, _STEP))
+# What `Bindings.scaler_keys` needs to find a scaler by its use alone (no GradScaler spelled).
+SCALER_USE_TOKENS = (Word("unscale_"), Word("get_scale"), (_SCALE, _BACKWARD), (_SCALE, _UPDATE, _STEP))
+SCALER_TOKENS = ("scaler", *SCALER_USE_TOKENS)
 
 
 @dataclass(frozen=True)

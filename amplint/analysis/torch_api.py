@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from amplint.prefilter import STRING_ESCAPE
+from amplint.prefilter import STRING_ESCAPE, Word
 
 SCALER_CONSTRUCTORS = frozenset(
     {
@@ -91,16 +91,15 @@ HALF_CAST_METHODS = {"half": "float16", "bfloat16": "bfloat16"}
 # Pre-filter tokens: every spelling of a reduced dtype above (a qualified name's last part,
 # a dtype string with its quotes, a cast method) contains one of these, or hides in a
 # string escape (tests/test_prefilter.py checks the tables against them).
-REDUCED_DTYPE_TOKENS = ("float16", "fp16", "bf16", "half", '"16"', "'16'", STRING_ESCAPE)
+# `half` only as a whole word (`torch.half`, `.half()`, `"half"`): `rotate_half` and
+# `half_dim`, in every other model file, are neither.
+REDUCED_DTYPE_TOKENS = ("float16", "fp16", "bf16", Word("half"), '"16"', "'16'", STRING_ESCAPE)
 # (`float16` then a lookbehind: a pattern that starts with one scans 30 times slower)
-FP16_DTYPE_TOKENS = (re.compile(r"float16(?<!bfloat16)"), "fp16", "half", '"16"', "'16'", STRING_ESCAPE)
+FLOAT16_NOT_BFLOAT16 = re.compile(r"float16(?<!bfloat16)")
+FP16_DTYPE_TOKENS = (FLOAT16_NOT_BFLOAT16, "fp16", Word("half"), '"16"', "'16'", STRING_ESCAPE)
 
 OPTIMIZER_PACKAGES = ("torch.optim.", "apex.optimizers.", "bitsandbytes.optim.", "transformers.optimization.", "timm.optim.")
 NOT_OPTIMIZERS = ("torch.optim.lr_scheduler", "torch.optim.swa_utils")
-# Pre-filter tokens for "builds an optimizer": every package above has a part `optim`,
-# `optimizers` or `optimization`, and casts.py's factories (`create_optimizer`,
-# `get_optim_and_scheduler`) are named so too; `optimum` and `optimal` do not pass.
-OPTIMIZER_TOKENS = (re.compile(r"optim(?![a-z0-9])|optimizer|optimization"),)
 
 
 @dataclass(frozen=True)

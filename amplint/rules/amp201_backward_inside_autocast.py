@@ -6,6 +6,7 @@ import libcst as cst
 
 from amplint.analysis.steps import Kind
 from amplint.diagnostics import Applicability
+from amplint.prefilter import CodeWord
 from amplint.rules._base import FixAvailability, Replace, Rule
 
 
@@ -53,10 +54,12 @@ class BackwardInsideAutocast(Rule):
     fix_title = "Move the backward call out of the `with` block"
     fix_availability = FixAvailability.SOMETIMES
     safety = Applicability.UNSAFE
-    # Pre-filter: backward events are `.backward`/`manual_backward`/`autograd.backward`;
-    # every autocast context (AUTOCAST_CONTEXTS, `accelerator.autocast`) ends in `autocast`.
-    requires_any = ("backward",)
-    and_requires_any = (("autocast",),)
+    # Pre-filter: backward events are `.backward`/`.manual_backward`/`autograd.backward`
+    # (whole words in code, not `_backward_compatibility` or `norm="backward"`); every
+    # autocast context (AUTOCAST_CONTEXTS, `accelerator.autocast`) has `autocast` as a
+    # word of its name, in code (a message that says "use torch.autocast" is no context).
+    requires_any = (CodeWord("backward"), CodeWord("manual_backward"))
+    and_requires_any = ((CodeWord("autocast"),),)
 
     def check(self) -> None:
         for graph in self.model.steps:

@@ -6,7 +6,7 @@ import libcst as cst
 
 from amplint.analysis.precision import precision_of
 from amplint.analysis.steps import Kind
-from amplint.prefilter import Attr
+from amplint.prefilter import Attr, CodeWord
 from amplint.rules._base import Rule
 
 
@@ -53,7 +53,7 @@ class StepInsideAutocast(Rule):
     name = "step-inside-autocast"
     message = "`{call}` runs inside an autocast region"
     requires_any = (Attr("step"),)  # `optimizer.step()`, `scaler.step(optimizer)`
-    and_requires_any = (("autocast",),)
+    and_requires_any = ((CodeWord("autocast"),),)  # as in AMP201
 
     def check(self) -> None:
         # NB: an event is inside a region only if its graph's own body enters one (a

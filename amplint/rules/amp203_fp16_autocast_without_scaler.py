@@ -6,6 +6,7 @@ import libcst as cst
 
 from amplint.analysis.precision import may_run_fp16, precision_of
 from amplint.analysis.steps import Kind
+from amplint.prefilter import Attr, CodeWord
 from amplint.rules._base import Rule
 
 
@@ -61,8 +62,10 @@ class Fp16AutocastWithoutScaler(Rule):
     code = "AMP203"
     name = "fp16-autocast-without-scaler"
     message = "float16 autocast is used for training without a GradScaler"
-    requires_any = ("autocast",)
-    and_requires_any = (("backward",),)
+    # Pre-filter (as in AMP201): an autocast, an unmanaged backward (`.backward`,
+    # `autograd.backward`) and an optimizer or scaler `.step` in the same function.
+    requires_any = (CodeWord("autocast"),)
+    and_requires_any = ((CodeWord("backward"),), (Attr("step"),))
 
     def check(self) -> None:
         precision = precision_of(self.model)

@@ -7,6 +7,7 @@ import libcst as cst
 from amplint.analysis.bindings import call_arg
 from amplint.analysis.precision import precision_of
 from amplint.analysis.torch_api import HALF_DTYPES
+from amplint.prefilter import CodeWord
 from amplint.rules._base import Rule
 
 
@@ -48,7 +49,7 @@ class ScalerWithBf16(Rule):
     name = "scaler-with-bf16"
     message = "`GradScaler` is used with bfloat16 autocast, which needs no loss scaling"
     requires_any = ("GradScaler",)
-    and_requires_any = (("autocast",),)
+    and_requires_any = ((CodeWord("autocast"),),)  # as in AMP201
 
     def check(self) -> None:
         dtypes = precision_of(self.model).autocast_dtypes

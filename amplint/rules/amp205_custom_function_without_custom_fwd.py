@@ -6,7 +6,8 @@ import libcst as cst
 
 from amplint.analysis.names import dotted
 from amplint.analysis.precision import precision_of
-from amplint.prefilter import Word
+from amplint.analysis.scaler_protocol import SCALER_USE_TOKENS
+from amplint.prefilter import CodeWord
 from amplint.rules._base import Rule
 
 _FUNCTION_BASES = ("torch.autograd.Function", "torch.autograd.function.Function")
@@ -78,9 +79,10 @@ class CustomFunctionWithoutCustomFwd(Rule):
     code = "AMP205"
     name = "custom-function-without-custom-fwd"
     message = "autograd.Function `{cls}` runs under autocast without `{missing}`"
-    requires_any = (Word("function"),)  # a base's last part: `Function`, not `functional`
-    # NB: the module must enter autocast or build a GradScaler.
-    and_requires_any = (("autocast", "GradScaler"),)
+    requires_any = (CodeWord("function"),)  # a base's last part: `Function`, not `functional`
+    # NB: the module must enter autocast (a word, as in AMP201) or build or use a
+    # GradScaler (`enabled_scaler`: a scaler handed in is found by its use alone).
+    and_requires_any = ((CodeWord("autocast"), "GradScaler", *SCALER_USE_TOKENS),)
 
     def check(self) -> None:
         model = self.model

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from amplint.analysis.torch_api import OPTIMIZER_TOKENS, REDUCED_DTYPE_TOKENS
+from amplint.analysis.casts import OPTIMIZER_TOKENS
+from amplint.analysis.torch_api import REDUCED_DTYPE_TOKENS
 from amplint.rules._base import Rule
 
 

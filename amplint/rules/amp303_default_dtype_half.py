@@ -5,8 +5,10 @@ from __future__ import annotations
 import libcst as cst
 
 from amplint.analysis.bindings import call_arg
+from amplint.analysis.casts import OPTIMIZER_TOKENS
 from amplint.analysis.steps import Kind
 from amplint.analysis.torch_api import REDUCED_DTYPE_TOKENS
+from amplint.prefilter import Attr, CodeWord
 from amplint.rules._base import Rule
 
 _SET_DEFAULT_DTYPE = "torch.set_default_dtype"
@@ -57,10 +59,11 @@ class DefaultDtypeHalf(Rule):
     code = "AMP303"
     name = "default-dtype-half"
     message = "`{call}` makes every new tensor and parameter {dtype} in training code"
-    requires_any = ("set_default_",)
-    # a reduced dtype (or HalfTensor), and training: an optimizer (OPTIMIZER_PACKAGES),
-    # a backward or a step
-    and_requires_any = (REDUCED_DTYPE_TOKENS, ("optim", "backward", "step"))
+    # Pre-filter: `set_default_dtype` / `set_default_tensor_type` in code; a reduced dtype
+    # (or a `HalfTensor` type name); training: an optimizer (casts.py), an unmanaged
+    # backward (as in AMP201) or a `.step`.
+    requires_any = (CodeWord("set_default_dtype"), CodeWord("set_default_tensor_type"))
+    and_requires_any = ((*REDUCED_DTYPE_TOKENS, "halftensor"), (*OPTIMIZER_TOKENS, CodeWord("backward"), Attr("step")))
 
     def check(self) -> None:
         model = self.model

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from amplint.analysis.bindings import call_arg
 from amplint.analysis.precision import number_of
-from amplint.analysis.torch_api import FP16_DTYPE_TOKENS, OPTIMIZER_TOKENS
+from amplint.analysis.casts import OPTIMIZER_TOKENS
+from amplint.analysis.torch_api import FP16_DTYPE_TOKENS
 from amplint.rules._base import Rule
 
 # Smallest positive float16 (subnormal) is 2**-24, about 5.96e-8; anything below rounds to 0.

@@ -5,6 +5,7 @@ from __future__ import annotations
 import libcst as cst
 
 from amplint.analysis.names import dotted, module_name_of
+from amplint.prefilter import Word
 from amplint.rules._base import Rule
 
 
@@ -54,7 +55,10 @@ class ApexAmp(Rule):
     code = "AMP402"
     name = "apex-amp"
     message = "`{ref}` uses NVIDIA apex amp, which is deprecated; use `torch.amp`"
-    requires_any = ("apex",)
+    # Pre-filter: `apex` and `amp` as words (an import, a dotted name, or the package of a
+    # relative import, which the pre-filter appends); `is_apex_available` is neither.
+    requires_any = (Word("apex"),)
+    and_requires_any = ((Word("amp"),),)
 
     def check(self) -> None:
         model = self.model

@@ -10,7 +10,9 @@ import libcst as cst
 from amplint.analysis.bindings import call_arg
 from amplint.analysis.names import dotted
 from amplint.analysis.precision import may_run_fp16, number_of, overflows_fp16, precision_of
+from amplint.analysis.torch_api import FLOAT16_NOT_BFLOAT16
 from amplint.diagnostics import Applicability
+from amplint.prefilter import STRING_ESCAPE, Word
 from amplint.rules._base import FixAvailability, Replace, Rule
 
 # Tensor methods that write a scalar into their receiver (or a copy of it):
@@ -81,9 +83,65 @@ class _OverflowingFloat:
                 value = float(spelled.replace("_", ""))
             except ValueError:
                 return True
-            if overflows_fp16(value):
+            if overflows_fp16(value) and _may_be_read_whole(text, start, literal.end()):
                 return True
         return False
+
+
+# Calls whose first argument the rule reads as the value written (`x.fill_(-1e9)`).
+_FIRST_ARGUMENT_SINKS = tuple(m for m, (position, _) in _WRITING_METHODS.items() if position == 0)
+_BLANK = " \t\f\r\n\\"
+
+
+def _may_be_read_whole(text: str, start: int, end: int) -> bool:
+    """Could the literal at text[start:end] be a value the rule reads whole?
+
+    The rule reads a literal (under unary signs and parentheses, `number_of`) only as an
+    argument or as the right side of `=`, `:=` or an augmented assignment (a name bound to
+    it, values.py).  So the literal must end its expression (`)`, `,`, `;`, `:` or a line
+    break follow) and, past its signs, follow `,`, an assignment's `=` or a `(` that is
+    no call but a sink's (`fill_(`): `1e30 * mask`, `x - 1e30`, `x == 1e9`, `int(1e9)`,
+    `[1e9]` and `{"a": 1e9}` cannot be read.  A line break counts as an end even inside
+    brackets, where it is not one: the check may only ever accept more.
+    tests/test_prefilter.py checks every literal the rule can read in the fixtures (and
+    the corpus) against it.
+    """
+    n = len(text)
+    while end < n and text[end] in " \t\f\\":
+        end += 1
+    if end < n and text[end] not in "),;:\r\n#":
+        return False
+    at = start - 1
+    while True:
+        while at >= 0 and text[at] in _BLANK:
+            at -= 1
+        if at >= 0 and text[at] in "-+":
+            at -= 1
+            continue
+        break
+    if at < 0:
+        return True
+    c = text[at]
+    if c == ",":
+        return True
+    if c == "=":
+        return at == 0 or text[at - 1] not in "=!<>"
+    if c != "(":
+        return False
+    at -= 1
+    while at >= 0 and text[at] in _BLANK:
+        at -= 1
+    if at < 0 or not (text[at].isalnum() or text[at] == "_"):
+        return True  # grouping parentheses: `= (-1e9)`, `-(1e9)`
+    return _word_before(text, at) in _FIRST_ARGUMENT_SINKS
+
+
+def _word_before(text: str, at: int) -> str:
+    """The identifier that ends at text[at]."""
+    begin = at
+    while begin > 0 and (text[begin - 1].isalnum() or text[begin - 1] == "_"):
+        begin -= 1
+    return text[begin : at + 1]
 
 
 @dataclass(frozen=True)
@@ -100,10 +158,14 @@ class _FinfoOfFullDtype:
     """
 
     def search(self, text: str) -> bool:
+        judged: set[str | None] = set()  # a model file writes `finfo(dtype)` dozens of times
         at = text.find("finfo")
         while at != -1:
-            if self._may_be_full(_call_argument(text, at + len("finfo")), text):
-                return True
+            arg = _call_argument(text, at + len("finfo"))
+            if arg not in judged:
+                if self._may_be_full(arg, text):
+                    return True
+                judged.add(arg)
             at = text.find("finfo", at + 1)
         return False
 
@@ -214,13 +276,16 @@ class Fp16OverflowConstant(Rule):
     fix_availability = FixAvailability.SOMETIMES
     safety = Applicability.UNSAFE
     # Pre-filter, three groups, each necessary:
-    # 1. an overflowing value: a float literal or `torch.finfo` of a full dtype (above);
-    # 2. every spelling of fp16 evidence;
+    # 1. an overflowing value: a float literal where the rule can read it, or
+    #    `torch.finfo` of a full dtype (above);
+    # 2. every spelling of fp16 evidence (`fp16_evidence`): an autocast, a GradScaler,
+    #    `float16` (not `bfloat16`) or the word `half` (`torch.half`, `.half()`), an fp16
+    #    option or string (`fp16`, `half_precision`, a string escape may spell them), apex;
     # 3. a sink: the writing methods and factories above, or an index (augmented)
     #    assignment `x[m] = v` / `(x[m]) += v` (comments are gone from the code text).
     requires_any = (_OverflowingFloat(), _FinfoOfFullDtype())
     and_requires_any = (
-        ("autocast", "GradScaler", "float16", "half", "fp16", "apex"),
+        ("autocast", "GradScaler", FLOAT16_NOT_BFLOAT16, Word("half"), "half_precision", "fp16", Word("apex"), STRING_ESCAPE),
         (*_WRITING_METHODS, "where", "full", re.compile(r"\][\s\\)]*[-+*]?=(?!=)")),
     )
 
