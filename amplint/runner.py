@@ -296,12 +296,27 @@ def check_files(files: list[Path], config: Config, *, jobs: int | None = 1, cach
                 results[i] = hit_result
         todo = [i for i in todo if results[i] is None]
     if jobs > 1 and len(todo) > 1:
-        for i, r in _run_pool([files[i] for i in todo], todo, config, cache, options, min(jobs, len(todo))):
+        order = _largest_first(files, todo)
+        for i, r in _run_pool([files[i] for i in order], order, config, cache, options, min(jobs, len(todo))):
             results[i] = r
     for i in todo:
         if results[i] is None:  # in-process: --jobs 1, one file, or what a broken pool left
             results[i] = check_file(files[i], config, cache=cache, **options)
     return results  # type: ignore[return-value]
+
+
+def _largest_first(files: list[Path], todo: list[int]) -> list[int]:
+    """`todo` with the largest files first: the pool's last chunks are then small files,
+    so no worker is left parsing a 300 kB module while the others idle (results are put
+    back in discovery order by index)."""
+
+    def size(i: int) -> int:
+        try:
+            return os.stat(files[i]).st_size
+        except OSError:
+            return 0  # checked anyway; the worker reports why it cannot be read
+
+    return sorted(todo, key=size, reverse=True)
 
 
 def _cached_only(path: Path, cache: ResultCache, options: dict) -> FileResult | None:
@@ -330,8 +345,8 @@ def _work(path: Path) -> FileResult:
 
 def _run_pool(paths: list[Path], indexes: list[int], config: Config, cache, options: dict, workers: int):
     """(index, result) pairs from a process pool; stops early (leaving the rest) if it breaks."""
-    # Small chunks: a few files (AMP-dense modules) cost a thousand times the others,
-    # and sorted paths cluster them, so large chunks would leave a worker idle.
+    # Small chunks: a few files (AMP-dense modules) cost a thousand times the others; the
+    # largest come first (`_largest_first`), so the chunks left at the end are cheap.
     chunksize = max(1, min(16, len(paths) // (workers * 32)))
     with concurrent.futures.ProcessPoolExecutor(
         max_workers=workers, initializer=_init_worker, initargs=(config, cache, options)
