@@ -20,6 +20,7 @@ that cold, warm and `--jobs 1` find exactly the same findings.
 Setup (once):  bash benchmarks/fetch_corpus.sh /tmp/corpus
                python -m venv /tmp/torchfix-venv && /tmp/torchfix-venv/bin/pip install torchfix
 Run:           python benchmarks/bench_check.py /tmp/corpus/src [--torchfix-scope accelerate]
+               python benchmarks/bench_check.py /tmp/corpus/src --transformers-rounds 3
 `--torchfix-scope` limits the TorchFix row (and a matching amplint row) to the packages
 whose directory names contain the given words: TorchFix needs about a second of CPU per
 file, so the whole corpus takes most of an hour on two cores.
@@ -146,6 +147,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--torchfix-timeout", type=float, default=3600)
     ap.add_argument("--json", type=Path, help="also write the results here")
     ap.add_argument("--serial", action="store_true", help="also time a cold --jobs 1 run (and compare its findings)")
+    ap.add_argument("--transformers-rounds", type=int, default=0, metavar="N",
+                    help="only time transformers alone, N times, each next to the dense floor (this VM's speed drifts)")
     args = ap.parse_args(argv)
 
     corpus = args.corpus.resolve()
@@ -166,6 +169,11 @@ def main(argv: list[str] | None = None) -> int:
 
     rows: dict[str, dict] = {}
     parse = [sys.executable, "-c", PARSE_SNIPPET]
+    if args.transformers_rounds:
+        for _ in range(args.transformers_rounds):
+            run("dense floor", parse, stdin="\n".join(dense))
+            run("transformers", amplint("--no-cache", *jobs, *map(str, transformers)))
+        return 0
     rows["floor"] = run("floor", parse, stdin="\n".join(files))
     rows["cold"] = run("cold", amplint("--no-cache", *jobs, str(corpus)))
     if args.serial:
