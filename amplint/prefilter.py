@@ -259,6 +259,23 @@ def code_text(source: str, *, strings: bool = True) -> str:
     return "".join(out)
 
 
+def closing_bracket(text: str, at: int, *, refuse: str = "") -> int:
+    """Where the bracket opened at text[at] closes (any kind balances any kind), or -1: not
+    closed, or a character of `refuse` comes first."""
+    depth = 0
+    for end in range(at, len(text)):
+        c = text[end]
+        if c in "([{":
+            depth += 1
+        elif c in ")]}":
+            depth -= 1
+            if depth == 0:
+                return end
+        elif c in refuse:
+            return -1
+    return -1
+
+
 def _fstring_fields(literal: str) -> str | None:
     """An f-string literal with only its replacement fields kept (`f"{a} {b:>{w}}"` of
     `f"loss {a} at {b:>{w}}"`): the fields are code, the rest is text like any string's.
@@ -274,19 +291,8 @@ def _fstring_fields(literal: str) -> str | None:
         if body.startswith("{{", at):
             at += 2
             continue
-        depth, end = 0, at
-        while end < len(body):
-            c = body[end]
-            if c in "{[(":
-                depth += 1
-            elif c in "}])":
-                depth -= 1
-                if depth == 0:
-                    break
-            elif c in "\"'\\":
-                return None
-            end += 1
-        if depth != 0 or end >= len(body) or body[end] != "}":
+        end = closing_bracket(body, at, refuse="\"'\\")
+        if end < 0 or body[end] != "}":
             return None
         fields.append(body[at : end + 1])
         at = end + 1

@@ -12,7 +12,7 @@ from amplint.analysis.names import dotted
 from amplint.analysis.precision import may_run_fp16, number_of, overflows_fp16, precision_of
 from amplint.analysis.torch_api import FLOAT16_NOT_BFLOAT16
 from amplint.diagnostics import Applicability
-from amplint.prefilter import STRING_ESCAPE, Word
+from amplint.prefilter import STRING_ESCAPE, Word, closing_bracket
 from amplint.rules._base import FixAvailability, Replace, Rule
 
 # Tensor methods that write a scalar into their receiver (or a copy of it):
@@ -202,16 +202,8 @@ def _call_argument(text: str, at: int) -> str | None:
         at += 1
     if at >= n or text[at] != "(":
         return None
-    depth = 0
-    for end in range(at, n):
-        c = text[end]
-        if c in "([{":
-            depth += 1
-        elif c in ")]}":
-            depth -= 1
-            if depth == 0:
-                return text[at + 1 : end]
-    return text[at + 1 :]
+    end = closing_bracket(text, at)
+    return text[at + 1 : end] if end >= 0 else text[at + 1 :]
 
 class Fp16OverflowConstant(Rule):
     """
