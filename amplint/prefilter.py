@@ -224,8 +224,11 @@ def code_text(source: str, *, strings: bool = True) -> str:
 
     What stays is everything a rule can read; what goes is replaced by nothing (a
     comment) or a blank (a string statement), so no two code tokens join.  With
-    `strings=False` every other string but an f-string (which holds code) is emptied
-    to `""` as well.
+    `strings=False` every other string is emptied to `""` as well, and an f-string
+    keeps only its fields (code).  A file whose f-strings this lexer cannot read (a
+    Python 3.12 f-string that nests its own quote, `f"{d["k"]}"`, ends it early and
+    the rest of the line is misread) gets its strings back: keeping more text can only
+    pass more files.
     """
     out: list[str] = []
     depth = 0
@@ -251,7 +254,9 @@ def code_text(source: str, *, strings: bool = True) -> str:
                 out.append(source[kept:start])
                 out.append('""')
                 kept = end
-            elif (fields := _fstring_fields(m.group())) is not None:
+            elif (fields := _fstring_fields(m.group())) is _MISREAD:
+                return code_text(source)
+            elif fields is not None:
                 out.append(source[kept:start])
                 out.append(fields)
                 kept = end
@@ -276,23 +281,30 @@ def closing_bracket(text: str, at: int, *, refuse: str = "") -> int:
     return -1
 
 
+_MISREAD = "misread"  # an f-string the lexer split wrongly (see code_text)
+
+
 def _fstring_fields(literal: str) -> str | None:
     """An f-string literal with only its replacement fields kept (`f"{a} {b:>{w}}"` of
     `f"loss {a} at {b:>{w}}"`): the fields are code, the rest is text like any string's.
 
-    None (keep the literal whole) for an unterminated literal, or a field that holds a
-    quote, a backslash or unbalanced brackets: keeping more text can only pass more files.
+    None (keep the literal whole) for a field that holds a quote or a backslash (legal
+    in 3.11 inside the other quotes: `f"{d['k']}"`); _MISREAD for an unterminated
+    literal or a field that does not close, which is what the lexer makes of a 3.12
+    f-string nesting its own quote.
     """
     q = 3 if literal[:3] in ('"""', "'''") else 1
     if len(literal) < 2 * q or literal[-q:] != literal[:q]:
-        return None
+        return _MISREAD
     body, fields, at = literal[q:-q], [], 0
     while (at := body.find("{", at)) != -1:
         if body.startswith("{{", at):
             at += 2
             continue
-        end = closing_bracket(body, at, refuse="\"'\\")
+        end = closing_bracket(body, at)
         if end < 0 or body[end] != "}":
+            return _MISREAD
+        if closing_bracket(body, at, refuse="\"'\\") != end:
             return None
         fields.append(body[at : end + 1])
         at = end + 1
