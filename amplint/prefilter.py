@@ -281,10 +281,10 @@ def closing_bracket(text: str, at: int, *, refuse: str = "") -> int:
     return -1
 
 
-_MISREAD = "misread"  # an f-string the lexer split wrongly (see code_text)
+_MISREAD = object()  # an f-string the lexer split wrongly (see code_text)
 
 
-def _fstring_fields(literal: str) -> str | None:
+def _fstring_fields(literal: str) -> str | object | None:
     """An f-string literal with only its replacement fields kept (`f"{a} {b:>{w}}"` of
     `f"loss {a} at {b:>{w}}"`): the fields are code, the rest is text like any string's.
 
