@@ -264,9 +264,8 @@ def code_text(source: str, *, strings: bool = True) -> str:
     return "".join(out)
 
 
-def closing_bracket(text: str, at: int, *, refuse: str = "") -> int:
-    """Where the bracket opened at text[at] closes (any kind balances any kind), or -1: not
-    closed, or a character of `refuse` comes first."""
+def closing_bracket(text: str, at: int) -> int:
+    """Where the bracket opened at text[at] closes (any kind balances any kind), or -1."""
     depth = 0
     for end in range(at, len(text)):
         c = text[end]
@@ -276,9 +275,16 @@ def closing_bracket(text: str, at: int, *, refuse: str = "") -> int:
             depth -= 1
             if depth == 0:
                 return end
-        elif c in refuse:
-            return -1
     return -1
+
+
+def identifier_span(text: str, begin: int, end: int) -> tuple[int, int]:
+    """text[begin:end] widened to the whole identifier(s) it touches."""
+    while begin > 0 and (text[begin - 1].isalnum() or text[begin - 1] == "_"):
+        begin -= 1
+    while end < len(text) and (text[end].isalnum() or text[end] == "_"):
+        end += 1
+    return begin, end
 
 
 _MISREAD = object()  # an f-string the lexer split wrongly (see code_text)
@@ -304,9 +310,10 @@ def _fstring_fields(literal: str) -> str | object | None:
         end = closing_bracket(body, at)
         if end < 0 or body[end] != "}":
             return _MISREAD
-        if closing_bracket(body, at, refuse="\"'\\") != end:
+        field = body[at : end + 1]
+        if any(c in field for c in "\"'\\"):
             return None
-        fields.append(body[at : end + 1])
+        fields.append(field)
         at = end + 1
     return f'{literal[:q]}{" ".join(fields)}{literal[:q]}'
 

@@ -20,6 +20,7 @@ from amplint.analysis.names import dotted
 from amplint.analysis.walk import walk
 from amplint.analysis.torch_api import HALF_CAST_METHODS
 from amplint.analysis.values import value_branches
+from amplint.prefilter import identifier_span
 
 _FROM_PRETRAINED_DTYPE_KWARGS = ("torch_dtype", "dtype")
 # Calls that give some parameters back their fp32 precision after a cast (diffusers).
@@ -269,8 +270,6 @@ class Casts:
         return False
 
 
-
-
 def _non_local(expr: cst.BaseExpression, scope) -> bool:
     """An attribute of `self` (or another object), not a name local to `scope`."""
     text = dotted(expr) or ""
@@ -354,11 +353,7 @@ class _OptimizerName:
     def search(self, text: str) -> bool:
         at = text.find("optim")
         while at != -1:
-            begin, end = at, at + 5
-            while begin > 0 and (text[begin - 1].isalnum() or text[begin - 1] == "_"):
-                begin -= 1
-            while end < len(text) and (text[end].isalnum() or text[end] == "_"):
-                end += 1
+            begin, end = identifier_span(text, at, at + 5)
             name = text[begin:end]
             if name in _OPTIMIZER_PACKAGE_PARTS or OPTIMIZER_FACTORY.match(name):
                 return True

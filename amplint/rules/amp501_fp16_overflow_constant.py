@@ -12,7 +12,7 @@ from amplint.analysis.names import dotted
 from amplint.analysis.precision import may_run_fp16, number_of, overflows_fp16, precision_of
 from amplint.analysis.torch_api import FLOAT16_NOT_BFLOAT16
 from amplint.diagnostics import Applicability
-from amplint.prefilter import STRING_ESCAPE, Word, closing_bracket
+from amplint.prefilter import STRING_ESCAPE, Word, closing_bracket, identifier_span
 from amplint.rules._base import FixAvailability, Replace, Rule
 
 # Tensor methods that write a scalar into their receiver (or a copy of it):
@@ -133,15 +133,8 @@ def _may_be_read_whole(text: str, start: int, end: int) -> bool:
         at -= 1
     if at < 0 or not (text[at].isalnum() or text[at] == "_"):
         return True  # grouping parentheses: `= (-1e9)`, `-(1e9)`
-    return _word_before(text, at) in _FIRST_ARGUMENT_SINKS
-
-
-def _word_before(text: str, at: int) -> str:
-    """The identifier that ends at text[at]."""
-    begin = at
-    while begin > 0 and (text[begin - 1].isalnum() or text[begin - 1] == "_"):
-        begin -= 1
-    return text[begin : at + 1]
+    begin, _ = identifier_span(text, at, at + 1)
+    return text[begin : at + 1] in _FIRST_ARGUMENT_SINKS
 
 
 @dataclass(frozen=True)
