@@ -46,10 +46,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from amplint import __version__
-from amplint.diagnostics import Applicability, Diagnostic, Edit, Fix, Span
+from amplint.diagnostics import Applicability, Diagnostic, Edit, Fix, Related, Span
 
 CACHE_DIR_NAME = ".amplint_cache"
-FORMAT = "v1"
+FORMAT = "v2"  # v2: entries record the project files they depend on
 # A file modified less than this before its entry was written is re-hashed, not trusted by
 # stat (filesystems with coarse timestamps: FAT 2 s, some network mounts 1 s).
 RACY_NS = 2_000_000_000
@@ -97,6 +97,8 @@ class ResultCache:
         entry = self._load(probe.entry_path, str(path))
         if entry is None:
             return None, probe
+        if not _deps_unchanged(entry):
+            return None, probe
         if entry["size"] == st.st_size and entry["mtime_ns"] == st.st_mtime_ns and entry["written_ns"] - st.st_mtime_ns > RACY_NS:
             return self._hit(entry), probe
         try:
@@ -113,10 +115,18 @@ class ResultCache:
         return None, probe
 
     # --- store ---------------------------------------------------------------------------
-    def store(self, path: Path, probe: Probe, raw: bytes, diagnostics: list[Diagnostic], error=None) -> None:
-        """Remember the result for `raw`, the bytes that were analysed."""
+    def store(self, path: Path, probe: Probe, raw: bytes, diagnostics: list[Diagnostic], error=None, reads=None) -> None:
+        """Remember the result for `raw`, the bytes that were analysed.
+
+        `reads` (amplint.project.index.Reads): the other project files the result
+        depends on, and the paths probed for imports that did not exist; the entry is
+        only valid while all of them stay as they were.
+        """
         if probe.size is None or probe.mtime_ns is None:
             return
+        deps = _dependencies(reads, str(path))
+        if deps is None:
+            return  # a dependency changed while we read it: do not remember a mixed state
         sha = probe.sha if probe.raw is raw and probe.sha else hashlib.sha256(raw).hexdigest()
         entry = {
             "path": str(path),
@@ -125,6 +135,7 @@ class ResultCache:
             "sha256": sha,
             "diagnostics": [_dump_diagnostic(d) for d in diagnostics],
             "error": None if error is None else [error.line, error.col0, error.reason],
+            "deps": deps,
         }
         # NB: the stat is the one taken before reading; if the file changed in between, the
         # hash no longer matches the next time and level 2 re-checks it.
@@ -185,6 +196,48 @@ class ResultCache:
             pass  # a read-only or full disk costs speed, never the result
 
 
+def _dependencies(reads, own: str) -> dict | None:
+    """{"files": [[path, size, mtime_ns, sha256]], "missing": [path]} for an entry.
+
+    Hashes are taken now, from the bytes on disk; a file whose stat no longer matches
+    what the check saw changed in between, and the result is not stored (None).
+    """
+    if reads is None:
+        return {"files": [], "missing": []}
+    files = []
+    for dep, (size, mtime_ns) in sorted(reads.used.items()):
+        if dep == own:
+            continue
+        try:
+            st = os.stat(dep)
+            if (st.st_size, st.st_mtime_ns) != (size, mtime_ns):
+                return None
+            sha = hashlib.sha256(Path(dep).read_bytes()).hexdigest()
+        except OSError:
+            return None
+        files.append([dep, size, mtime_ns, sha])
+    return {"files": files, "missing": sorted(reads.missing - {own})}
+
+
+def _deps_unchanged(entry: dict) -> bool:
+    """Every file the result was computed from is as it was, and no probed path appeared."""
+    deps = entry.get("deps") or {}
+    try:
+        written = int(entry["written_ns"])
+        for dep, size, mtime_ns, sha in deps.get("files", ()):
+            try:
+                st = os.stat(dep)
+            except OSError:
+                return False
+            if st.st_size == size and st.st_mtime_ns == mtime_ns and written - mtime_ns > RACY_NS:
+                continue
+            if st.st_size != size or hashlib.sha256(Path(dep).read_bytes()).hexdigest() != sha:
+                return False
+        return not any(os.path.exists(p) for p in deps.get("missing", ()))
+    except (OSError, TypeError, ValueError):
+        return False
+
+
 def _write_atomic(target: Path, data: bytes) -> None:
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     try:
@@ -206,6 +259,7 @@ def _dump_diagnostic(d: Diagnostic) -> dict:
         "path": d.path,
         "span": [d.span.line, d.span.col0, d.span.end_line, d.span.end_col0],
         "notes": list(d.notes),
+        "related": [[r.path, [r.span.line, r.span.col0, r.span.end_line, r.span.end_col0], r.message] for r in d.related],
         "fix": None,
     }
     if d.fix is not None:
@@ -226,9 +280,12 @@ def _load_diagnostic(d: dict) -> Diagnostic:
         )
         fix = Fix(str(f["title"]), edits, Applicability(f["applicability"]))
     line, col0, end_line, end_col0 = (int(v) for v in d["span"])
+    related = tuple(
+        Related(str(path), Span(*(int(v) for v in span)), str(message)) for path, span, message in d.get("related", ())
+    )
     return Diagnostic(
         str(d["code"]), str(d["message"]), str(d["path"]), Span(line, col0, end_line, end_col0), fix,
-        tuple(str(n) for n in d["notes"]),
+        tuple(str(n) for n in d["notes"]), related,
     )
 
 

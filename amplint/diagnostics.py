@@ -43,6 +43,15 @@ class Fix:
 
 
 @dataclass(frozen=True)
+class Related:
+    """Evidence for a finding that lies elsewhere (another module): SARIF's relatedLocations."""
+
+    path: str
+    span: Span
+    message: str
+
+
+@dataclass(frozen=True)
 class Diagnostic:
     code: str
     message: str
@@ -51,6 +60,7 @@ class Diagnostic:
     fix: Fix | None = None
     # Free-form facts a front end may show (e.g. the helper a finding was inlined through).
     notes: tuple[str, ...] = field(default=(), compare=False)
+    related: tuple[Related, ...] = field(default=(), compare=False)
 
     @property
     def sort_key(self) -> tuple:

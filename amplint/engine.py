@@ -14,8 +14,9 @@ Cost control (see BENCHMARKS.md):
 from __future__ import annotations
 
 import gc
+import os
 import traceback
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 
 import libcst as cst
@@ -23,9 +24,10 @@ from libcst.metadata import MetadataWrapper, PositionProvider
 
 from amplint.analysis.model import ModuleModel
 from amplint.config import Config
-from amplint.diagnostics import Diagnostic, Edit, Fix, Span
+from amplint.diagnostics import Diagnostic, Edit, Fix, Related, Span
 from amplint.rules._base import InsertBefore, RemoveStatement, Replace, Report
 from amplint.prefilter import package_of, rules_that_may_fire
+from amplint.project.index import AUTO, for_path as project_for
 from amplint.sources import nesting_problem
 from amplint.suppression import is_suppressed, noqa_map
 
@@ -104,11 +106,19 @@ def check_source(
     select=None,
     crashes: list[RuleCrash] | None = None,
     prefilter: bool = True,
+    project=AUTO,
+    reads=None,
 ) -> list[Diagnostic]:
     """Diagnostics for one module's text; raises SourceError when it does not parse.
 
     `prefilter=False` parses every file (tests/test_prefilter.py compares both ways).
+    `project`: the index through which the project's other modules are read
+    (amplint/project); by default the process's shared one when `path` is a file on
+    disk, None to analyse the module alone.  `reads` (a `project.index.Reads`) collects
+    the other files the result depends on, for the result cache.
     """
+    if project is AUTO:
+        project = project_for(path)
     if config is None:
         config = Config(select=tuple(select)) if select else Config()
     elif select:
@@ -117,7 +127,7 @@ def check_source(
     if not rules:
         return []
     if prefilter:
-        rules = rules_that_may_fire(source, rules, path)
+        rules = rules_that_may_fire(source, rules, path, project=project, reads=reads)
         if not rules:
             # Nothing can fire, but a file that does not compile is still reported (issue 8:
             # every file ends with findings or a parse error).  CPython's compiler costs a
@@ -131,13 +141,13 @@ def check_source(
     found: list[RuleCrash] | None = [] if crashes is not None else None
     try:
         with _cyclic_gc_paused():
-            out = analyse(module, source, path, rules, crashes=found)
+            out = analyse(module, source, path, rules, crashes=found, project=project, reads=reads)
     except RecursionError:
         # Deep but legal code (CPython compiles ~2,900 levels; the model and the libcst
         # visitors recurse in Python, several frames per level): once more, with room.
         found = [] if crashes is not None else None
         try:
-            out = _with_deep_stack(lambda: analyse(module, source, path, rules, crashes=found))
+            out = _with_deep_stack(lambda: analyse(module, source, path, rules, crashes=found, project=project, reads=reads))
         except RecursionError:
             raise SourceError(path, 1, 0, "too deeply nested to analyse") from None
     if crashes is not None:
@@ -200,7 +210,7 @@ def _with_deep_stack(fn):
     return box["value"]
 
 
-def analyse(module: cst.Module, source: str, path: str, rules, *, crashes=None) -> list[Diagnostic]:
+def analyse(module: cst.Module, source: str, path: str, rules, *, crashes=None, project=None, reads=None) -> list[Diagnostic]:
     """Run `rules` over one parsed module.
 
     A rule that raises is recorded in `crashes` (rule, file, error) and the others still
@@ -208,23 +218,16 @@ def analyse(module: cst.Module, source: str, path: str, rules, *, crashes=None) 
     the exception: it propagates, so that `check_source` can retry with a deeper stack.
     """
     try:
-        model = ModuleModel.build(module, path, package_of(path))
+        model = ModuleModel.build(module, path, package_of(path), project=project)
     except RecursionError:
         raise
     except Exception as exc:  # noqa: BLE001 - a model bug on one file must not stop the run
         _record_crash(crashes, "model", path, exc)
         return []
-    reports: list[Report] = []
-    for rule_cls in rules:
-        rule = rule_cls(model)
-        try:
-            rule.check()
-            reports.extend(rule.finish())
-        except RecursionError:
-            raise
-        except Exception as exc:  # noqa: BLE001 - one rule's bug must not hide the others' findings
-            _record_crash(crashes, rule_cls.code, path, exc)
-            continue
+    with (project.checking(model) if project is not None else nullcontext()) as used:
+        reports = _run_rules(model, rules, path, crashes)
+    if reads is not None and used is not None:
+        reads.merge(used)
     if not reports:
         return []
     positions = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
@@ -239,8 +242,43 @@ def analyse(module: cst.Module, source: str, path: str, rules, *, crashes=None) 
         if is_suppressed(r.code, span.line, noqa):
             continue
         fix = _to_fix(r, positions, module, lines) if r.fix else None
-        out.append(Diagnostic(r.code, r.message, path, span, fix, r.notes))
+        related = tuple(filter(None, (_related(path, *item) for item in r.related)))
+        notes = r.notes + tuple(f"{rel.message} ({rel.path}:{rel.span.line})" for rel in related)
+        out.append(Diagnostic(r.code, r.message, path, span, fix, notes, related))
     return sorted(set(out), key=lambda d: d.sort_key)
+
+
+def _related(path: str, model, node, message: str) -> Related | None:
+    """Where `node` of another module is, named as the checked file's path is (relative or absolute)."""
+    positions = model.__dict__.get("_amplint_positions")
+    if positions is None:
+        positions = MetadataWrapper(model.module, unsafe_skip_copy=True).resolve(PositionProvider)
+        model.__dict__["_amplint_positions"] = positions
+    pos = positions.get(node)
+    if pos is None:
+        return None
+    where = model.path
+    if not os.path.isabs(path):
+        try:
+            where = os.path.relpath(where)
+        except ValueError:  # another drive (Windows)
+            pass
+    return Related(where, Span(pos.start.line, pos.start.column, pos.end.line, pos.end.column), message)
+
+
+def _run_rules(model, rules, path: str, crashes) -> list[Report]:
+    reports: list[Report] = []
+    for rule_cls in rules:
+        rule = rule_cls(model)
+        try:
+            rule.check()
+            reports.extend(rule.finish())
+        except RecursionError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - one rule's bug must not hide the others' findings
+            _record_crash(crashes, rule_cls.code, path, exc)
+            continue
+    return reports
 
 
 def _record_crash(crashes, code, path, exc) -> None:

@@ -119,6 +119,17 @@ def to_json_obj(d: Diagnostic) -> dict:
         },
         "url": rule_url(d.code),
         "noqa_row": d.span.line,
+        # amplint's own keys: facts about the finding, and evidence in other modules.
+        "notes": list(d.notes),
+        "related": [
+            {
+                "filename": r.path,
+                "location": to_one_based(r.span.line, r.span.col0),
+                "end_location": to_one_based(r.span.end_line, r.span.end_col0),
+                "message": r.message,
+            }
+            for r in d.related
+        ],
     }
 
 
@@ -224,6 +235,19 @@ def to_sarif(diagnostics: list[Diagnostic], root: Path | None = None) -> dict:
         }
         if d.code in index:
             result["ruleIndex"] = index[d.code]
+        if d.related:
+            # Evidence in another module (the helper that saves no scaler state).
+            result["relatedLocations"] = [
+                {
+                    "id": i,
+                    "physicalLocation": {
+                        "artifactLocation": _artifact(r.path, root),
+                        "region": _region(to_one_based(r.span.line, r.span.col0), to_one_based(r.span.end_line, r.span.end_col0)),
+                    },
+                    "message": {"text": r.message},
+                }
+                for i, r in enumerate(d.related)
+            ]
         if d.fix is not None:
             result["fixes"] = [
                 {

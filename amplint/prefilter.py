@@ -177,7 +177,7 @@ def _passing(rules, text: str, bare=None) -> tuple:
 _RELATIVE_IMPORT = re.compile(r"from[\s\\]*\.")
 
 
-def rules_that_may_fire(source: str, rules, path: str | None = None) -> tuple:
+def rules_that_may_fire(source: str, rules, path: str | None = None, *, project=None, reads=None) -> tuple:
     """The rules that can fire on this text (the others are not run).
 
     A rule can fire only if the text contains one token of each of its groups
@@ -185,15 +185,20 @@ def rules_that_may_fire(source: str, rules, path: str | None = None) -> tuple:
     text, then in its code text.  Qualified names built from a relative import also carry
     the package's dotted name, which is not in the text, so for such files the package
     (from `path`) is searched as well.
+
+    With a `project` index, a token may also come from the project files the text
+    imports (the clip of a `clip_gradients` helper in `utils.py`, the GradScaler built by
+    `train_one_epoch` in `engine.py`): the rules that the file alone cannot fire are
+    tried again on its code text followed by theirs.  `reads` records those files, since
+    the decision depends on them.
     """
     text = source.lower()
     package = ""
     if path is not None and _RELATIVE_IMPORT.search(text):
         package = (package_of(path) or "").lower()
-    rules = _passing(rules, f"{text}\n{package}" if package else text)
-    if not rules:
-        return ()
-    code = code_text(source).lower()
+    passing = _passing(rules, f"{text}\n{package}" if package else text)
+    raw_code = code_text(source) if passing or project is not None else ""
+    code = raw_code.lower()
     bare: list[str] = []
 
     def without_strings() -> str:
@@ -201,7 +206,16 @@ def rules_that_may_fire(source: str, rules, path: str | None = None) -> tuple:
             bare.append(code_text(source, strings=False).lower())
         return bare[0]
 
-    return _passing(rules, f"{code}\n{package}" if package else code, without_strings)
+    own = _passing(passing, f"{code}\n{package}" if package else code, without_strings) if passing else ()
+    if project is None or path is None or len(own) == len(rules):
+        return own
+    imported = project.imported_code(path, raw_code, package_of(path), reads)
+    if not imported:
+        return own
+    rest = [r for r in rules if r not in own]
+    joined = f"{code}\n{package}\n{imported}"
+    more = set(_passing(rest, joined, lambda: f"{without_strings()}\n{imported}"))
+    return tuple(r for r in rules if r in own or r in more)
 
 
 def may_fire(source: str, rules, path: str | None = None) -> bool:

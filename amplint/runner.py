@@ -23,6 +23,7 @@ from amplint.config import Config
 from amplint.diagnostics import Diagnostic
 from amplint.engine import RuleCrash, SourceError, check_source
 from amplint.fixes import FixOutcome, fix_text
+from amplint.project.index import Reads
 
 
 @dataclass
@@ -136,6 +137,7 @@ def _check_file(path: Path, config: Config, *, fix: bool, unsafe: bool, diff: bo
         result.error = SourceError(str(path), 1, 0, str(exc).split(": ", 1)[-1])
         return result
     rel = str(path)
+    reads = Reads()
     try:
         if fix and not diff:
             _fix_in_place(path, src, config, unsafe, result, roots)
@@ -157,13 +159,13 @@ def _check_file(path: Path, config: Config, *, fix: bool, unsafe: bool, diff: bo
                     )
                     result.diagnostics = check_source(src.text, rel, config, crashes=[])
         else:
-            result.diagnostics = check_source(src.text, rel, config, crashes=result.crashes)
+            result.diagnostics = check_source(src.text, rel, config, crashes=result.crashes, reads=reads)
     except SourceError as exc:
         result.error = exc
     except RecursionError:
         result.error = SourceError(rel, 1, 0, "too deeply nested to analyse")
     if cache is not None and not (fix or diff) and not result.crashes:
-        cache.store(path, probe, src.raw, result.diagnostics, result.error)
+        cache.store(path, probe, src.raw, result.diagnostics, result.error, reads=reads)
     return result
 
 

@@ -330,10 +330,10 @@ def test_internal_error_outside_the_rules_is_reported_per_file(tmp_path: Path, m
 
     build = model.ModuleModel.build
 
-    def broken_build(module, path, package):
+    def broken_build(module, path, package, **kwargs):
         if path.endswith("a.py"):
             raise KeyError("model bug")
-        return build(module, path, package)
+        return build(module, path, package, **kwargs)
 
     monkeypatch.setattr(model.ModuleModel, "build", staticmethod(broken_build))
     result = runner.check_paths([tmp_path], Config(root=tmp_path), jobs=1)

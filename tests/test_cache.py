@@ -168,3 +168,56 @@ def test_cli_flags(tmp_path, monkeypatch, capsys) -> None:
     assert (tmp_path / ".amplint_cache" / "CACHEDIR.TAG").is_file()
     main(["check", "--isolated", "--exit-zero", str(src)])  # warm
     assert first == second == third == capsys.readouterr()
+
+
+# --- results that depend on other modules of the project (issue 13) --------------------
+
+
+def _project_copy(tmp_path: Path, name: str) -> Path:
+    dest = tmp_path / name
+    shutil.copytree(ROOT / "fixtures" / "projects" / name, dest)
+    (dest / "pyproject.toml").write_text("")  # a project root of its own
+    old = os.stat(dest).st_mtime_ns - 3600 * 10**9
+    for f in dest.iterdir():
+        os.utime(f, ns=(old, old))
+    return dest
+
+
+def _codes_by_line(result) -> list:
+    return sorted((Path(d.path).name, d.span.line, d.code) for d in result.diagnostics)
+
+
+@pytest.mark.parametrize("one_file", [False, True], ids=["tree", "one-file"])
+def test_editing_an_imported_module_recomputes_the_importer(tmp_path, monkeypatch, one_file) -> None:
+    """train.py is unchanged, but utils.save_checkpoint starts saving the scaler:
+    the cached AMP106 of train.py must not survive."""
+    from amplint.project.index import reset_shared
+
+    project, cdir = _project_copy(tmp_path, "checkpoint_helper"), tmp_path / "cache"
+    config = Config(root=project)
+    target = [project / "train.py"] if one_file else [project]
+    cold = check_paths(target, config, cache_dir=cdir)
+    assert [c for _, _, c in _codes_by_line(cold)] == ["AMP106", "AMP106"]
+    utils = project / "utils.py"
+    utils.write_text(utils.read_text().replace('"epoch": epoch}', '"epoch": epoch, "scaler": scaler_state}')
+                     .replace("def save_checkpoint(model, optimizer, epoch, path):",
+                              "def save_checkpoint(model, optimizer, epoch, path, scaler_state=None):"))
+    reset_shared()  # a new process: nothing remembered in memory, only in the cache
+    warm = check_paths(target, config, cache_dir=cdir)
+    assert _codes_by_line(warm) == [("train.py", 27, "AMP106")]  # only the load side is left
+    assert _codes_by_line(warm) == _codes_by_line(check_paths(target, config))
+
+
+def test_a_module_that_appears_recomputes_the_importer(tmp_path) -> None:
+    """`from utils import clip_gradients` could not be resolved; then utils.py is created."""
+    from amplint.project.index import reset_shared
+
+    project, cdir = _project_copy(tmp_path, "clip_helper"), tmp_path / "cache"
+    moved = project / "utils.py"
+    text = moved.read_text()
+    moved.unlink()
+    config = Config(root=project)
+    assert _codes_by_line(check_paths([project / "train.py"], config, cache_dir=cdir)) == []
+    moved.write_text(text)
+    reset_shared()
+    assert [c for _, _, c in _codes_by_line(check_paths([project / "train.py"], config, cache_dir=cdir))] == ["AMP101"]

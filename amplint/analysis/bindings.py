@@ -13,6 +13,7 @@ from functools import cached_property
 
 import libcst as cst
 
+from amplint.analysis.callees import resolve_call
 from amplint.analysis.names import attr_name, dotted
 from amplint.analysis.torch_api import (
     AUTOCAST_CONTEXTS,
@@ -84,6 +85,8 @@ class Bindings:
         `self.scaler` in any method of class `Trainer` is one key; a local `scaler` in
         `train()` and another in `evaluate()` are two.
         """
+        if scope.model is not None and scope.model is not self.model:  # a scope of another module
+            return scope.model.bindings.key(expr, scope)
         text = dotted(expr)
         if text is None:
             return None
@@ -163,6 +166,8 @@ class Bindings:
         return frozenset(keys)
 
     def is_scaler(self, expr: cst.BaseExpression | None, scope) -> bool:
+        if scope.model is not None and scope.model is not self.model:  # a scope of another module
+            return scope.model.bindings.is_scaler(expr, scope)
         k = self.key(expr, scope)
         if k is None:
             return False
@@ -216,6 +221,8 @@ class Bindings:
         return frozenset(keys)
 
     def is_optimizer(self, expr: cst.BaseExpression | None, scope) -> bool:
+        if scope.model is not None and scope.model is not self.model:  # a scope of another module
+            return scope.model.bindings.is_optimizer(expr, scope)
         k = self.key(expr, scope)
         if k is not None and k in self.optimizer_keys:
             return True
@@ -225,6 +232,8 @@ class Bindings:
     # --- autocast ------------------------------------------------------------------------
     def autocast_of(self, expr: cst.BaseExpression, scope, depth: int = 0) -> list[AutocastInfo]:
         """The autocast contexts a `with` item may enter (empty: not autocast)."""
+        if scope.model is not None and scope.model is not self.model:  # a scope of another module
+            return scope.model.bindings.autocast_of(expr, scope, depth)
         if depth > 4:
             return []
         found: list[AutocastInfo] = []
@@ -237,6 +246,8 @@ class Bindings:
         return found
 
     def _autocast_call(self, call: cst.Call, scope, depth: int, bound: tuple = ()) -> list[AutocastInfo]:
+        if scope.model is not None and scope.model is not self.model:  # a scope of another module
+            return scope.model.bindings._autocast_call(call, scope, depth, bound)
         func = call.func
         qual = self.model.qualify(func)
         if qual in AUTOCAST_CONTEXTS:
@@ -249,13 +260,13 @@ class Bindings:
             receiver = (dotted(func.value) or "").lower()
             if "accelerator" in receiver or "fabric" in receiver:
                 return [AutocastInfo(node=call, device=None, dtypes=None, enabled=None, managed=True)]
-        callee = self._local_callee(func, scope) if qual is None and depth < 3 else None
-        if callee is not None:
-            # `with self.autocast_context():` where the method returns `torch.autocast(...)`
+        callee = resolve_call(call, scope) if depth < 3 else None
+        if callee is not None and callee.scope is not None:
+            # `with self.autocast_context():` where the method returns `torch.autocast(...)`,
+            # also from another module (`with amp_context(cfg):` from utils.py)
             found = []
-            callee_scope = self.model.scope_of.get(callee)
-            for value in _returned_values(callee):
-                found.extend(self.autocast_of(value, callee_scope, depth + 1))
+            for value in _returned_values(callee.fn):
+                found.extend(callee.model.bindings.autocast_of(value, callee.scope, depth + 1))
             return found
         if isinstance(func, (cst.Name, cst.Attribute)) and qual is None:
             # `autocast = torch.cuda.amp.autocast if x else nullcontext`, then `autocast()`;
@@ -273,16 +284,9 @@ class Bindings:
             return found
         return []
 
-    def _local_callee(self, func: cst.BaseExpression, scope) -> cst.FunctionDef | None:
-        """A function or `self` method defined in this module that `func` calls."""
-        if isinstance(func, cst.Name) and not scope.binds(func.value):
-            return self.model.functions.get(func.value)
-        if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and scope.cls is not None:
-            if func.value.value == scope.self_name:
-                return self.model.enclosing_class_method(scope.cls, func.attr.value)
-        return None
-
     def _describe_autocast(self, node: cst.CSTNode, qual: str, scope, args: tuple) -> AutocastInfo:
+        if scope.model is not None and scope.model is not self.model:  # a scope of another module
+            return scope.model.bindings._describe_autocast(node, qual, scope, args)
         fake = cst.Call(func=cst.Name("autocast"), args=list(args))
         implied = AUTOCAST_IMPLIED_DEVICE.get(qual)
         if implied is not None:
@@ -309,6 +313,8 @@ class Bindings:
 
     def _device_type_strings(self, expr, scope) -> frozenset[str] | None:
         """`device.type` where `device = torch.device("cuda" if ... else "cpu")` -> {"cuda", "cpu"}."""
+        if scope.model is not None and scope.model is not self.model:  # a scope of another module
+            return scope.model.bindings._device_type_strings(expr, scope)
         if not (isinstance(expr, cst.Attribute) and expr.attr.value == "type"):
             return None
         found: set[str] = set()

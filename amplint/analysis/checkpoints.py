@@ -16,6 +16,7 @@ import libcst as cst
 
 from amplint.analysis.bindings import call_arg
 from amplint.analysis.names import dotted
+from amplint.analysis.steps import Kind
 from amplint.analysis.walk import walk
 
 MODEL = "model"
@@ -263,23 +264,19 @@ class Checkpoints:
         return None
 
     # --- loading -------------------------------------------------------------------------
-    def optimizer_loads(self) -> list:
-        """`optimizer.load_state_dict(<from torch.load>)` call sites that resume from a
-        checkpoint file; empty when the module restores any scaler.
-
-        A wrapper's `load_state_dict(self, state_dict)` delegating to its optimizer, or a
-        state dict round-tripped for device placement, is not a resume.
-        """
-        loads = []
+    def loads_nothing_into_a_scaler(self) -> bool:
+        """No `scaler.load_state_dict(...)` anywhere in the module (any function, any path)."""
         for site in self.model.calls:
             func = site.node.func
-            if not (isinstance(func, cst.Attribute) and func.attr.value == "load_state_dict"):
-                continue
-            if self.b.is_scaler(func.value, site.scope):
-                return []
-            if self.b.is_optimizer(func.value, site.scope) and self._from_file(call_arg(site.node, 0, "state_dict"), site.scope, 0):
-                loads.append(site)
-        return loads
+            if isinstance(func, cst.Attribute) and func.attr.value == "load_state_dict" and self.b.is_scaler(func.value, site.scope):
+                return False
+        return True
+
+    def resumes_optimizer(self, event) -> bool:
+        """A LOAD event that restores an optimizer from a checkpoint file (also inside a helper)."""
+        if event.kind is not Kind.LOAD or event.optimizer is None:
+            return False
+        return self._from_file(call_arg(event.node, 0, "state_dict"), event.scope, 0)
 
     def _from_file(self, expr, scope, depth: int) -> bool:
         """The value comes out of `torch.load(...)` (through subscripts and names)."""
@@ -290,7 +287,7 @@ class Checkpoints:
         ):
             expr = expr.value if isinstance(expr, cst.Subscript) else expr.func.value
         if isinstance(expr, cst.Call):
-            return self.model.qualify(expr.func) in ("torch.load", "safetensors.torch.load_file")
+            return scope.model.qualify(expr.func) in ("torch.load", "safetensors.torch.load_file")
         if isinstance(expr, (cst.Name, cst.Attribute)):
             return any(self._from_file(v, vs, depth + 1) for v, vs in self.b.values.assigned(expr, scope))
         return False

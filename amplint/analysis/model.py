@@ -30,6 +30,9 @@ class Scope:
     # plain local names (and dotted targets like `self.x`) -> the expressions assigned to them
     assignments: dict[str, list[cst.BaseExpression]] = field(default_factory=dict)
     globals_: set[str] = field(default_factory=set)
+    # The module the scope belongs to: values and calls found through the project index
+    # come with scopes of other modules, and names inside them qualify through those.
+    model: "ModuleModel | None" = None
 
     @property
     def is_module(self) -> bool:
@@ -60,6 +63,7 @@ class ClassInfo:
     methods: dict[str, cst.FunctionDef] = field(default_factory=dict)
     # `self.x = value` anywhere in the class's methods: "x" -> values
     attributes: dict[str, list[tuple[cst.BaseExpression, Scope]]] = field(default_factory=dict)
+    model: "ModuleModel | None" = None
 
 
 @dataclass(frozen=True, eq=False)
@@ -93,7 +97,7 @@ class _Collector(cst.CSTVisitor):
 
     def visit_ClassDef(self, node: cst.ClassDef) -> bool:
         bases = [b for b in (dotted(a.value) for a in node.bases) if b]
-        info = ClassInfo(node=node, name=node.name.value, bases=bases)
+        info = ClassInfo(node=node, name=node.name.value, bases=bases, model=self.m)
         # NB: nested classes with the same name shadow; the first definition wins.
         self.m.classes.setdefault(info.name, info)
         self.classes.append(info)
@@ -119,7 +123,7 @@ class _Collector(cst.CSTVisitor):
         qual = f"{cls.name}.{node.name.value}" if cls else (
             node.name.value if parent.is_module else f"{parent.name}.{node.name.value}"
         )
-        scope = Scope(node=node, name=qual, parent=parent, cls=cls, params=params)
+        scope = Scope(node=node, name=qual, parent=parent, cls=cls, params=params, model=self.m)
         self.m.scopes.append(scope)
         self.m.scope_of[node] = scope
         self.scopes.append(scope)
@@ -213,11 +217,14 @@ class _Collector(cst.CSTVisitor):
 class ModuleModel:
     """Facts about one module, gathered in one pass and queried by rules."""
 
-    def __init__(self, module: cst.Module, path: str = "<string>", package: str | None = None) -> None:
+    def __init__(self, module: cst.Module, path: str = "<string>", package: str | None = None, project=None) -> None:
         self.module = module
         self.path = path
+        # The project index (amplint/project) through which names imported from the
+        # project's other modules resolve; None when the module is analysed alone.
+        self.project = project
         self.imports = ImportTable(package)
-        self.module_scope = Scope(node=module, name="<module>", parent=None)
+        self.module_scope = Scope(node=module, name="<module>", parent=None, model=self)
         self.scopes: list[Scope] = [self.module_scope]
         self.scope_of: dict[cst.CSTNode, Scope] = {module: self.module_scope}
         self.functions: dict[str, cst.FunctionDef] = {}
@@ -227,8 +234,8 @@ class ModuleModel:
         self.import_froms: list[tuple[cst.ImportFrom, Scope]] = []
 
     @classmethod
-    def build(cls, module: cst.Module, path: str = "<string>", package: str | None = None) -> "ModuleModel":
-        model = cls(module, path, package)
+    def build(cls, module: cst.Module, path: str = "<string>", package: str | None = None, project=None) -> "ModuleModel":
+        model = cls(module, path, package, project)
         # Imports first: a reference is kept when its head is an imported name.
         # NB: `walk`, not `module.visit`: libcst's visit rebuilds every node (analysis/walk.py).
         walk(module, _ImportPrepass(model))

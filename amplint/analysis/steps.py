@@ -23,6 +23,7 @@ from typing import Callable, Iterator
 import libcst as cst
 
 from amplint.analysis.bindings import AutocastInfo, call_arg
+from amplint.analysis.callees import resolve_call
 from amplint.analysis.names import dotted
 from amplint.analysis.walk import walk
 from amplint.analysis.torch_api import (
@@ -34,7 +35,7 @@ from amplint.analysis.torch_api import (
 )
 from amplint.analysis.values import value_branches
 
-MAX_INLINE_DEPTH = 3
+MAX_INLINE_DEPTH = 4
 
 # Receivers whose `.backward(loss)` / `.clip_grad_norm_()` are library-managed and
 # unscale correctly (HF Accelerate, Lightning Fabric, DeepSpeed engines).
@@ -51,6 +52,7 @@ class Kind(enum.Enum):
     ZERO_GRAD = "zero_grad"
     SCALER_NEW = "GradScaler()"
     SAVE = "save"
+    LOAD = "load_state_dict"  # `x.load_state_dict(...)`: restoring state (scaler or optimizer role set)
 
 
 @dataclass(frozen=True, eq=False)
@@ -277,8 +279,6 @@ def calls_in(node: cst.CSTNode | None) -> list[cst.Call]:
 
 class _Builder:
     def __init__(self, model, graph: StepGraph) -> None:
-        self.model = model
-        self.b = model.bindings
         self.graph = graph
         self.frontier = [graph.entry]
         self.regions: list[AutocastRegion] = []
@@ -290,6 +290,16 @@ class _Builder:
         self.scope = graph.scope
         self.via: tuple[str, ...] = ()
         self.guards: tuple[tuple[str, bool], ...] = ()
+
+    # The module whose code is being read: the graph's own, or the module of an inlined
+    # function from elsewhere in the project (names there qualify through its imports).
+    @property
+    def model(self):
+        return self.scope.model
+
+    @property
+    def b(self):
+        return self.scope.model.bindings
 
     # --- graph plumbing ------------------------------------------------------------------
     @property
@@ -468,7 +478,7 @@ class _Builder:
             if event is not None:
                 self._new_point(event)
                 return
-            callee = self.local_callee(call)
+            callee = self.callee(call)
             if callee is not None:
                 self.inline(callee)
         finally:
@@ -533,7 +543,13 @@ class _Builder:
             return self.make_event(Kind.OPT_STEP, call, optimizer=b.key(receiver, scope))
         if name == "zero_grad":
             return self.make_event(Kind.ZERO_GRAD, call, optimizer=b.key(receiver, scope))
-        if name in CLIP_METHODS and qual is None and self.local_callee(call) is None:
+        if name == "load_state_dict":
+            if b.is_scaler(receiver, scope):
+                return self.make_event(Kind.LOAD, call, scaler=b.key(receiver, scope))
+            if b.is_optimizer(receiver, scope):
+                return self.make_event(Kind.LOAD, call, optimizer=b.key(receiver, scope))
+            return None
+        if name in CLIP_METHODS and qual is None and self.callee(call) is None:
             if any(w in recv_text for w in MANAGED_RECEIVER_WORDS):
                 return None  # accelerator.clip_grad_norm_ unscales first
             return self.make_event(Kind.CLIP, call, qualname=f"{dotted(receiver) or '<expr>'}.{name}")
@@ -561,38 +577,46 @@ class _Builder:
         return None
 
     # --- inlining ------------------------------------------------------------------------
-    def local_callee(self, call: cst.Call) -> cst.FunctionDef | None:
+    def callee(self, call: cst.Call):
+        """The function this call runs, if it is ours to inline (amplint/analysis/callees.py)."""
         if len(self.inline_stack) >= MAX_INLINE_DEPTH:
             return None
-        func = call.func
-        target = None
-        if isinstance(func, cst.Name):
-            if not self.scope.binds(func.value) or self.scope.is_module:
-                target = self.model.functions.get(func.value)
-        elif isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name):
-            cls = self.scope.cls
-            if cls is not None and func.value.value == self.scope.self_name:
-                target = self.model.enclosing_class_method(cls, func.attr.value)
-        if target is None or target in self.inline_stack or target is self.scope.node:
+        found = resolve_call(call, self.scope)
+        if found is None or found.fn in self.inline_stack or found.fn is self.scope.node:
             return None
-        return target
+        if found.scope is None:
+            return None
+        return found
 
-    def inline(self, fn: cst.FunctionDef) -> None:
-        callee_scope = self.model.scope_of.get(fn)
-        if callee_scope is None:
-            return
+    def inline(self, callee) -> None:
+        callee_scope = callee.scope
         saved = (self.scope, self.via)
-        self.inline_stack.append(fn)
+        self.inline_stack.append(callee.fn)
         self.return_targets.append([])
         self.scope = callee_scope
-        self.via = (*self.via, callee_scope.name)
+        name = callee_scope.name
+        if callee.model is not self.graph.scope.model:
+            name = f"{module_label(callee.model)}.{name}"
+        self.via = (*self.via, name)
         try:
-            self.block(_statements(fn.body))
+            self.block(_statements(callee.fn.body))
             self.frontier = self.frontier + self.return_targets[-1]
         finally:
             self.return_targets.pop()
             self.inline_stack.pop()
             self.scope, self.via = saved
+
+
+def module_label(model) -> str:
+    """How a note names another module: its dotted name from its package root (`utils`)."""
+    from pathlib import Path
+
+    from amplint.project.layout import module_name
+
+    try:
+        return module_name(Path(model.path))
+    except (OSError, ValueError):
+        return Path(model.path).stem
 
 
 def _facts(test: cst.BaseExpression, code, truth: bool) -> tuple[tuple[str, bool], ...]:

@@ -50,6 +50,8 @@ class ValueResolver:
 
     def assigned(self, expr: cst.BaseExpression, scope) -> list[tuple[cst.BaseExpression, object]]:
         """Every (value, scope) ever assigned to the dotted name `expr` as seen from `scope`."""
+        if scope.model is not None and scope.model is not self.model:  # a scope of another module
+            return scope.model.bindings.values.assigned(expr, scope)
         text = dotted(expr)
         if text is None:
             return []
@@ -63,16 +65,31 @@ class ValueResolver:
             if s.binds(head):
                 return []
             s = s.parent
-        return []
+        return self._imported(text)
+
+    def _imported(self, text: str) -> list[tuple[cst.BaseExpression, object]]:
+        """`AMP_DTYPE` from `from config import AMP_DTYPE`: the values the project module gives it."""
+        from amplint.analysis.callees import project_symbol
+
+        qual = self.model.imports.qualify_text(text)
+        symbol = project_symbol(qual, self.model) if qual is not None else None
+        if symbol is None or symbol.kind != "value":
+            return []
+        scope = symbol.model.module_scope
+        return [(v, scope) for v in scope.assignments.get(symbol.name, [])]
 
     # --- dtypes --------------------------------------------------------------------------
     def dtypes(self, expr: cst.BaseExpression | None, scope, depth: int = 0) -> frozenset[str] | None:
         """Possible dtype names (`float16`, `bfloat16`, `float32`...) or None if unknown."""
+        if scope.model is not None and scope.model is not self.model:  # a scope of another module
+            return scope.model.bindings.values.dtypes(expr, scope, depth)
         if expr is None or depth > _MAX_DEPTH:
             return None
         return _union(self._dtype_of(branch, scope, depth) for branch in _branches(expr))
 
     def _dtype_of(self, expr: cst.BaseExpression, scope, depth: int) -> frozenset[str] | None:
+        if scope.model is not None and scope.model is not self.model:  # a scope of another module
+            return scope.model.bindings.values._dtype_of(expr, scope, depth)
         qual = self.model.qualify(expr)
         if qual in HALF_DTYPES:
             return frozenset({HALF_DTYPES[qual]})
@@ -111,6 +128,8 @@ class ValueResolver:
     # --- literals ------------------------------------------------------------------------
     def strings(self, expr: cst.BaseExpression | None, scope, depth: int = 0) -> frozenset[str] | None:
         """Possible string values (device names), or None if unknown."""
+        if scope.model is not None and scope.model is not self.model:  # a scope of another module
+            return scope.model.bindings.values.strings(expr, scope, depth)
         if expr is None or depth > _MAX_DEPTH:
             return None
         found: set[str] = set()

@@ -69,6 +69,11 @@ class Report:
     fix: FixSpec | None = None
     inner: cst.CSTNode | None = None  # the node inside a helper when reported at a call site
     notes: tuple[str, ...] = field(default=())
+    # The helpers the finding was reached through, outermost first (`train_step`, `_clip`).
+    via: tuple[str, ...] = field(default=())
+    # Evidence in other modules: (their ModuleModel, the node, what it is); the engine turns
+    # each into a located note ("via utils.save_checkpoint (utils.py:12)").
+    related: tuple[tuple[object, cst.CSTNode, str], ...] = field(default=())
 
 
 class Rule:
@@ -129,36 +134,69 @@ class Rule:
         raise NotImplementedError
 
     # --- reporting -----------------------------------------------------------------------
-    def report(self, node: cst.CSTNode, *, fix: bool = True, changes=None, inner=None, notes=(), **fmt) -> None:
-        """Report `node`; `changes` (CST edits) become a fix titled by `fix_title`."""
-        message = self.message.format(**fmt)
+    def report(self, node: cst.CSTNode, *, fix: bool = True, changes=None, inner=None, notes=(), via=(), related=(),
+               message: str | None = None, **fmt) -> None:
+        """Report `node`; `changes` (CST edits) become a fix titled by `fix_title`.
+
+        `message` replaces the rule's message template (a rule with a second finding
+        shape, e.g. AMP106's loading side); it is formatted with the same keywords.
+        """
+        text = (message or self.message).format(**fmt)
         spec = None
         if changes and self.fix_title and fix:
             spec = FixSpec(self.fix_title.format(**fmt), tuple(changes), self.safety)
-        self.reports.append(Report(self.code, message, node, spec, inner, tuple(notes)))
+        self.reports.append(Report(self.code, text, node, spec, inner, tuple(notes), tuple(via), tuple(related)))
 
-    def report_event(self, event, *, changes=None, **fmt) -> None:
-        """Report at the call the event was reached through (a helper call site, or itself)."""
-        notes = (f"via {' -> '.join(event.via)}",) if event.inlined and event.via else ()
+    def report_event(self, event, *, changes=None, witnesses=(), notes=(), **fmt) -> None:
+        """Report at the call the event was reached through (a helper call site, or itself).
+
+        `witnesses` are the other events that make the finding (the scaled backward a
+        clip follows).  When the event and all of them were reached through the same
+        helper call, the helper holds the whole finding and its own graph reports it
+        (in this module or, for a helper from another module, when that module is
+        checked): the caller stays silent instead of repeating it at every call site.
+        """
+        if event.inlined and witnesses and all(w.inlined and w.anchor is event.anchor for w in witnesses):
+            return
+        via_note = (f"via {' -> '.join(event.via)}",) if event.inlined and event.via else ()
+        related = ()
+        home = self.model
+        origin = getattr(event.scope, "model", None)
+        if event.inlined and origin is not None and origin is not home:
+            related = ((origin, event.node, f"via {' -> '.join(event.via)}"),)
+            via_note = ()  # the engine writes the note with the place in the other module
         self.report(
             event.anchor,
             changes=changes if not event.inlined else None,
             inner=event.node if event.inlined else None,
-            notes=notes,
+            notes=(*via_note, *notes),
+            via=event.via if event.inlined else (),
+            related=related,
             **fmt,
         )
 
     def finish(self) -> list[Report]:
-        """Drop call-site reports whose inner node is already reported directly.
+        """Drop call-site reports of a finding that a helper's own graph reports.
 
         A helper that holds the whole bug is reported inside the helper; the callers
-        that inline it would only repeat the finding at each call site.
+        that inline it would only repeat the finding at each call site.  A report of
+        the same inner node reached through a shorter chain of helpers (a suffix of
+        this one's) is that helper's own report: `Trainer.train_step -> _clip` from the
+        module body repeats what `train_step`'s graph found through `_clip`.
         """
         direct = {id(r.node) for r in self.reports if r.inner is None}
+        chains: dict[int, list[tuple[str, ...]]] = {}
+        for r in self.reports:
+            if r.inner is not None:
+                chains.setdefault(id(r.inner), []).append(r.via)
         seen: set[tuple[int, str]] = set()
         kept = []
         for r in self.reports:
             if r.inner is not None and id(r.inner) in direct:
+                continue
+            if r.inner is not None and any(
+                len(other) < len(r.via) and r.via[len(r.via) - len(other):] == other for other in chains.get(id(r.inner), ())
+            ):
                 continue
             key = (id(r.node), r.message)
             if key in seen:

@@ -75,15 +75,19 @@ class StepWithoutUpdate(Rule):
 
     def check(self) -> None:
         proto = protocol(self.model)
-        updated = self._updated_keys()
-        for graph in self.model.steps:
+        graphs = list(self.model.steps)
+        updated = self._updated_keys(graphs)
+        for graph in graphs:
             for step in graph.of_kind(Kind.SCALER_STEP):
                 if proto.scaler_disabled(step.scaler):
                     continue
                 never = step.scaler not in updated and not (updated and self._by_name_only(step))
+                if training_loop(graph, step) is None and (not never or self._received(step, graph)):
+                    # The update may well follow in the caller: one that passed the scaler
+                    # in (a `optimizer_step(scaler, opt)` helper) judges the whole step
+                    # when it inlines this function, in this module or in its own.
+                    continue
                 if not never:
-                    if training_loop(graph, step) is None:
-                        continue  # the update may well follow in the caller
                     same = lambda e: e.kind is Kind.UPDATE and proto.same(proto.key(e, graph), proto.key(step, graph))  # noqa: E731
                     if in_iteration_reaches(graph, step, same):
                         continue
@@ -92,14 +96,25 @@ class StepWithoutUpdate(Rule):
                 changes = self._insert_update(step, scaler) if never else None
                 self.report_event(step, changes=changes, step=step_text, scaler=scaler)
 
-    def _updated_keys(self) -> set[str | None]:
+    def _updated_keys(self, graphs) -> set[str | None]:
+        """Scalers updated anywhere: in this module's code, or in a helper it calls (any module)."""
         b = self.model.bindings
         keys: set[str | None] = set()
         for site in self.model.calls:
             func = site.node.func
             if isinstance(func, cst.Attribute) and func.attr.value == "update" and b.is_scaler(func.value, site.scope):
                 keys.add(b.key(func.value, site.scope))
+        for graph in graphs:
+            keys.update(e.scaler for e in graph.of_kind(Kind.UPDATE))
         return keys
+
+    @staticmethod
+    def _received(step, graph) -> bool:
+        """The stepped scaler was handed to the function that holds the step (a parameter)."""
+        text = Bindings.text_of(step.scaler) or ""
+        head = text.split(".")[0]
+        scope = graph.scope
+        return head in scope.params and head != scope.self_name
 
     def _by_name_only(self, step) -> bool:
         """A parameter or unresolved scaler: any update in the module may be its update

@@ -82,18 +82,19 @@ class ScalerInLoop(Rule):
                 loop = ev.loops[-1]
                 if self._independent_run(loop.node):
                     continue
-                if ev.inlined and self._builds_optimizer(self._function_of(ev)):
+                if ev.inlined and self._builds_optimizer(ev.scope.node, ev.scope.model):
                     continue  # the called function sets up a whole run
                 how = ""
                 if ev.inlined:
                     how = f" (through `{self.model.module.code_for_node(ev.anchor.func)}()`, called in a loop)"
                 ctor = self.model.module.code_for_node(ev.node.func) + "(...)"
                 seen.add(id(ev.node))
-                self.report(ev.node, ctor=ctor, how=how)
-
-    def _function_of(self, ev) -> cst.CSTNode | None:
-        scope = ev.scope
-        return scope.node if scope is not None else None
+                if ev.scope.model is self.model:
+                    self.report(ev.node, ctor=ctor, how=how)
+                else:
+                    # Built in another module's function, called in a loop here: the
+                    # loop is ours to report, at the call; the note names the construction.
+                    self.report_event(ev, ctor=ctor, how=how)
 
     def _independent_run(self, loop: cst.CSTNode) -> bool:
         if isinstance(loop, cst.For):
@@ -102,12 +103,13 @@ class ScalerInLoop(Rule):
                 words = n.lower().replace("-", "_").split("_")
                 if any(w in _RUN_WORDS or w.rstrip("s") in _RUN_WORDS for w in words):
                     return True
-        return self._builds_optimizer(loop.body)
+        return self._builds_optimizer(loop.body, self.model)
 
-    def _builds_optimizer(self, node: cst.CSTNode | None) -> bool:
+    @staticmethod
+    def _builds_optimizer(node: cst.CSTNode | None, model) -> bool:
         if node is None:
             return False
-        finder = _OptimizerFinder(self.model)
+        finder = _OptimizerFinder(model)
         node.visit(finder)
         return finder.found
 

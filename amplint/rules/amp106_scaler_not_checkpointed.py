@@ -5,7 +5,7 @@ from __future__ import annotations
 from amplint.analysis.checkpoints import Checkpoints
 from amplint.analysis.scaler_protocol import SCALER_TOKENS, protocol
 from amplint.analysis.steps import Kind
-from amplint.rules._base import Report, Rule
+from amplint.rules._base import Rule
 
 
 class ScalerNotCheckpointed(Rule):
@@ -95,6 +95,21 @@ class ScalerNotCheckpointed(Rule):
                 ) or "training state"
                 what = f"`{code(ev.anchor.func)}(...)`"
                 self.report_event(ev, what=what, held=held)
-        for site in ckpt.optimizer_loads():
-            # NB: a second message for the loading side; `report()` formats `message`.
-            self.reports.append(Report(self.code, self.load_message.format(call=code(site.node.func)), site.node))
+        self._loads(ckpt, code)
+
+    def _loads(self, ckpt: Checkpoints, code) -> None:
+        """Resuming the optimizer from a file, in a module that never restores a scaler.
+
+        Through helpers too: `load_checkpoint(path, model, optimizer)` from utils.py is
+        reported at its call, the place where this module could pass the scaler.
+        """
+        graphs = list(self.model.steps)
+        if any(e.kind is Kind.LOAD and e.scaler is not None for g in graphs for e in g.events):
+            return
+        if not ckpt.loads_nothing_into_a_scaler():
+            return
+        for graph in graphs:
+            for ev in graph.of_kind(Kind.LOAD):
+                if ckpt.resumes_optimizer(ev):
+                    call = code(ev.anchor.func) if ev.inlined else code(ev.node.func)
+                    self.report_event(ev, message=self.load_message, call=call)

@@ -1,0 +1,199 @@
+"""Which function a call runs: in this module, or in another module of the project.
+
+The step graphs inline the functions a training step calls (a `clip_gradients` helper,
+`self.optim.step()` of an optimizer wrapper, `train_one_epoch` from `engine.py`), and
+other analyses read what a called function returns (`with self.autocast_ctx():`).
+This is the one place that decides what a call's callee is:
+
+- a function of the same module, not shadowed by a local name;
+- a method through `self` (or `super()`), found on the class or its bases, which may
+  be defined in other modules;
+- a name imported from the project (`from utils import save_checkpoint`,
+  `import engine; engine.train_one_epoch(...)`), resolved by the project index,
+  re-exports followed;
+- a class called to build an instance: its `__init__`;
+- a method of an instance whose class we know from what was assigned to it
+  (`t = Trainer(...); t.epoch()`, `self.optim = AmpOptimizer(...)` then
+  `self.optim.step()`).
+
+Anything else (a callable in a variable we cannot follow, a library function) has no
+callee: the call is opaque, which costs recall, never precision.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+
+import libcst as cst
+
+from amplint.analysis.names import dotted
+
+# Roots that are never the project's own modules: asking the file system about every
+# `torch.nn.functional` call would only cost time.
+EXTERNAL_ROOTS = frozenset(getattr(sys, "stdlib_module_names", ())) | frozenset(
+    {"torch", "torchvision", "torchaudio", "numpy", "np", "scipy", "apex", "accelerate", "lightning",
+     "pytorch_lightning", "deepspeed", "transformers", "diffusers", "timm", "peft", "einops", "tqdm",
+     "wandb", "tensorboard", "pandas", "PIL", "cv2", "sklearn", "matplotlib", "yaml", "omegaconf", "hydra"}
+)
+# How far a class's bases are followed (`class A(B)`, `class B(C)` ...).
+_MAX_BASE_DEPTH = 6
+
+
+@dataclass(frozen=True, eq=False)
+class Callee:
+    """A function definition a call runs, and where it lives."""
+
+    model: object  # the ModuleModel that defines it
+    fn: cst.FunctionDef
+    cls: object | None = None  # the ClassInfo the method was found on (for `self`)
+
+    @property
+    def scope(self):
+        return self.model.scope_of.get(self.fn)
+
+    @property
+    def qualname(self) -> str:
+        scope = self.scope
+        return scope.name if scope is not None else self.fn.name.value
+
+
+def resolve_call(call: cst.Call, scope) -> Callee | None:
+    """The function `call`, written in `scope`, runs (None when we cannot tell)."""
+    model = scope.model
+    func = call.func
+    if isinstance(func, cst.Name):
+        return _by_name(func.value, scope)
+    if not isinstance(func, cst.Attribute):
+        return None
+    name = func.attr.value
+    receiver = func.value
+    if isinstance(receiver, cst.Name) and scope.cls is not None and receiver.value == scope.self_name:
+        return method_of(scope.cls, name)
+    if _is_super_call(receiver) and scope.cls is not None:
+        for base in bases_of(scope.cls):
+            found = method_of(base, name)
+            if found is not None:
+                return found
+        return None
+    # `utils.save_checkpoint(...)`, `engine.Trainer.fit(...)`: a dotted name that qualifies.
+    qual = model.qualify(func)
+    if qual is not None:
+        symbol = project_symbol(qual, model)
+        if symbol is not None:
+            return _callee_of_symbol(symbol)
+        return None
+    cls = class_of_instance(receiver, scope)
+    if cls is not None:
+        return method_of(cls, name)
+    return None
+
+
+def _by_name(name: str, scope) -> Callee | None:
+    model = scope.model
+    local = not scope.binds(name) or scope.is_module
+    if local and name in model.functions:
+        return Callee(model, model.functions[name])
+    if local and name in model.classes:
+        return method_of(model.classes[name], "__init__")
+    qual = model.imports.qualify_text(name)
+    if qual is None or not local:
+        return None
+    symbol = project_symbol(qual, model)
+    return _callee_of_symbol(symbol) if symbol is not None else None
+
+
+def _callee_of_symbol(symbol) -> Callee | None:
+    if symbol.kind == "function" and symbol.node is not None:
+        cls = None
+        if "." in symbol.name:
+            cls = symbol.model.classes.get(symbol.name.split(".")[0])
+        return Callee(symbol.model, symbol.node, cls)
+    if symbol.kind == "class":
+        return method_of(symbol.node, "__init__")
+    return None
+
+
+def project_symbol(qual: str, model):
+    project = model.project
+    if project is None or qual.split(".")[0] in EXTERNAL_ROOTS:
+        return None
+    return project.resolve(qual, model)
+
+
+def _is_super_call(expr: cst.BaseExpression) -> bool:
+    return isinstance(expr, cst.Call) and isinstance(expr.func, cst.Name) and expr.func.value == "super"
+
+
+# --- classes -------------------------------------------------------------------------------
+
+
+def resolve_class(expr: cst.BaseExpression, model):
+    """The ClassInfo a class expression (`Trainer`, `optim.AmpOptimizer`) names, if any."""
+    text = dotted(expr)
+    if text is None:
+        return None
+    return resolve_class_text(text, model)
+
+
+def resolve_class_text(text: str, model):
+    if text in model.classes:
+        return model.classes[text]
+    qual = model.imports.qualify_text(text)
+    if qual is None:
+        return None
+    symbol = project_symbol(qual, model)
+    if symbol is not None and symbol.kind == "class":
+        return symbol.node
+    return None
+
+
+def bases_of(cls, _depth: int = 0):
+    """The classes `cls` derives from, nearest first, across modules when the project knows them."""
+    out = []
+    if _depth > _MAX_BASE_DEPTH:
+        return out
+    for base in cls.bases:
+        info = resolve_class_text(base, cls.model) if cls.model is not None else None
+        if info is None or info is cls:
+            continue
+        out.append(info)
+        out.extend(b for b in bases_of(info, _depth + 1) if b not in out)
+    return out
+
+
+def method_of(cls, name: str) -> Callee | None:
+    """`name` defined on `cls` or inherited from one of its bases (method resolution order
+    approximated depth-first, which is exact for single inheritance)."""
+    if name in cls.methods:
+        return Callee(cls.model, cls.methods[name], cls)
+    for base in bases_of(cls):
+        if name in base.methods:
+            return Callee(base.model, base.methods[name], base)
+    return None
+
+
+def class_of_instance(expr: cst.BaseExpression, scope, depth: int = 0):
+    """The project class an expression holds an instance of, from what was assigned to it."""
+    if depth > 3 or not isinstance(expr, (cst.Name, cst.Attribute)):
+        return None
+    model = scope.model
+    found = None
+    for value, vscope in model.bindings.values.assigned(expr, scope):
+        for branch in _branches(value):
+            cls = None
+            if isinstance(branch, cst.Call):
+                cls = resolve_class(branch.func, vscope.model)
+            elif isinstance(branch, (cst.Name, cst.Attribute)) and branch is not expr:
+                cls = class_of_instance(branch, vscope, depth + 1)
+            if cls is not None:
+                if found is not None and found is not cls:
+                    return None  # two classes: which method runs depends on the path
+                found = cls
+    return found
+
+
+def _branches(expr):
+    from amplint.analysis.values import value_branches
+
+    return value_branches(expr)

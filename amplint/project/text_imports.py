@@ -1,0 +1,96 @@
+"""The project files a source text imports, read from its text without parsing it.
+
+Two users need this before (or instead of) a libcst parse:
+
+- the pre-filter decides whether a file is worth parsing at all, and with the project
+  model a rule may fire on `train.py` because of what `utils.py` does (the clip is in
+  the helper, not in the file): the tokens of the files it imports count too;
+- `verify` builds its static agenda from the script and the project files it reaches.
+
+A regular expression over the code text (comments and strings removed) finds `import`
+and `from ... import` statements at any depth; parenthesised and backslash-continued
+name lists included.  It can only over-approximate (a statement in a string that the
+lexer missed), which costs time, never a finding.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from amplint.project import layout
+
+_IMPORT = re.compile(
+    r"^[ \t]*(?:from[ \t]+(?P<module>\.*[\w.]*)[ \t]+import[ \t]+(?P<names>\([^)]*\)|(?:[^\n\\]|\\\n)*)"
+    r"|import[ \t]+(?P<plain>(?:[^\n\\]|\\\n)*))",
+    re.MULTILINE,
+)
+_NAME = re.compile(r"[A-Za-z_][\w.]*")
+
+
+@dataclass(frozen=True)
+class ImportedName:
+    module: str  # absolute dotted module (relative imports resolved against the package)
+    names: tuple[str, ...]  # what `from module import ...` takes; () for `import module`
+
+
+def imported_names(code: str, package: str | None) -> list[ImportedName]:
+    """Every import statement of a code text (comments and strings already removed)."""
+    out: list[ImportedName] = []
+    for m in _IMPORT.finditer(code):
+        if m.group("plain") is not None:
+            for part in m.group("plain").replace("\\\n", " ").split(","):
+                words = part.split()
+                if words and _NAME.fullmatch(words[0]):
+                    out.append(ImportedName(words[0], ()))
+            continue
+        module = _absolute(m.group("module"), package)
+        if module is None:
+            continue
+        names = []
+        for part in m.group("names").strip("()").replace("\\\n", " ").split(","):
+            words = part.split()
+            if words and words[0] != "*" and words[0].isidentifier():
+                names.append(words[0])
+        out.append(ImportedName(module, tuple(names)))
+    return out
+
+
+def _absolute(module: str, package: str | None) -> str | None:
+    level = len(module) - len(module.lstrip("."))
+    base = module[level:]
+    if level == 0:
+        return base or None
+    if package is None:
+        return None
+    parts = package.split(".") if package else []
+    if level - 1 > len(parts):
+        return None
+    parent = parts[: len(parts) - (level - 1)]
+    if base:
+        parent.append(base)
+    return ".".join(parent) or None
+
+
+def imported_files(code: str, path: Path, package: str | None, missing: set | None = None) -> list[Path]:
+    """The project files `path`'s code imports: modules, and submodules named in `from X import y`.
+
+    `missing` collects the paths looked for in vain (creating one changes the answer).
+    Well-known libraries (`torch`, the standard library) are not looked for.
+    """
+    from amplint.analysis.callees import EXTERNAL_ROOTS
+
+    found: list[Path] = []
+    for imp in imported_names(code, package):
+        if imp.module.split(".")[0] in EXTERNAL_ROOTS:
+            continue
+        candidates = [imp.module] + [f"{imp.module}.{n}" for n in imp.names]
+        for dotted in candidates:
+            hit = layout.resolve_module(dotted, path)
+            if missing is not None:
+                missing.update(str(p) for p in hit.probed if p != hit.path)
+            if hit.path is not None and hit.path not in found and os.path.abspath(hit.path) != os.path.abspath(path):
+                found.append(hit.path)
+    return found
