@@ -206,16 +206,69 @@ def rules_that_may_fire(source: str, rules, path: str | None = None, *, project=
             bare.append(code_text(source, strings=False).lower())
         return bare[0]
 
-    own = _passing(passing, f"{code}\n{package}" if package else code, without_strings) if passing else ()
+    own_text = f"{code}\n{package}" if package else code
+    own = _passing(passing, own_text, without_strings) if passing else ()
     if project is None or path is None or len(own) == len(rules):
         return own
-    imported = project.imported_code(path, raw_code, package_of(path), reads)
-    if not imported:
+    # Rules whose other groups the file meets, and whose `imported_tokens` groups may be
+    # met by the project code it calls: only then is that code read.
+    memo: dict = {}
+    candidates = [
+        r for r in rules
+        if r not in own and r.imported_tokens and _local_groups_match(r, own_text, memo, without_strings)
+    ]
+    if not candidates:
         return own
-    rest = [r for r in rules if r not in own]
-    joined = f"{code}\n{package}\n{imported}"
-    more = set(_passing(rest, joined, lambda: f"{without_strings()}\n{imported}"))
+    universe = _imported_universe(tuple(candidates))
+    present = project.imported_tokens(path, raw_code, package_of(path), universe, reads)
+    if not present:
+        return own
+    more = {r for r in candidates if _imported_groups_match(r, own_text, memo, without_strings, present)}
     return tuple(r for r in rules if r in own or r in more)
+
+
+@lru_cache(maxsize=256)
+def _imported_universe(rules: tuple) -> frozenset:
+    """Every single token of the rules' `imported_tokens` groups (a tuple's parts on their own)."""
+    out = set()
+    for rule in rules:
+        groups = token_groups(rule)
+        for i in rule.imported_tokens:
+            out.update(t.lower() if isinstance(t, str) else t for t in _flat(groups[i]))
+    return frozenset(out)
+
+
+def tokens_in(text: str, tokens: frozenset) -> frozenset:
+    """The tokens (single ones, not tuples) found in a lowercased text."""
+    memo: dict = {}
+    return frozenset(t for t in tokens if _has(text, t, memo, None))
+
+
+def _imported_groups_match(rule, text: str, memo: dict, bare, present: frozenset) -> bool:
+    """Each `imported_tokens` group has a token in the file or in the code it calls.
+
+    A tuple token (all of its parts) may have its parts in different places: that can
+    only let more files through, never fewer.
+    """
+    groups = token_groups(rule)
+
+    def has(t) -> bool:
+        if isinstance(t, tuple):
+            return all(has(p) for p in t)
+        t = t.lower() if isinstance(t, str) else t
+        return t in present or _has(text, t, memo, bare)
+
+    return all(any(has(t) for t in groups[i]) for i in rule.imported_tokens)
+
+
+def _local_groups_match(rule, text: str, memo: dict, bare) -> bool:
+    """The groups a rule needs in the file itself (all but its `imported_tokens`) are there."""
+    groups = token_groups(rule)
+    return all(
+        any(_has(text, t.lower() if isinstance(t, str) else t, memo, bare) for t in group)
+        for i, group in enumerate(groups)
+        if i not in rule.imported_tokens
+    )
 
 
 def may_fire(source: str, rules, path: str | None = None) -> bool:

@@ -22,8 +22,11 @@ callee: the call is opaque, which costs recall, never precision.
 
 from __future__ import annotations
 
+import os
 import sys
 from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
 
 import libcst as cst
 
@@ -116,9 +119,27 @@ def _callee_of_symbol(symbol) -> Callee | None:
 
 def project_symbol(qual: str, model):
     project = model.project
-    if project is None or qual.split(".")[0] in EXTERNAL_ROOTS:
+    if project is None or is_external(qual, model.path):
         return None
     return project.resolve(qual, model)
+
+
+def is_external(qualified: str, importer) -> bool:
+    """A well-known library (`torch`, the standard library), unless it is the importer's own
+    package (transformers' modules import `transformers.utils`)."""
+    root = qualified.split(".")[0]
+    if root not in EXTERNAL_ROOTS:
+        return False
+    text = str(importer)
+    return text[:1] == "<" or _own_top_package(os.path.dirname(os.path.abspath(text))) != root
+
+
+@lru_cache(maxsize=4096)
+def _own_top_package(folder: str) -> str | None:
+    from amplint.project.layout import package_parts
+
+    parts = package_parts(Path(folder))
+    return parts[0] if parts else None
 
 
 def _is_super_call(expr: cst.BaseExpression) -> bool:

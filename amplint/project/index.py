@@ -20,6 +20,7 @@ changing `utils.py` recomputes `train.py`'s findings (amplint/cache.py).
 from __future__ import annotations
 
 import os
+import re
 from collections import OrderedDict
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -34,6 +35,8 @@ MODEL_BUDGET_BYTES = 1_500_000
 MAX_DEPENDENCY_BYTES = 400_000
 # How many levels of imports the pre-filter follows (train.py -> engine.py -> utils.py).
 IMPORT_TEXT_DEPTH = 3
+# `class Trainer(BaseTrainer):` : a base class's code runs for the subclass too.
+_CLASS_BASES = re.compile(r"^[ \t]*class[ \t]+\w+[ \t]*\(([^)]*)\)", re.MULTILINE)
 # How many re-exports (`from .checkpoint import save` in `__init__.py`) are followed.
 MAX_REEXPORT_HOPS = 4
 
@@ -82,6 +85,9 @@ class ProjectIndex:
         self._reads: list[Reads] = []
         self._resolved: dict[tuple[str, str], Symbol | None] = {}
         self._texts: dict[str, tuple] = {}
+        self._closures: dict = {}
+        self._target_memo: dict = {}
+        self._segments: dict = {}
 
     # --- one check at a time -------------------------------------------------------------
     @contextmanager
@@ -165,61 +171,144 @@ class ProjectIndex:
             self._drop(key)
 
     # --- texts, for the pre-filter --------------------------------------------------------
-    def imported_code(self, path: str, code: str, package: str | None, reads: Reads | None = None) -> str:
-        """The lowercased code texts of the project files `code` imports, transitively
-        (IMPORT_TEXT_DEPTH levels), each once; their stats go into `reads`."""
-        from amplint.project.text_imports import imported_files
+    def imported_tokens(self, path: str, code: str, package: str | None, tokens, reads: Reads | None = None) -> frozenset:
+        """Which of `tokens` the code of the project definitions `code` uses contains.
+
+        For each name the file imports from the project and uses (calls, takes an
+        attribute of, derives a class from): the text of its definition, and then of
+        what that definition uses in turn, through re-exports and further imports, to
+        IMPORT_TEXT_DEPTH levels.  Read from text only (amplint/project/text_index.py)
+        and remembered per definition, so a helper imported by fifty files is read once;
+        the files read and the paths probed in vain go into `reads`.
+        """
+        from amplint.project.text_index import TextModule, attributes_used
 
         origin = Path(_abs(path))
-        seen: set[str] = {str(origin)}
-        texts: list[str] = []
+        own = TextModule.read(code, package, segments=False)
+        tokens = frozenset(tokens)
+        present: set = set()
+        files: set[str] = set()
         missing: set[str] = set()
-        frontier = imported_files(code, origin, package, missing)
-        for _level in range(IMPORT_TEXT_DEPTH):
-            following: list[Path] = []
-            for dep in frontier:
-                key = _abs(dep)
-                if key in seen:
-                    continue
-                seen.add(key)
-                got = self._code_of(key)
-                if got is None:
-                    continue
-                lowered, imports, stat, dep_missing = got
-                if reads is not None:
-                    reads.used[key] = stat
-                missing |= dep_missing
-                texts.append(lowered)
-                following.extend(imports)
-            frontier = following
+        for local, (module, name) in own.imports.items():
+            # `from m import name` is imported to be used; of `import m`, the attributes taken.
+            attrs = attributes_used(code, local) if name is None else set()
+            for target in self._targets(module, name, attrs, origin, missing):
+                found, read, probed = self._closure(target, IMPORT_TEXT_DEPTH, tokens)
+                present |= found
+                files |= read
+                missing |= probed
         if reads is not None:
+            for key in files:
+                stat = self._texts.get(key, (None,))[0]
+                if stat is not None:
+                    reads.used[key] = stat
             reads.missing |= missing
-        return "\n".join(texts)
+        return frozenset(present)
 
-    def _code_of(self, key: str):
-        """(lowercased code text, imported project files, (size, mtime_ns)) of one file, cached by stat."""
+    def _closure(self, target: tuple[Path, str], depth: int, tokens: frozenset):
+        """(tokens present, files read, paths probed in vain) for one definition and what it uses."""
+        memo_key = (target, depth, tokens)
+        if memo_key in self._closures:
+            return self._closures[memo_key]
+        self._closures[memo_key] = (frozenset(), frozenset(), frozenset())  # a cycle reads as empty
+        file, name = target
+        present: set = set()
+        files: set[str] = {_abs(file)}
+        missing: set[str] = set()
+        got = self._text_module(file)
+        if got is not None:
+            module_text = got
+            following: list[tuple[Path, str]] = []
+            if name in module_text.segments:
+                segment_tokens, uses = self._segment(file, module_text, name, tokens)
+                present |= segment_tokens
+                for called, attrs in uses.items():
+                    if called in module_text.segments and called != name:
+                        following.append((file, called))
+                    elif called in module_text.imports:
+                        module, imported = module_text.imports[called]
+                        following.extend(self._targets(module, imported, attrs, file, missing))
+            elif name in module_text.imports:  # a re-export: `from .checkpoint import save`
+                module, imported = module_text.imports[name]
+                following.extend(self._targets(module, imported, {name} if imported is None else set(), file, missing))
+            if depth > 0:
+                for nxt in following:
+                    found, read, probed = self._closure(nxt, depth - 1, tokens)
+                    present |= found
+                    files |= read
+                    missing |= probed
+        result = (frozenset(present), frozenset(files), frozenset(missing))
+        self._closures[memo_key] = result
+        return result
+
+    def _segment(self, file: Path, module_text, name: str, tokens: frozenset):
+        """(tokens in a definition's text, the names it uses), remembered per definition."""
+        from amplint.prefilter import tokens_in
+        from amplint.project.text_index import used_names
+
+        key = (_abs(file), name, tokens)
+        found = self._segments.get(key)
+        if found is None:
+            segment = module_text.segments[name]
+            found = (tokens_in(segment.lower(), tokens), used_names(segment))
+            self._segments[key] = found
+        return found
+
+    def _targets(self, module: str, name: str | None, attrs, importer: Path, missing: set) -> list[tuple[Path, str]]:
+        """(file, name) to read for a name imported as `from module import name`
+        (or `import module`, name None, whose attributes `attrs` are used)."""
+        key = (os.path.dirname(_abs(importer)), module, name, frozenset(attrs))
+        found = self._target_memo.get(key)
+        if found is None:
+            probed: set[str] = set()
+            found = (self._find_targets(module, name, attrs, importer, probed), frozenset(probed))
+            self._target_memo[key] = found
+        missing |= found[1]
+        return found[0]
+
+    def _find_targets(self, module: str, name: str | None, attrs, importer: Path, missing: set) -> list[tuple[Path, str]]:
+        from amplint.analysis.callees import is_external
+
+        if is_external(module, importer):
+            return []
+        if name is not None:
+            sub = layout.resolve_module(f"{module}.{name}", importer)
+            missing.update(str(p) for p in sub.probed if p != sub.path)
+            if sub.path is not None:  # `from utils import checkpoint`: a module
+                return [(sub.path, a) for a in attrs]
+            hit = layout.resolve_module(module, importer)
+            missing.update(str(p) for p in hit.probed if p != hit.path)
+            return [(hit.path, name)] if hit.path is not None else []
+        hit = layout.resolve_module(module, importer)
+        missing.update(str(p) for p in hit.probed if p != hit.path)
+        return [(hit.path, a) for a in attrs] if hit.path is not None else []
+
+    def _text_module(self, path: Path):
+        """The TextModule of one file, cached by stat (None: unreadable or too large)."""
         from amplint import sources
         from amplint.prefilter import code_text, package_of
-        from amplint.project.text_imports import imported_files
+        from amplint.project.text_index import TextModule
 
+        key = _abs(path)
         try:
             st = os.stat(key)
         except OSError:
             return None
         stat = (st.st_size, st.st_mtime_ns)
         cached = self._texts.get(key)
-        if cached is not None and cached[2] == stat:
-            return cached
-        if st.st_size > MAX_DEPENDENCY_BYTES:
-            found = ("", [], stat, frozenset())
-        else:
+        if cached is not None and cached[0] == stat:
+            return cached[1]
+        if cached is not None:  # changed on disk: what was derived from it is stale
+            self._closures.clear()
+            self._target_memo.clear()
+            self._segments = {k: v for k, v in self._segments.items() if k[0] != key}
+        found = None
+        if st.st_size <= MAX_DEPENDENCY_BYTES:
             try:
-                code = code_text(sources.read(Path(key)).text)
+                found = TextModule.read(code_text(sources.read(Path(key)).text), package_of(key))
             except sources.UnreadableSource:
-                code = ""
-            dep_missing: set[str] = set()
-            found = (code.lower(), imported_files(code, Path(key), package_of(key), dep_missing), stat, frozenset(dep_missing))
-        self._texts[key] = found
+                found = None
+        self._texts[key] = (stat, found)
         return found
 
     # --- names ---------------------------------------------------------------------------

@@ -44,35 +44,52 @@ class Resolution:
 @lru_cache(maxsize=4096)
 def project_root(folder: Path) -> Path | None:
     """The nearest folder, from `folder` upward, that holds a project marker."""
-    for d in (folder, *folder.parents):
-        if any((d / marker).exists() for marker in PROJECT_MARKERS):
+    found = _project_root(str(folder))
+    return Path(found) if found is not None else None
+
+
+@lru_cache(maxsize=4096)
+def _project_root(folder: str) -> str | None:
+    d = folder
+    while True:
+        if any(os.path.exists(os.path.join(d, marker)) for marker in PROJECT_MARKERS):
             return d
-    return None
+        parent = os.path.dirname(d)
+        if parent == d:
+            return None
+        d = parent
 
 
 @lru_cache(maxsize=4096)
 def package_root(folder: Path) -> Path:
     """The folder from which the package holding `folder` is imported (above its `__init__.py` chain)."""
+    return Path(_package_root(str(folder)))
+
+
+@lru_cache(maxsize=4096)
+def _package_root(folder: str) -> str:
     d = folder
-    while (d / "__init__.py").is_file() and d.parent != d:
-        d = d.parent
+    while os.path.isfile(os.path.join(d, "__init__.py")) and os.path.dirname(d) != d:
+        d = os.path.dirname(d)
     return d
 
 
 def package_parts(folder: Path) -> tuple[str, ...]:
     """`("pkg", "sub")` for a file in pkg/sub/ (each with `__init__.py`); () for a script folder."""
-    root = package_root(folder)
-    try:
-        rel = folder.relative_to(root)
-    except ValueError:
-        return ()
-    return tuple(p for p in rel.parts if p)
+    return _package_parts(str(folder))
+
+
+@lru_cache(maxsize=4096)
+def _package_parts(folder: str) -> tuple[str, ...]:
+    root = _package_root(folder)
+    rel = os.path.relpath(folder, root)
+    return () if rel == "." else tuple(p for p in rel.split(os.sep) if p)
 
 
 def module_name(path: Path) -> str:
     """The dotted name a file is imported as from its package root (`pkg.sub.mod`)."""
     path = Path(path)
-    parts = package_parts(path.parent)
+    parts = package_parts(Path(os.path.abspath(path.parent)))
     stem = path.stem
     if stem == "__init__":
         return ".".join(parts) or stem
@@ -81,66 +98,71 @@ def module_name(path: Path) -> str:
 
 def import_roots(path: Path) -> tuple[Path, ...]:
     """The folders searched for an absolute import written in `path`, in order."""
-    folder = Path(os.path.abspath(path)).parent
-    roots = [folder, package_root(folder)]
-    top = project_root(folder)
+    return tuple(Path(r) for r in _import_roots(os.path.dirname(os.path.abspath(path))))
+
+
+@lru_cache(maxsize=4096)
+def _import_roots(folder: str) -> tuple[str, ...]:
+    roots = [folder, _package_root(folder)]
+    top = _project_root(folder)
     if top is not None:
-        roots += [top, top / "src"]
-    out: list[Path] = []
+        roots += [top, os.path.join(top, "src")]
+    out: list[str] = []
     for r in roots:
-        if r not in out and r.is_dir():
+        if r not in out and os.path.isdir(r):
             out.append(r)
     return tuple(out)
 
 
 def boundary(path: Path) -> Path:
     """The folder that bounds the project of `path`: nothing above it is read."""
-    folder = Path(os.path.abspath(path)).parent
-    top = project_root(folder)
-    base = package_root(folder)
-    if top is not None and (top == base or top in base.parents):
+    return Path(_boundary(os.path.dirname(os.path.abspath(path))))
+
+
+@lru_cache(maxsize=4096)
+def _boundary(folder: str) -> str:
+    top = _project_root(folder)
+    base = _package_root(folder)
+    if top is not None and (top == base or base.startswith(top.rstrip(os.sep) + os.sep)):
         return top
     return base
 
 
-def _candidates(root: Path, dotted: str) -> tuple[Path, Path]:
-    rel = Path(*dotted.split("."))
-    return root / rel.with_suffix(".py"), root / rel / "__init__.py"
-
-
-def _inside(candidate: Path, limit: Path) -> bool:
-    if _FOREIGN_PARTS.intersection(candidate.parts) and not _FOREIGN_PARTS.intersection(limit.parts):
+def _inside(candidate: str, limit: str) -> bool:
+    if _FOREIGN_PARTS.intersection(candidate.split(os.sep)) and not _FOREIGN_PARTS.intersection(limit.split(os.sep)):
         return False
-    return candidate == limit or limit in candidate.parents
+    return candidate == limit or candidate.startswith(limit.rstrip(os.sep) + os.sep)
 
 
-def resolve_module(dotted: str, importer: Path) -> Resolution:
+def resolve_module(dotted: str, importer: Path | str) -> Resolution:
     """The project file for absolute module `dotted` imported from `importer`."""
-    if not dotted or not all(part.isidentifier() for part in dotted.split(".")):
-        return Resolution(None, ())
-    return _resolve_in(Path(os.path.abspath(importer)).parent, dotted)
+    return _resolve_in(os.path.dirname(os.path.abspath(importer)), dotted)
 
 
 @lru_cache(maxsize=65536)
-def _resolve_in(folder: Path, dotted: str) -> Resolution:
+def _resolve_in(folder: str, dotted: str) -> Resolution:
     # NB: cached per folder (every file of a folder searches the same roots); a process
     # that lives across edits (the language server) calls `clear_caches()`.
-    limit = boundary(folder / "_")
+    if not dotted or not all(part.isidentifier() for part in dotted.split(".")):
+        return Resolution(None, ())
+    limit = _boundary(folder)
+    rel = os.path.join(*dotted.split("."))
     probed: list[Path] = []
-    for root in import_roots(folder / "_"):
+    for root in _import_roots(folder):
         own_folder = root == folder
         if not own_folder and not _inside(root, limit):
             continue
-        for candidate in _candidates(root, dotted):
-            probed.append(candidate)
-            if candidate.is_file() and _inside(candidate, root if own_folder and not _inside(root, limit) else limit):
-                return Resolution(candidate, tuple(probed))
+        bound = root if own_folder and not _inside(root, limit) else limit
+        for candidate in (os.path.join(root, rel + ".py"), os.path.join(root, rel, "__init__.py")):
+            probed.append(Path(candidate))
+            if os.path.isfile(candidate) and _inside(candidate, bound):
+                return Resolution(Path(candidate), tuple(probed))
     return Resolution(None, tuple(probed))
 
 
 def clear_caches() -> None:
     """Forget what the file system looked like (files created or removed since)."""
-    for cached in (project_root, package_root, _resolve_in):
+    for cached in (project_root, _project_root, package_root, _package_root, _package_parts, _import_roots, _boundary, _resolve_in):
         cached.cache_clear()
 
 

@@ -80,11 +80,11 @@ def imported_files(code: str, path: Path, package: str | None, missing: set | No
     `missing` collects the paths looked for in vain (creating one changes the answer).
     Well-known libraries (`torch`, the standard library) are not looked for.
     """
-    from amplint.analysis.callees import EXTERNAL_ROOTS
+    from amplint.analysis.callees import is_external
 
     found: list[Path] = []
     for imp in imported_names(code, package):
-        if imp.module.split(".")[0] in EXTERNAL_ROOTS:
+        if is_external(imp.module, path):
             continue
         candidates = [imp.module] + [f"{imp.module}.{n}" for n in imp.names]
         for dotted in candidates:

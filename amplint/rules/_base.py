@@ -95,6 +95,8 @@ class Rule:
                           lowercased text, a tuple of tokens that must all be present, or a
                           hashable object with `search(text) -> bool`, optionally marked
                           `outside_strings` to be given the code with string contents emptied)
+      imported_tokens     indexes of the token groups that may be met by the code of the project
+                          functions the file calls (other modules); see amplint/prefilter.py
     """
 
     code: ClassVar[str]
@@ -106,6 +108,10 @@ class Rule:
     default_enabled: ClassVar[bool] = True
     requires_any: ClassVar[tuple[object, ...]] = ()
     and_requires_any: ClassVar[tuple[tuple[object, ...], ...]] = ()
+    # Token groups (0: requires_any, 1...: and_requires_any) that may be met by the
+    # project code the file calls rather than by the file itself (AMP101's clip inside a
+    # `clip_gradients` helper of utils.py).  The others must be in the file.
+    imported_tokens: ClassVar[tuple[int, ...]] = ()
 
     def __init_subclass__(cls, **kwargs) -> None:
         super().__init_subclass__(**kwargs)

@@ -70,6 +70,8 @@ class ClipBeforeUnscale(Rule):
     # a scaled backward is a `.backward`/`autograd.backward` of a `.scale(...)` call.
     requires_any = ("clip_grad",)
     and_requires_any = (("backward",), ("scale",))
+    # The clip may sit in a project helper (`clip_gradients(model, 1.0)` from utils.py).
+    imported_tokens = (0,)
 
     def check(self) -> None:
         for graph in self.model.steps:

@@ -57,6 +57,7 @@ class StepBypassesScaler(Rule):
     # and the bypass is an optimizer `.step`.
     requires_any = (Attr("scale"),)  # `scaler.scale(loss).backward()`
     and_requires_any = ((Attr("backward"),), (Attr("step"),))
+    imported_tokens = (2,)  # the plain step may sit in a project helper
 
     @staticmethod
     def _detail(graph, bw, ev, scaler_steps) -> str:

@@ -65,6 +65,7 @@ class ScalerInLoop(Rule):
     name = "scaler-in-loop"
     message = "`{ctor}` is constructed in a loop{how}; its loss-scale history restarts every iteration"
     requires_any = ("GradScaler",)
+    imported_tokens = (0,)  # built by a project function called in the loop (`train_one_epoch`)
 
     def check(self) -> None:
         proto = protocol(self.model)

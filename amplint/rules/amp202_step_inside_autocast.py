@@ -54,6 +54,7 @@ class StepInsideAutocast(Rule):
     message = "`{call}` runs inside an autocast region"
     requires_any = (Attr("step"),)  # `optimizer.step()`, `scaler.step(optimizer)`
     and_requires_any = ((CodeWord("autocast"),),)  # as in AMP201
+    imported_tokens = (0,)  # the step may sit in a project helper called in the region
 
     def check(self) -> None:
         # NB: an event is inside a region only if its graph's own body enters one (a

@@ -66,6 +66,7 @@ class Fp16AutocastWithoutScaler(Rule):
     # `autograd.backward`) and an optimizer or scaler `.step` in the same function.
     requires_any = (CodeWord("autocast"),)
     and_requires_any = ((CodeWord("backward"),), (Attr("step"),))
+    imported_tokens = (1, 2)  # the training (backward, step) may run in project helpers
 
     def check(self) -> None:
         precision = precision_of(self.model)

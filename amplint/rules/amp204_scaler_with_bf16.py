@@ -50,6 +50,7 @@ class ScalerWithBf16(Rule):
     message = "`GradScaler` is used with bfloat16 autocast, which needs no loss scaling"
     requires_any = ("GradScaler",)
     and_requires_any = ((CodeWord("autocast"),),)  # as in AMP201
+    imported_tokens = (0,)  # the scaler may be built by a project helper
 
     def check(self) -> None:
         dtypes = precision_of(self.model).autocast_dtypes
