@@ -303,6 +303,11 @@ class Result:
     unjudged: list[Finding] = field(default_factory=list)
     duplicates: list[Finding] = field(default_factory=list)
 
+    def cross_module_found(self) -> tuple[int, int]:
+        """(found, all) report cases whose evidence lies in another module: the project model's share."""
+        cross = [v for c, v, _ in self.verdicts if c.cross_module and c.expect == "report"]
+        return cross.count("TP"), len(cross)
+
     def by_code(self) -> dict[str, CodeScore]:
         scores: dict[str, CodeScore] = {}
         for case, verdict, _ in self.verdicts:
@@ -404,6 +409,9 @@ def _row(name: str, s: CodeScore) -> str:
 
 def format_result(title: str, result: Result) -> list[str]:
     out = [title, *format_table(result.by_code())]
+    found, cross = result.cross_module_found()
+    if cross:
+        out.append(f"  cross-module report cases found: {found} of {cross}")
     for case, verdict, _ in result.verdicts:
         if verdict in ("FN", "FP"):
             out.append(f"  {verdict} {case.where()}{' (cross-module)' if case.cross_module else ''}: {case.why}")
@@ -432,6 +440,7 @@ def _result_json(result: Result) -> dict:
             {**asdict(case), "alt_lines": list(case.alt_lines), "verdict": verdict}
             for case, verdict, _ in result.verdicts
         ],
+        "cross_module_found": list(result.cross_module_found()),
         "unjudged": [asdict(f) for f in sorted(result.unjudged, key=_order)],
         "duplicates": [asdict(f) for f in sorted(result.duplicates, key=_order)],
     }
@@ -507,7 +516,9 @@ def main(argv: list[str] | None = None) -> int:
         ("one file at a time", [e.single for e in evaluations if e.single is not None]),
     ):
         if results:
-            print("\n".join([f"== all label files ({len(results)}), {name}", *format_table(merge_scores(results))]))
+            found, cross = (sum(n) for n in zip(*(r.cross_module_found() for r in results)))
+            lines = [f"== all label files ({len(results)}), {name}", *format_table(merge_scores(results))]
+            print("\n".join([*lines, f"  cross-module report cases found: {found} of {cross}", ""]))
     if args.json:
         payload = {"amplint": shlex.join(command), "packages": [e.to_json() for e in evaluations]}
         args.json.write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")

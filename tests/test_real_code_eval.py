@@ -126,6 +126,7 @@ def test_scoring_counts_each_verdict() -> None:
     assert (s["AMP301"].fp, s["AMP301"].precision, s["AMP301"].recall) == (1, 0.0, None)
     assert s["AMP203"].ok == 1 and s["AMP203"].precision is None
     assert s["AMP109"].unjudged == 1  # new codes show up without any table to update
+    assert result.cross_module_found() == (1, 1)  # the AMP106 case, found through its alt line
 
 
 def test_one_finding_counts_for_one_case_only() -> None:
