@@ -105,6 +105,11 @@ class Finding:
         return f"{self.path}:{self.line} {self.code} {self.message}"
 
 
+def _key(path: str, code: str, line: int) -> tuple[str, str, int]:
+    """What a case and a finding must share to match."""
+    return (path, code, line)
+
+
 @dataclass
 class LabelFile:
     name: str
@@ -318,10 +323,6 @@ class Result:
         return dict(sorted(scores.items()))
 
 
-def _key(path: str, code: str, line: int) -> tuple[str, str, int]:
-    return (path, code, line)
-
-
 def match(cases: list[Case], findings: list[Finding]) -> dict[int, int]:
     """A maximum matching case index -> finding index (Kuhn's augmenting paths; the sets are tiny).
 
@@ -437,8 +438,8 @@ def _result_json(result: Result) -> dict:
             for code, s in result.by_code().items()
         },
         "cases": [
-            {**asdict(case), "alt_lines": list(case.alt_lines), "verdict": verdict}
-            for case, verdict, _ in result.verdicts
+            {**asdict(case), "alt_lines": list(case.alt_lines), "verdict": verdict, "found_at": hit and hit.line}
+            for case, verdict, hit in result.verdicts
         ],
         "cross_module_found": list(result.cross_module_found()),
         "unjudged": [asdict(f) for f in sorted(result.unjudged, key=_order)],
