@@ -197,7 +197,7 @@ def rules_that_may_fire(source: str, rules, path: str | None = None, *, project=
     if path is not None and _RELATIVE_IMPORT.search(text):
         package = (package_of(path) or "").lower()
     passing = _passing(rules, f"{text}\n{package}" if package else text)
-    raw_code = code_text(source) if passing or project is not None else ""
+    raw_code = code_text(source) if passing else ""
     code = raw_code.lower()
     bare: list[str] = []
 
@@ -206,24 +206,29 @@ def rules_that_may_fire(source: str, rules, path: str | None = None, *, project=
             bare.append(code_text(source, strings=False).lower())
         return bare[0]
 
-    own_text = f"{code}\n{package}" if package else code
+    own_text = (f"{code}\n{package}" if package else code) if passing else (f"{text}\n{package}" if package else text)
     own = _passing(passing, own_text, without_strings) if passing else ()
     if project is None or path is None or len(own) == len(rules):
         return own
     # Rules whose other groups the file meets, and whose `imported_tokens` groups may be
     # met by the project code it calls: only then is that code read.
     memo: dict = {}
+    bare_or_none = without_strings if passing else None  # no second lexer pass for a skipped file
     candidates = [
         r for r in rules
-        if r not in own and r.imported_tokens and _local_groups_match(r, own_text, memo, without_strings)
+        if r not in own and r.imported_tokens and _local_groups_match(r, own_text, memo, bare_or_none)
     ]
     if not candidates:
         return own
-    universe = _imported_universe(tuple(candidates))
-    present = project.imported_tokens(path, raw_code, package_of(path), universe, reads)
+    # NB: the tokens of every rule that reads imported code, not only of these candidates:
+    # the project index remembers what it found per definition and token set.
+    universe = _imported_universe(tuple(r for r in rules if r.imported_tokens))
+    # NB: a file that failed the first stage has no code text: its imports are read from
+    # the whole text (one in a docstring can only add a module to read).
+    present = project.imported_tokens(path, raw_code if passing else source, package_of(path), universe, reads)
     if not present:
         return own
-    more = {r for r in candidates if _imported_groups_match(r, own_text, memo, without_strings, present)}
+    more = {r for r in candidates if _imported_groups_match(r, own_text, memo, bare_or_none, present)}
     return tuple(r for r in rules if r in own or r in more)
 
 
@@ -238,10 +243,32 @@ def _imported_universe(rules: tuple) -> frozenset:
     return frozenset(out)
 
 
+_IDENTIFIER = re.compile(r"[a-z_][a-z0-9_]*")
+
+
 def tokens_in(text: str, tokens: frozenset) -> frozenset:
-    """The tokens (single ones, not tuples) found in a lowercased text."""
-    memo: dict = {}
-    return frozenset(t for t in tokens if _has(text, t, memo, None))
+    """The tokens (single ones, not tuples) found in a lowercased text.
+
+    For the project's imported code, where a necessary condition is enough: words are
+    looked up in the set of the text's identifiers (an `Attr` or `CodeWord` then also
+    counts in a string, which can only find more), a single scan for many tokens.
+    """
+    words: set[str] | None = None
+    found = []
+    for t in tokens:
+        if isinstance(t, Word):
+            if t.word not in text:
+                continue
+            if words is None:
+                words = set(_IDENTIFIER.findall(text))
+            if t.word in words:
+                found.append(t)
+        elif isinstance(t, str):
+            if t in text:
+                found.append(t)
+        elif t.search(text):
+            found.append(t)
+    return frozenset(found)
 
 
 def _imported_groups_match(rule, text: str, memo: dict, bare, present: frozenset) -> bool:

@@ -83,9 +83,7 @@ def resolve_call(call: cst.Call, scope) -> Callee | None:
     qual = model.qualify(func)
     if qual is not None:
         symbol = project_symbol(qual, model)
-        if symbol is not None:
-            return _callee_of_symbol(symbol)
-        return None
+        return _callee_of_symbol(symbol) if symbol is not None else None
     cls = class_of_instance(receiver, scope)
     if cls is not None:
         return method_of(cls, name)
@@ -107,14 +105,16 @@ def _by_name(name: str, scope) -> Callee | None:
 
 
 def _callee_of_symbol(symbol) -> Callee | None:
-    if symbol.kind == "function" and symbol.node is not None:
-        cls = None
-        if "." in symbol.name:
-            cls = symbol.model.classes.get(symbol.name.split(".")[0])
-        return Callee(symbol.model, symbol.node, cls)
+    """A function (or a class's constructor) of another module, parsed only if relevant."""
     if symbol.kind == "class":
-        return method_of(symbol.node, "__init__")
-    return None
+        return method_of(ForeignClass(symbol), "__init__")
+    if symbol.kind != "function" or not symbol.relevant():
+        return None
+    fn = symbol.node
+    if fn is None:
+        return None
+    cls = symbol.model.classes.get(symbol.name.split(".")[0]) if "." in symbol.name else None
+    return Callee(symbol.model, fn, cls)
 
 
 def project_symbol(qual: str, model):
@@ -149,8 +149,25 @@ def _is_super_call(expr: cst.BaseExpression) -> bool:
 # --- classes -------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class ForeignClass:
+    """A class defined in another module of the project, known by name until a method of it
+    is needed (its module is parsed only then, and only if that method is relevant)."""
+
+    symbol: object  # amplint.project.index.Symbol of kind "class"
+
+    @property
+    def name(self) -> str:
+        return self.symbol.name
+
+    def info(self):
+        """The parsed ClassInfo (parses the defining module)."""
+        return self.symbol.node
+
+
 def resolve_class(expr: cst.BaseExpression, model):
-    """The ClassInfo a class expression (`Trainer`, `optim.AmpOptimizer`) names, if any."""
+    """The class a class expression (`Trainer`, `optim.AmpOptimizer`) names: a ClassInfo of
+    this module, a ForeignClass of another module of the project, or None."""
     text = dotted(expr)
     if text is None:
         return None
@@ -165,14 +182,15 @@ def resolve_class_text(text: str, model):
         return None
     symbol = project_symbol(qual, model)
     if symbol is not None and symbol.kind == "class":
-        return symbol.node
+        return ForeignClass(symbol)
     return None
 
 
 def bases_of(cls, _depth: int = 0):
-    """The classes `cls` derives from, nearest first, across modules when the project knows them."""
+    """The classes `cls` derives from, nearest first: ClassInfos of its own module, and the
+    bases from other modules as ForeignClass (whose own bases the project index follows)."""
     out = []
-    if _depth > _MAX_BASE_DEPTH:
+    if _depth > _MAX_BASE_DEPTH or isinstance(cls, ForeignClass):
         return out
     for base in cls.bases:
         info = resolve_class_text(base, cls.model) if cls.model is not None else None
@@ -185,11 +203,19 @@ def bases_of(cls, _depth: int = 0):
 
 def method_of(cls, name: str) -> Callee | None:
     """`name` defined on `cls` or inherited from one of its bases (method resolution order
-    approximated depth-first, which is exact for single inheritance)."""
+    approximated depth-first, which is exact for single inheritance); a method from
+    another module only when it is relevant (amplint/project/index.py)."""
+    if isinstance(cls, ForeignClass):
+        symbol = cls.symbol.index.method_in_class(cls.symbol.path, cls.symbol.name, name)
+        return _callee_of_symbol(symbol) if symbol is not None else None
     if name in cls.methods:
         return Callee(cls.model, cls.methods[name], cls)
     for base in bases_of(cls):
-        if name in base.methods:
+        if isinstance(base, ForeignClass):
+            found = method_of(base, name)
+            if found is not None:
+                return found
+        elif name in base.methods:
             return Callee(base.model, base.methods[name], base)
     return None
 
@@ -208,7 +234,7 @@ def class_of_instance(expr: cst.BaseExpression, scope, depth: int = 0):
             elif isinstance(branch, (cst.Name, cst.Attribute)) and branch is not expr:
                 cls = class_of_instance(branch, vscope, depth + 1)
             if cls is not None:
-                if found is not None and found is not cls:
+                if found is not None and found != cls:
                     return None  # two classes: which method runs depends on the path
                 found = cls
     return found

@@ -35,7 +35,7 @@ from amplint.analysis.torch_api import (
 )
 from amplint.analysis.values import value_branches
 
-MAX_INLINE_DEPTH = 4
+MAX_INLINE_DEPTH = 3
 
 # Receivers whose `.backward(loss)` / `.clip_grad_norm_()` are library-managed and
 # unscale correctly (HF Accelerate, Lightning Fabric, DeepSpeed engines).
@@ -589,6 +589,17 @@ class _Builder:
         return found
 
     def inline(self, callee) -> None:
+        eventless = callee.model.__dict__.setdefault("_amplint_eventless", set())
+        if id(callee.fn) in eventless:
+            return  # inlined before, with the whole depth budget, and nothing happened in it
+        top = not self.inline_stack
+        before = (sum(1 for p in self.graph.points if p.event is not None), len(self.graph.regions))
+        self._inline(callee)
+        after = (sum(1 for p in self.graph.points if p.event is not None), len(self.graph.regions))
+        if top and before == after:
+            eventless.add(id(callee.fn))
+
+    def _inline(self, callee) -> None:
         callee_scope = callee.scope
         saved = (self.scope, self.via)
         self.inline_stack.append(callee.fn)

@@ -73,9 +73,12 @@ class ValueResolver:
 
         qual = self.model.imports.qualify_text(text)
         symbol = project_symbol(qual, self.model) if qual is not None else None
-        if symbol is None or symbol.kind != "value":
+        if symbol is None or symbol.kind != "value" or not symbol.relevant():
             return []
-        scope = symbol.model.module_scope
+        model = symbol.model
+        if model is None:
+            return []
+        scope = model.module_scope
         return [(v, scope) for v in scope.assignments.get(symbol.name, [])]
 
     # --- dtypes --------------------------------------------------------------------------

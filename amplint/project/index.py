@@ -22,10 +22,12 @@ from __future__ import annotations
 import os
 import re
 from collections import OrderedDict
+from functools import lru_cache
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from amplint.prefilter import Attr, Word
 from amplint.project import layout
 
 # Source bytes of parsed modules kept per process (a libcst tree takes ~700x that).
@@ -37,22 +39,62 @@ MAX_DEPENDENCY_BYTES = 400_000
 IMPORT_TEXT_DEPTH = 3
 # `class Trainer(BaseTrainer):` : a base class's code runs for the subclass too.
 _CLASS_BASES = re.compile(r"^[ \t]*class[ \t]+\w+[ \t]*\(([^)]*)\)", re.MULTILINE)
+# How far the relevance check follows what a definition calls.
+RELEVANCE_DEPTH = 1
+# How far a class's bases are followed by text.
+MAX_BASE_DEPTH = 6
+# What a function must mention (in its own code or in what it calls) to be worth parsing
+# for another module's step graph: the events and contexts the graphs are made of.
+CALLEE_VOCABULARY = frozenset(
+    {Attr("backward"), Word("manual_backward"), Word("unscale_"), "clip_grad", re.compile(r"\.[\s\\]*step[\s\\]*\("),
+     Word("zero_grad"), "gradscaler", "scaler", re.compile(r"\bsave[\s\\]*\("), "load_state_dict", "autocast"}
+)
+# What a module-level value must mention to be worth parsing: dtypes, devices, contexts.
+VALUE_VOCABULARY = frozenset({"float16", "bfloat16", "half", "float32", "autocast", "fp16", "bf16", "dtype", "scaler", "cuda", "cpu"})
 # How many re-exports (`from .checkpoint import save` in `__init__.py`) are followed.
 MAX_REEXPORT_HOPS = 4
 
 
 @dataclass(frozen=True)
 class Symbol:
-    """What a qualified name refers to inside the project."""
+    """What a qualified name refers to inside the project, found from the text alone.
 
-    model: object  # the defining module's ModuleModel
+    The defining module is parsed only when `model` or `node` is asked for, and callers
+    ask only after `relevant()`: most names a training script imports (loggers, config
+    helpers, model classes) never touch the scaler, the optimizer or autocast.
+    """
+
+    index: "ProjectIndex"
+    path: str  # the defining file, absolute
     kind: str  # "function", "class", "value" or "module"
-    name: str  # the name inside that module ("" for a module)
-    node: object = None  # FunctionDef / ClassInfo; None for values and modules
+    name: str  # inside that module: "f", "Cls", "Cls.method" ("" for a module)
 
     @property
-    def path(self) -> str:
-        return self.model.path
+    def model(self):
+        need = self.name.split(".")[0] if self.kind in ("function", "class") else None
+        return self.index.model_at(self.path, need)
+
+    @property
+    def node(self):
+        """The FunctionDef / ClassInfo (None for values and modules, or when unparsable)."""
+        model = self.model
+        if model is None:
+            return None
+        head, _, method = self.name.partition(".")
+        if self.kind == "class":
+            return model.classes.get(head)
+        if self.kind == "function":
+            if method:
+                info = model.classes.get(head)
+                return info.methods.get(method) if info is not None else None
+            return model.functions.get(head)
+        return None
+
+    def relevant(self) -> bool:
+        from amplint.project.index import CALLEE_VOCABULARY, VALUE_VOCABULARY
+
+        vocabulary = VALUE_VOCABULARY if self.kind == "value" else CALLEE_VOCABULARY
+        return self.index.relevant(self.path, self.name, vocabulary)
 
 
 @dataclass
@@ -72,6 +114,9 @@ class _Entry:
     model: object | None  # None: unreadable, unparsable or too large
     size: int
     mtime_ns: int
+    kept: frozenset[str] | None = None  # the definitions a partial model holds (None: all)
+    parsed_bytes: int = 0  # what the model's tree was parsed from (its memory, roughly)
+
 
 
 class ProjectIndex:
@@ -118,8 +163,14 @@ class ProjectIndex:
             reads.missing.update(str(p) for p in paths)
 
     # --- modules -------------------------------------------------------------------------
-    def model_at(self, path: Path | str):
-        """The ModuleModel of the project file at `path`, or None if it cannot be had."""
+    def model_at(self, path: Path | str, need: str | None = None):
+        """The ModuleModel of the project file at `path`, or None if it cannot be had.
+
+        `need`: the top-level name the caller wants (a function or class): then only it,
+        the same-module definitions it uses and the module-level statements are parsed
+        (amplint/project/partial.py); a later need for another name parses again with
+        both.  None parses the whole module.
+        """
         key = _abs(path)
         if key in self._overlay:
             return self._overlay[key]
@@ -129,41 +180,77 @@ class ProjectIndex:
             self._note_missing([key])
             return None
         entry = self._entries.get(key)
-        if entry is None or entry.size != st.st_size or entry.mtime_ns != st.st_mtime_ns:
+        stale = entry is None or entry.size != st.st_size or entry.mtime_ns != st.st_mtime_ns
+        keep = None
+        if not stale and entry.kept is not None and (need is None or need not in entry.kept):
+            keep = None if need is None else entry.kept | self._same_module_closure(key, need)
+            stale = True  # a partial model that lacks what is asked for now
+        elif stale and need is not None:
+            keep = self._same_module_closure(key, need)
+        if stale:
             if entry is not None:
                 self._drop(key)
-            entry = _Entry(self._load(key, st.st_size), st.st_size, st.st_mtime_ns)
+            model, parsed, nbytes = self._load(key, st.st_size, keep)
+            entry = _Entry(model, st.st_size, st.st_mtime_ns, keep if parsed == "partial" else None, nbytes)
             self._entries[key] = entry
             if entry.model is not None:
-                self._held += entry.size
+                self._held += entry.parsed_bytes
                 self._evict()
         else:
             self._entries.move_to_end(key)
         self._note_used(key, entry.size, entry.mtime_ns)
         return entry.model
 
-    def _load(self, path: str, size: int):
+    def _same_module_closure(self, key: str, need: str) -> frozenset[str]:
+        """`need` and the top-level names of the same file its text uses, transitively
+        (helpers it calls, base classes, module-level values are always kept)."""
+        from amplint.project.text_index import used_names
+
+        text = self._text_module(Path(key))
+        if text is None:
+            return frozenset({need})
+        keep = {need}
+        todo = [need]
+        while todo:
+            name = todo.pop()
+            segment = text.segments.get(name, "")
+            for used in (*used_names(segment), *text.bases(name)):
+                used = used.split(".")[0]
+                if used in text.segments and used not in keep:
+                    keep.add(used)
+                    todo.append(used)
+        return frozenset(keep)
+
+    def _load(self, path: str, size: int, keep: frozenset | None = None):
+        """(model or None, "full" / "partial" / None, bytes parsed): the module, whole or in part."""
         from amplint import sources
         from amplint.analysis.model import ModuleModel
         from amplint.engine import SourceError, parse
         from amplint.prefilter import package_of
+        from amplint.project.partial import partial_source
 
         if size > MAX_DEPENDENCY_BYTES:
-            return None
+            return None, None, 0
         try:
             src = sources.read(Path(path))
-            module = parse(src.text, path)
-        except (sources.UnreadableSource, SourceError, RecursionError, MemoryError):
-            return None
-        try:
-            return ModuleModel.build(module, path, package_of(path), project=self)
-        except RecursionError:
-            return None
+        except sources.UnreadableSource:
+            return None, None, 0
+        text = partial_source(src.text, set(keep)) if keep is not None else None
+        for attempt, how in ((text, "partial"), (src.text, "full")):
+            if attempt is None:
+                continue
+            try:
+                module = parse(attempt, path)
+                nbytes = sum(len(line) for line in attempt.splitlines() if line.strip())
+                return ModuleModel.build(module, path, package_of(path), project=self), how, nbytes
+            except (SourceError, RecursionError, MemoryError):
+                continue  # a cut the parser refuses: parse the whole file instead
+        return None, None, 0
 
     def _drop(self, key: str) -> None:
         entry = self._entries.pop(key, None)
         if entry is not None and entry.model is not None:
-            self._held -= entry.size
+            self._held -= entry.parsed_bytes
 
     def _evict(self) -> None:
         while self._held > self._budget and len(self._entries) > 1:
@@ -189,9 +276,13 @@ class ProjectIndex:
         present: set = set()
         files: set[str] = set()
         missing: set[str] = set()
+        # `from m import name` is imported to be used; of `import m`, the attributes taken.
+        from amplint.analysis.callees import is_external
+
+        modules = [local for local, (module, name) in own.imports.items() if name is None and not is_external(module, origin)]
+        attrs_of = attributes_used(code, modules)
         for local, (module, name) in own.imports.items():
-            # `from m import name` is imported to be used; of `import m`, the attributes taken.
-            attrs = attributes_used(code, local) if name is None else set()
+            attrs = attrs_of.get(local, set()) if name is None else set()
             for target in self._targets(module, name, attrs, origin, missing):
                 found, read, probed = self._closure(target, IMPORT_TEXT_DEPTH, tokens)
                 present |= found
@@ -219,7 +310,8 @@ class ProjectIndex:
         if got is not None:
             module_text = got
             following: list[tuple[Path, str]] = []
-            if name in module_text.segments:
+            cls, _, method = name.partition(".")
+            if _segment_text(module_text, name) is not None:
                 segment_tokens, uses = self._segment(file, module_text, name, tokens)
                 present |= segment_tokens
                 for called, attrs in uses.items():
@@ -228,6 +320,8 @@ class ProjectIndex:
                     elif called in module_text.imports:
                         module, imported = module_text.imports[called]
                         following.extend(self._targets(module, imported, attrs, file, missing))
+                    elif called == "self" and method:  # `self.helper()` in a method: the class's own
+                        following.extend((file, f"{cls}.{a}") for a in attrs if a in module_text.methods(cls) and a != method)
             elif name in module_text.imports:  # a re-export: `from .checkpoint import save`
                 module, imported = module_text.imports[name]
                 following.extend(self._targets(module, imported, {name} if imported is None else set(), file, missing))
@@ -249,7 +343,7 @@ class ProjectIndex:
         key = (_abs(file), name, tokens)
         found = self._segments.get(key)
         if found is None:
-            segment = module_text.segments[name]
+            segment = _segment_text(module_text, name) or ""
             found = (tokens_in(segment.lower(), tokens), used_names(segment))
             self._segments[key] = found
         return found
@@ -272,15 +366,17 @@ class ProjectIndex:
         if is_external(module, importer):
             return []
         if name is not None:
+            hit = layout.resolve_module(module, importer)
+            missing.update(p for p in hit.probed if p != str(hit.path))
+            if hit.path is not None and hit.path.name != "__init__.py":
+                return [(hit.path, name)]  # a plain module has no submodules
             sub = layout.resolve_module(f"{module}.{name}", importer)
-            missing.update(str(p) for p in sub.probed if p != sub.path)
+            missing.update(p for p in sub.probed if p != str(sub.path))
             if sub.path is not None:  # `from utils import checkpoint`: a module
                 return [(sub.path, a) for a in attrs]
-            hit = layout.resolve_module(module, importer)
-            missing.update(str(p) for p in hit.probed if p != hit.path)
             return [(hit.path, name)] if hit.path is not None else []
         hit = layout.resolve_module(module, importer)
-        missing.update(str(p) for p in hit.probed if p != hit.path)
+        missing.update(p for p in hit.probed if p != str(hit.path))
         return [(hit.path, a) for a in attrs] if hit.path is not None else []
 
     def _text_module(self, path: Path):
@@ -305,9 +401,16 @@ class ProjectIndex:
         found = None
         if st.st_size <= MAX_DEPENDENCY_BYTES:
             try:
-                found = TextModule.read(code_text(sources.read(Path(key)).text), package_of(key))
+                raw = sources.read(Path(key)).text
             except sources.UnreadableSource:
-                found = None
+                raw = None
+            if raw is not None:
+                if _interesting(raw.lower()):
+                    found = TextModule.read(code_text(raw), package_of(key))
+                else:
+                    # Nothing any analysis looks for: its definitions cannot matter, only
+                    # where its names come from (an `__init__.py` of re-exports).
+                    found = TextModule.read(raw, package_of(key), segments=False, kinds=True)
         self._texts[key] = (stat, found)
         return found
 
@@ -317,50 +420,134 @@ class ProjectIndex:
         memo = (importer.path, qualified)
         if memo in self._resolved:
             return self._resolved[memo]
-        found = self._resolve(qualified, Path(_abs(importer.path)), 0)
+        found = self._locate(qualified, Path(_abs(importer.path)), 0)
         self._resolved[memo] = found
         return found
 
-    def _resolve(self, qualified: str, importer: Path, hops: int) -> Symbol | None:
+    def _locate(self, qualified: str, importer: Path, hops: int) -> Symbol | None:
         if hops > MAX_REEXPORT_HOPS:
             return None
         module_hit = layout.resolve_module(qualified, importer)
-        self._note_missing(p for p in module_hit.probed if p != module_hit.path)
+        self._note_missing(p for p in module_hit.probed if p != str(module_hit.path))
         if module_hit.path is not None:
-            model = self.model_at(module_hit.path)
-            return Symbol(model, "module", "") if model is not None else None
+            return Symbol(self, _abs(module_hit.path), "module", "")
         found, attr = layout.split_qualified(qualified, importer)
-        self._note_missing(p for p in found.probed if p != found.path)
+        self._note_missing(p for p in found.probed if p != str(found.path))
         if found.path is None:
             return None
-        model = self.model_at(found.path)
-        if model is None:
-            return None
-        return self.member(model, attr, hops)
+        return self._member(_abs(found.path), attr, hops)
 
-    def member(self, model, attr: str, hops: int = 0) -> Symbol | None:
-        """`attr` (dotted) looked up inside `model`: a definition, a value or a re-export."""
+    def _member(self, path: str, attr: str, hops: int) -> Symbol | None:
+        """`attr` (dotted) inside the module at `path`: a definition, a value or a re-export."""
+        text = self._text_of(path)
+        if text is None:
+            return None
         head, _, rest = attr.partition(".")
-        if head in model.functions and not rest:
-            return Symbol(model, "function", head, model.functions[head])
-        if head in model.classes:
-            info = model.classes[head]
+        kind = text.kinds.get(head)
+        if kind == "def" and not rest:
+            return Symbol(self, path, "function", head)
+        if kind == "class":
             if not rest:
-                return Symbol(model, "class", head, info)
-            method = model.enclosing_class_method(info, rest)
-            return Symbol(model, "function", f"{head}.{rest}", method) if method is not None else None
-        if head in model.module_scope.assignments and not rest:
-            return Symbol(model, "value", head)
-        target = model.imports.qualify_text(attr)
-        if target is not None and target != attr:
-            return self._resolve(target, Path(_abs(model.path)), hops + 1)
+                return Symbol(self, path, "class", head)
+            return self.method_in_class(path, head, rest)
+        if kind == "var" and not rest:
+            return Symbol(self, path, "value", head)
+        if head in text.imports:  # a re-export: `from .checkpoint import save_checkpoint`
+            module, name = text.imports[head]
+            target = module if name is None else f"{module}.{name}"
+            return self._locate(f"{target}.{rest}" if rest else target, Path(path), hops + 1)
         return None
+
+    def method_in_class(self, path: str, cls: str, method: str, depth: int = 0) -> Symbol | None:
+        """`method` of class `cls` defined at `path`, or inherited from its bases (by text)."""
+        text = self._text_of(path)
+        if text is None or depth > MAX_BASE_DEPTH:
+            return None
+        if method in text.methods(cls):
+            return Symbol(self, path, "function", f"{cls}.{method}")
+        for base in text.bases(cls):
+            head, _, rest = base.partition(".")
+            if not rest and text.kinds.get(base) == "class":
+                found = self.method_in_class(path, base, method, depth + 1)
+            elif head in text.imports:
+                module, name = text.imports[head]
+                target = module if name is None else f"{module}.{name}"
+                symbol = self._locate(f"{target}.{rest}" if rest else target, Path(path), 0)
+                found = self.method_in_class(symbol.path, symbol.name, method, depth + 1) if symbol is not None and symbol.kind == "class" else None
+            else:
+                found = None
+            if found is not None:
+                return found
+        return None
+
+    def _text_of(self, path: str):
+        got = self._text_module(Path(path))
+        if got is not None:
+            stat = self._texts.get(path, (None,))[0]
+            if stat is not None:
+                self._note_used(path, *stat)
+        return got
+
+    # --- relevance ------------------------------------------------------------------------
+    def relevant(self, path: str, name: str, vocabulary: frozenset = CALLEE_VOCABULARY) -> bool:
+        """Whether a definition (and what it calls directly) can matter to an analysis:
+        its text names a scaler, an optimizer step, a backward, a clip, autocast, a
+        checkpoint (CALLEE_VOCABULARY), or for a value a dtype or device
+        (VALUE_VOCABULARY).  Others are never parsed for another module's sake."""
+        found, read, probed = self._closure((Path(path), name), RELEVANCE_DEPTH, vocabulary)
+        for key in read:
+            stat = self._texts.get(key, (None,))[0]
+            if stat is not None:
+                self._note_used(key, *stat)
+        self._note_missing(probed)
+        return bool(found)
 
     def resolve_module_file(self, dotted: str, importer) -> Path | None:
         hit = layout.resolve_module(dotted, Path(_abs(importer.path)))
         if hit.path is None:
             self._note_missing(hit.probed)
         return hit.path
+
+
+def _interesting(lowered: str) -> bool:
+    """The text holds a word of some vocabulary the project index reads for."""
+    return any(word in lowered for word in _interesting_words())
+
+
+@lru_cache(maxsize=1)
+def _interesting_words() -> tuple[str, ...]:
+    """Literal words without which no token of the vocabularies, nor of a rule's
+    `imported_tokens` groups, can be in a text (checked by tests/test_projects.py)."""
+    from amplint.registry import ALL_RULES
+
+    words = {"step", "save"}  # the two patterns of CALLEE_VOCABULARY
+    tokens = [*CALLEE_VOCABULARY, *VALUE_VOCABULARY]
+    for rule in ALL_RULES:
+        groups = (rule.requires_any, *rule.and_requires_any)
+        for i in rule.imported_tokens:
+            tokens.extend(groups[i])
+    todo = list(tokens)
+    while todo:
+        t = todo.pop()
+        if isinstance(t, tuple):
+            todo.extend(t)
+        elif isinstance(t, str):
+            words.add(t.lower())
+        elif isinstance(t, Word):
+            words.add(t.word)
+        elif isinstance(t, re.Pattern) and t in CALLEE_VOCABULARY:
+            continue  # covered by "step" / "save" above
+        else:
+            return ("",)  # a token without a literal: every text is interesting
+    return tuple(sorted(words))
+
+
+def _segment_text(module_text, name: str) -> str | None:
+    """The text of top-level `name`, or of method `Cls.method`."""
+    cls, _, method = name.partition(".")
+    if not method:
+        return module_text.segments.get(name)
+    return module_text.methods(cls).get(method)
 
 
 def _abs(path) -> str:

@@ -38,7 +38,7 @@ class Resolution:
     """The file a module name resolves to (None: not in the project) and what was tried."""
 
     path: Path | None
-    probed: tuple[Path, ...]
+    probed: tuple[str, ...]  # absolute paths, as strings (cheap to make by the thousand)
 
 
 @lru_cache(maxsize=4096)
@@ -146,23 +146,38 @@ def _resolve_in(folder: str, dotted: str) -> Resolution:
     if not dotted or not all(part.isidentifier() for part in dotted.split(".")):
         return Resolution(None, ())
     limit = _boundary(folder)
-    rel = os.path.join(*dotted.split("."))
-    probed: list[Path] = []
+    probed: list[str] = []
     for root in _import_roots(folder):
         own_folder = root == folder
         if not own_folder and not _inside(root, limit):
             continue
         bound = root if own_folder and not _inside(root, limit) else limit
-        for candidate in (os.path.join(root, rel + ".py"), os.path.join(root, rel, "__init__.py")):
-            probed.append(Path(candidate))
-            if os.path.isfile(candidate) and _inside(candidate, bound):
-                return Resolution(Path(candidate), tuple(probed))
+        tried, hit = _find(root, dotted)
+        probed.extend(tried)
+        if hit is not None and _inside(hit, bound):
+            return Resolution(Path(hit), tuple(probed))
     return Resolution(None, tuple(probed))
+
+
+@lru_cache(maxsize=65536)
+def _find(root: str, dotted: str) -> tuple[tuple[str, ...], str | None]:
+    """(paths tried, the one found) for module `dotted` directly under `root`.
+
+    Shared by every folder whose search passes through `root` (the package root, the
+    project root): a large package asks the same question from hundreds of folders.
+    """
+    rel = os.path.join(*dotted.split("."))
+    tried = []
+    for candidate in (os.path.join(root, rel + ".py"), os.path.join(root, rel, "__init__.py")):
+        tried.append(candidate)
+        if os.path.isfile(candidate):
+            return tuple(tried), candidate
+    return tuple(tried), None
 
 
 def clear_caches() -> None:
     """Forget what the file system looked like (files created or removed since)."""
-    for cached in (project_root, _project_root, package_root, _package_root, _package_parts, _import_roots, _boundary, _resolve_in):
+    for cached in (project_root, _project_root, package_root, _package_root, _package_parts, _import_roots, _boundary, _resolve_in, _find):
         cached.cache_clear()
 
 
@@ -173,7 +188,7 @@ def split_qualified(qualified: str, importer: Path) -> tuple[Resolution, str]:
     `utils`, attribute `checkpoint.save` (a name defined or re-exported in utils/__init__.py).
     """
     parts = qualified.split(".")
-    probed: list[Path] = []
+    probed: list[str] = []
     for cut in range(len(parts) - 1, 0, -1):
         found = resolve_module(".".join(parts[:cut]), importer)
         probed.extend(found.probed)

@@ -34,6 +34,9 @@ _NAME = re.compile(r"[A-Za-z_][\w.]*")
 class ImportedName:
     module: str  # absolute dotted module (relative imports resolved against the package)
     names: tuple[str, ...]  # what `from module import ...` takes; () for `import module`
+    # The local names they are bound to (`import a.b as c` binds c to a.b; plain `import a.b`
+    # binds a): one per entry of `names`, or one for a module import.
+    locals_: tuple[str, ...] = ()
 
 
 def imported_names(code: str, package: str | None) -> list[ImportedName]:
@@ -44,17 +47,20 @@ def imported_names(code: str, package: str | None) -> list[ImportedName]:
             for part in m.group("plain").replace("\\\n", " ").split(","):
                 words = part.split()
                 if words and _NAME.fullmatch(words[0]):
-                    out.append(ImportedName(words[0], ()))
+                    bound = words[2] if len(words) == 3 and words[1] == "as" else words[0].split(".")[0]
+                    module = words[0] if len(words) == 3 and words[1] == "as" else words[0]
+                    out.append(ImportedName(module, (), (bound,)))
             continue
         module = _absolute(m.group("module"), package)
         if module is None:
             continue
-        names = []
+        names, bound = [], []
         for part in m.group("names").strip("()").replace("\\\n", " ").split(","):
             words = part.split()
             if words and words[0] != "*" and words[0].isidentifier():
                 names.append(words[0])
-        out.append(ImportedName(module, tuple(names)))
+                bound.append(words[2] if len(words) == 3 and words[1] == "as" else words[0])
+        out.append(ImportedName(module, tuple(names), tuple(bound)))
     return out
 
 
@@ -90,7 +96,7 @@ def imported_files(code: str, path: Path, package: str | None, missing: set | No
         for dotted in candidates:
             hit = layout.resolve_module(dotted, path)
             if missing is not None:
-                missing.update(str(p) for p in hit.probed if p != hit.path)
+                missing.update(p for p in hit.probed if p != str(hit.path))
             if hit.path is not None and hit.path not in found and os.path.abspath(hit.path) != os.path.abspath(path):
                 found.append(hit.path)
     return found

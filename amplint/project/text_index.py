@@ -24,20 +24,38 @@ _TOP = re.compile(r"^(?:@|(?:async[ \t]+)?def[ \t]+(?P<def>\w+)|class[ \t]+(?P<c
 _CALLED = re.compile(r"(?<![\w.])([A-Za-z_]\w*)(?:[ \t]*\(|\.(\w+))")
 
 
+# A method inside a class segment: `def` indented once more than the `class` line.
+_METHOD = re.compile(r"^(?P<indent>[ \t]+)(?:@|(?:async[ \t]+)?def[ \t]+(?P<name>\w+))", re.MULTILINE)
+_CLASS_HEADER = re.compile(r"class[ \t]+\w+[ \t]*(?:\((?P<bases>[^)]*)\))?")
+
+
 @dataclass
 class TextModule:
-    """Top-level segments (name -> code text) and imported names of one module."""
+    """Top-level segments (name -> code text), their kinds, and imported names of one module."""
 
     segments: dict[str, str] = field(default_factory=dict)
+    kinds: dict[str, str] = field(default_factory=dict)  # "def", "class" or "var"
     # local name -> (module, name in that module or None for a module import)
     imports: dict[str, tuple[str, str | None]] = field(default_factory=dict)
+    _methods: dict[str, dict[str, str]] = field(default_factory=dict)
 
     @classmethod
-    def read(cls, code: str, package: str | None, *, segments: bool = True) -> "TextModule":
+    def read(cls, code: str, package: str | None, *, segments: bool = True, kinds: bool = False) -> "TextModule":
+        """`segments=False`: imports only; `kinds=True` with it: also which top-level names
+        are functions and classes (their text is not kept)."""
         out = cls()
-        starts = [(m.start(), m.group("def") or m.group("cls") or m.group("var")) for m in _TOP.finditer(code)] if segments else []
+        starts = []
+        if kinds and not segments:
+            for m in _TOP.finditer(code):
+                name = m.group("def") or m.group("cls") or m.group("var")
+                if name is not None:
+                    out.kinds.setdefault(name, "def" if m.group("def") else "class" if m.group("cls") else "var")
+        if segments:
+            for m in _TOP.finditer(code):
+                kind = "def" if m.group("def") else "class" if m.group("cls") else "var" if m.group("var") else None
+                starts.append((m.start(), m.group("def") or m.group("cls") or m.group("var"), kind))
         pending: list[str] = []
-        for i, (start, name) in enumerate(starts):
+        for i, (start, name, kind) in enumerate(starts):
             end = starts[i + 1][0] if i + 1 < len(starts) else len(code)
             if name is None:  # a decorator: its text belongs to the definition that follows
                 pending.append(code[start:end])
@@ -45,28 +63,49 @@ class TextModule:
             text = "".join(pending) + code[start:end]
             pending = []
             out.segments[name] = out.segments.get(name, "") + text
+            out.kinds.setdefault(name, kind)
         for imp in imported_names(code, package):
             if imp.names:
-                for n in imp.names:
-                    out.imports.setdefault(n, (imp.module, n))
+                for name, local in zip(imp.names, imp.locals_):
+                    out.imports.setdefault(local, (imp.module, name))
             else:
-                head = imp.module.split(".")[0]
-                out.imports.setdefault(head, (head, None))
-        # `import a.b as c` and `from x import y as z` bind other names: read the aliases.
-        for m in re.finditer(r"^[ \t]*(?:from[ \t]+(\.*[\w.]*)[ \t]+)?import[ \t]+([^\n]*\bas\b[^\n]*)", code, re.MULTILINE):
-            module = m.group(1)
-            for part in m.group(2).strip("()").split(","):
-                bits = part.split()
-                if len(bits) == 3 and bits[1] == "as" and bits[2].isidentifier():
-                    if module is None:
-                        out.imports[bits[2]] = (bits[0], None)
-                    else:
-                        from amplint.project.text_imports import _absolute
-
-                        absolute = _absolute(module, package)
-                        if absolute is not None:
-                            out.imports[bits[2]] = (absolute, bits[0])
+                # `import a.b` binds `a` (attributes reach a.b); `import a.b as c` binds c to a.b
+                local = imp.locals_[0] if imp.locals_ else imp.module.split(".")[0]
+                target = imp.module if imp.locals_ and local != imp.module.split(".")[0] else imp.module.split(".")[0]
+                out.imports.setdefault(local, (target, None))
         return out
+
+    def bases(self, cls_name: str) -> list[str]:
+        """The base expressions of a top-level class, as written (`nn.Module`, `Base`)."""
+        header = _CLASS_HEADER.search(self.segments.get(cls_name, ""))
+        if header is None or not header.group("bases"):
+            return []
+        out = []
+        for part in header.group("bases").split(","):
+            part = part.strip()
+            if part and "=" not in part and re.fullmatch(r"[A-Za-z_][\w.]*", part):
+                out.append(part)
+        return out
+
+    def methods(self, cls_name: str) -> dict[str, str]:
+        """Method name -> its text, for a top-level class (decorators kept with the method)."""
+        found = self._methods.get(cls_name)
+        if found is None:
+            found = {}
+            body = self.segments.get(cls_name, "")
+            marks = list(_METHOD.finditer(body))
+            indent = min((len(m.group("indent")) for m in marks if m.group("name")), default=None)
+            cuts = [m for m in marks if len(m.group("indent")) == indent]
+            pending = ""
+            for i, m in enumerate(cuts):
+                end = cuts[i + 1].start() if i + 1 < len(cuts) else len(body)
+                if m.group("name") is None:
+                    pending += body[m.start():end]
+                    continue
+                found[m.group("name")] = found.get(m.group("name"), "") + pending + body[m.start():end]
+                pending = ""
+            self._methods[cls_name] = found
+        return found
 
 
 def used_names(code: str) -> dict[str, set[str]]:
@@ -79,6 +118,12 @@ def used_names(code: str) -> dict[str, set[str]]:
     return out
 
 
-def attributes_used(code: str, name: str) -> set[str]:
-    """`{"clip", "save"}` for `utils.clip(...)`, `utils.save` in the code (name: `utils`)."""
-    return set(re.findall(rf"(?<![\w.]){re.escape(name)}\.(\w+)", code))
+def attributes_used(code: str, names: list[str]) -> dict[str, set[str]]:
+    """`{"utils": {"clip", "save"}}` for `utils.clip(...)`, `utils.save` in the code (one scan)."""
+    out: dict[str, set[str]] = {}
+    if not names:
+        return out
+    pattern = re.compile(r"(?<![\w.])(" + "|".join(map(re.escape, sorted(set(names), key=len, reverse=True))) + r")\.(\w+)")
+    for m in pattern.finditer(code):
+        out.setdefault(m.group(1), set()).add(m.group(2))
+    return out

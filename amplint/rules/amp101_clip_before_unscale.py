@@ -6,6 +6,7 @@ from amplint.analysis.bindings import Bindings
 from amplint.analysis.names import dotted
 from amplint.analysis.steps import Kind
 from amplint.diagnostics import Applicability
+from amplint.prefilter import Attr
 from amplint.rules._base import FixAvailability, InsertBefore, Rule
 
 # After any of these the gradients are no longer the scaled ones this backward produced:
@@ -69,7 +70,8 @@ class ClipBeforeUnscale(Rule):
     # Pre-filter: every clip spelling contains `clip_grad` (CLIP_FUNCTIONS, CLIP_METHODS);
     # a scaled backward is a `.backward`/`autograd.backward` of a `.scale(...)` call.
     requires_any = ("clip_grad",)
-    and_requires_any = (("backward",), ("scale",))
+    # `X.scale(loss).backward()`, `torch.autograd.backward(X.scale(loss))`: both attributes.
+    and_requires_any = ((Attr("backward"),), (Attr("scale"),))
     # The clip may sit in a project helper (`clip_gradients(model, 1.0)` from utils.py).
     imported_tokens = (0,)
 

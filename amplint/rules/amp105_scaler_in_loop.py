@@ -7,6 +7,8 @@ import libcst as cst
 from amplint.analysis.names import dotted
 from amplint.analysis.scaler_protocol import protocol
 from amplint.analysis.steps import Kind
+from amplint.analysis.casts import OPTIMIZER_TOKENS
+from amplint.prefilter import Attr, Word
 from amplint.rules._base import Rule
 
 # Loop variables that name an independent run: each gets its own model, optimizer and
@@ -65,7 +67,11 @@ class ScalerInLoop(Rule):
     name = "scaler-in-loop"
     message = "`{ctor}` is constructed in a loop{how}; its loss-scale history restarts every iteration"
     requires_any = ("GradScaler",)
-    imported_tokens = (0,)  # built by a project function called in the loop (`train_one_epoch`)
+    # The scaler may be built by a project function called in the loop (`train_one_epoch`,
+    # a `Trainer(...)` per fold). Such a loop is a training loop, whose file names epochs,
+    # steps, a trainer, fitting or an optimizer: without one of these it is not read further.
+    and_requires_any = (("epoch", Word("train"), Word("fit"), "trainer", Attr("step"), "scaler", *OPTIMIZER_TOKENS),)
+    imported_tokens = (0,)
 
     def check(self) -> None:
         proto = protocol(self.model)
