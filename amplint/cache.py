@@ -197,7 +197,7 @@ class ResultCache:
 
 
 def _dependencies(reads, own: str) -> dict | None:
-    """{"files": [[path, size, mtime_ns, sha256]], "missing": [path]} for an entry.
+    """{"files": [[path, size, mtime_ns, sha256]], "missing": [path], "folders": [[path, mtime_ns]]}.
 
     Hashes are taken now, from the bytes on disk; a file whose stat no longer matches
     what the check saw changed in between, and the result is not stored (None).
@@ -216,7 +216,7 @@ def _dependencies(reads, own: str) -> dict | None:
         except OSError:
             return None
         files.append([dep, size, mtime_ns, sha])
-    return {"files": files, "missing": sorted(reads.missing - {own})}
+    return {"files": files, "missing": sorted(reads.missing - {own}), "folders": sorted([f, m] for f, m in reads.folders.items())}
 
 
 def _deps_unchanged(entry: dict) -> bool:
@@ -233,6 +233,9 @@ def _deps_unchanged(entry: dict) -> bool:
                 continue
             if st.st_size != size or hashlib.sha256(Path(dep).read_bytes()).hexdigest() != sha:
                 return False
+        for folder, mtime_ns in deps.get("folders", ()):
+            if os.stat(folder).st_mtime_ns != mtime_ns:
+                return False  # a file was added, removed or renamed there
         return not any(os.path.exists(p) for p in deps.get("missing", ()))
     except (OSError, TypeError, ValueError):
         return False

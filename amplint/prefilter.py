@@ -214,31 +214,38 @@ def rules_that_may_fire(source: str, rules, path: str | None = None, *, project=
     # met by the project code it calls: only then is that code read.
     memo: dict = {}
     bare_or_none = without_strings if passing else None  # no second lexer pass for a skipped file
+    upward = {
+        r for r in rules
+        if r not in own and r.importer_tokens and _local_groups_match(r, own_text, memo, bare_or_none, r.importer_tokens)
+    }
+    if upward:
+        universe = _universe(tuple(sorted(upward, key=lambda r: r.code)), "importer_tokens")
+        present = project.importer_tokens(path, universe, reads)
+        upward = {r for r in upward if _groups_match(r, own_text, memo, bare_or_none, present, r.importer_tokens)}
     candidates = [
         r for r in rules
         if r not in own and r.imported_tokens and _local_groups_match(r, own_text, memo, bare_or_none)
     ]
     if not candidates:
-        return own
+        return tuple(r for r in rules if r in own or r in upward)
     # NB: the tokens of every rule that reads imported code, not only of these candidates:
     # the project index remembers what it found per definition and token set.
-    universe = _imported_universe(tuple(r for r in rules if r.imported_tokens))
+    universe = _universe(tuple(r for r in rules if r.imported_tokens), "imported_tokens")
     # NB: a file that failed the first stage has no code text: its imports are read from
     # the whole text (one in a docstring can only add a module to read).
     present = project.imported_tokens(path, raw_code if passing else source, package_of(path), universe, reads)
-    if not present:
-        return own
-    more = {r for r in candidates if _imported_groups_match(r, own_text, memo, bare_or_none, present)}
-    return tuple(r for r in rules if r in own or r in more)
+    more = {r for r in candidates if present and _groups_match(r, own_text, memo, bare_or_none, present, r.imported_tokens)}
+    return tuple(r for r in rules if r in own or r in more or r in upward)
 
 
 @lru_cache(maxsize=256)
-def _imported_universe(rules: tuple) -> frozenset:
-    """Every single token of the rules' `imported_tokens` groups (a tuple's parts on their own)."""
+def _universe(rules: tuple, attribute: str) -> frozenset:
+    """Every single token of the rules' `imported_tokens` (or `importer_tokens`) groups
+    (a tuple's parts on their own)."""
     out = set()
     for rule in rules:
         groups = token_groups(rule)
-        for i in rule.imported_tokens:
+        for i in getattr(rule, attribute):
             out.update(t.lower() if isinstance(t, str) else t for t in _flat(groups[i]))
     return frozenset(out)
 
@@ -271,8 +278,9 @@ def tokens_in(text: str, tokens: frozenset) -> frozenset:
     return frozenset(found)
 
 
-def _imported_groups_match(rule, text: str, memo: dict, bare, present: frozenset) -> bool:
-    """Each `imported_tokens` group has a token in the file or in the code it calls.
+def _groups_match(rule, text: str, memo: dict, bare, present: frozenset, indexes) -> bool:
+    """Each group of `indexes` has a token in the file or among `present` (found in the
+    code it calls, or in the files that import it).
 
     A tuple token (all of its parts) may have its parts in different places: that can
     only let more files through, never fewer.
@@ -285,16 +293,18 @@ def _imported_groups_match(rule, text: str, memo: dict, bare, present: frozenset
         t = t.lower() if isinstance(t, str) else t
         return t in present or _has(text, t, memo, bare)
 
-    return all(any(has(t) for t in groups[i]) for i in rule.imported_tokens)
+    return all(any(has(t) for t in groups[i]) for i in indexes)
 
 
-def _local_groups_match(rule, text: str, memo: dict, bare) -> bool:
-    """The groups a rule needs in the file itself (all but its `imported_tokens`) are there."""
+def _local_groups_match(rule, text: str, memo: dict, bare, elsewhere=None) -> bool:
+    """The groups a rule needs in the file itself (all but `elsewhere`, by default its
+    `imported_tokens`) are there."""
     groups = token_groups(rule)
+    skip = rule.imported_tokens if elsewhere is None else elsewhere
     return all(
         any(_has(text, t.lower() if isinstance(t, str) else t, memo, bare) for t in group)
         for i, group in enumerate(groups)
-        if i not in rule.imported_tokens
+        if i not in skip
     )
 
 

@@ -241,9 +241,31 @@ class Bindings:
             if isinstance(branch, cst.Call):
                 found.extend(self._autocast_call(branch, scope, depth))
             elif isinstance(branch, (cst.Name, cst.Attribute)):
-                for value, vscope in self.values.assigned(branch, scope):
+                assigned = self.values.assigned(branch, scope)
+                for value, vscope in assigned:
                     found.extend(self.autocast_of(value, vscope, depth + 1))
+                if not assigned and self.model.qualify(branch) not in AUTOCAST_CONTEXTS:
+                    found.extend(self._decorator_autocast(branch, scope, depth))
         return found
+
+    def _decorator_autocast(self, expr: cst.BaseExpression, scope, depth: int) -> list[AutocastInfo]:
+        """A function used as a decorator whose wrapper enters autocast around the call:
+
+            def fp16_forward(fn):
+                @functools.wraps(fn)
+                def wrapper(*args, **kwargs):
+                    with torch.autocast("cuda", dtype=torch.float16):
+                        return fn(*args, **kwargs)
+                return wrapper
+
+        `@fp16_forward` on a forward (this module's function, or one imported from the
+        project) runs that forward in the regions the function's body enters.
+        """
+        found = function_named(expr, scope)
+        if found is None:
+            return []
+        fn, model = found
+        return autocast_entered_in(fn, model, depth + 1)
 
     def _autocast_call(self, call: cst.Call, scope, depth: int, bound: tuple = ()) -> list[AutocastInfo]:
         if scope.model is not None and scope.model is not self.model:  # a scope of another module
@@ -326,6 +348,56 @@ class Bindings:
                 return None
             found |= {s.split(":")[0] for s in got}
         return frozenset(found) if found else None
+
+
+def function_named(expr: cst.BaseExpression, scope):
+    """(FunctionDef, its ModuleModel) that a name refers to: a function nested in an
+    enclosing scope, one of the module, or one imported from the project (if relevant)."""
+    from amplint.analysis.callees import project_symbol
+
+    model = scope.model
+    if isinstance(expr, cst.Name):
+        s = scope
+        while s is not None:
+            for inner in model.scopes:
+                if inner.parent is s and isinstance(inner.node, cst.FunctionDef) and inner.node.name.value == expr.value:
+                    return inner.node, model
+            s = s.parent
+        if expr.value in model.functions:
+            return model.functions[expr.value], model
+    qual = model.qualify(expr)
+    symbol = project_symbol(qual, model) if qual is not None else None
+    if symbol is not None and symbol.kind == "function" and "." not in symbol.name and symbol.relevant():
+        fn = symbol.node
+        if fn is not None:
+            return fn, symbol.model
+    return None
+
+
+def autocast_entered_in(fn: cst.FunctionDef, model, depth: int = 0) -> list[AutocastInfo]:
+    """The autocast contexts `with` statements inside `fn` (nested functions included) enter."""
+    collector = _WithCollector(model, fn)
+    walk(fn, collector)
+    found: list[AutocastInfo] = []
+    for item, scope in collector.items:
+        found.extend(model.bindings.autocast_of(item, scope, depth))
+    return found
+
+
+class _WithCollector(cst.CSTVisitor):
+    def __init__(self, model, fn: cst.FunctionDef) -> None:
+        self.model = model
+        self.scopes = [model.scope_of.get(fn, model.module_scope)]
+        self.items: list[tuple[cst.BaseExpression, object]] = []
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        self.scopes.append(self.model.scope_of.get(node, self.scopes[-1]))
+
+    def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:
+        self.scopes.pop()
+
+    def visit_WithItem(self, node: cst.WithItem) -> None:
+        self.items.append((node.item, self.scopes[-1]))
 
 
 def receiver_name(call: cst.Call) -> str | None:

@@ -325,6 +325,29 @@ class Precision:
         return self._fp16_word
 
 
+def runs_autocast(model) -> bool:
+    """The module enters an autocast context that may be enabled, or builds an enabled scaler."""
+    view = precision_of(model)
+    return view.enabled_scaler or any(info.may_be_enabled for _, _, info in view.autocast_sites)
+
+
+def autocast_from_importers(model) -> str | None:
+    """A project module that imports this one (directly or through others) and runs
+    autocast: the code of this module then runs under it (`layers.py` applied in
+    `model.py`'s forward, inside `engine.py`'s autocast).  Its path, or None."""
+    project = model.project
+    if project is None:
+        return None
+    for path in project.importers(model.path):
+        entry = project.raw_text(path)
+        if entry is None or ("autocast" not in entry and "gradscaler" not in entry):
+            continue  # neither can be there: not worth parsing
+        other = project.model_at(path)
+        if other is not None and runs_autocast(other):
+            return path
+    return None
+
+
 def _names_fp16(text: str) -> bool:
     last = text.split(".")[-1].lower()
     return last == "fp16" or last.startswith("fp16_") or last.endswith("_fp16") or last in ("half_precision",)

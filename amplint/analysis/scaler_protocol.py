@@ -292,11 +292,12 @@ def event_is(p: Point, pred: Callable[[Event], bool]) -> bool:
 
 def runs_without(graph: StepGraph, loop, event: Event, avoid: Callable[[Event], bool]) -> bool:
     """Within `loop`, some iteration runs `event` and none of the `avoid` events:
-    a path header -> event -> header that passes no avoided event."""
+    a path header -> event -> header that passes no avoided event (a `for` loop over
+    collections whose body has one counts as running it: `StepGraph.runs_in_loop`)."""
     target = graph.point(event)
-    blocked = lambda p: event_is(p, avoid)  # noqa: E731
-    before = search(loop.header, found=lambda p: p is target, blocked=blocked)
-    after = search(target, found=lambda p: p is loop.header, blocked=blocked)
+    blocked = lambda p: event_is(p, avoid) or (p is not loop.header and graph.runs_in_loop(p, avoid))  # noqa: E731
+    before = graph.search(loop.header, found=lambda p: p is target, blocked=blocked)
+    after = graph.search(target, found=lambda p: p is loop.header, blocked=blocked)
     return before and after
 
 
@@ -318,9 +319,9 @@ def in_iteration_reaches(graph: StepGraph, event: Event, pred: Callable[[Event],
     the training loop holding `event` (or anywhere after it, outside loops)."""
     loop = training_loop(graph, event)
     header = loop.header if loop is not None else None
-    return search(
+    return graph.search(
         graph.point(event),
-        found=lambda p: event_is(p, pred),
+        found=lambda p: event_is(p, pred) or (p is not header and graph.runs_in_loop(p, pred)),
         blocked=lambda p: p is header,
     )
 

@@ -23,11 +23,12 @@ from typing import Callable, Iterator
 import libcst as cst
 
 from amplint.analysis.bindings import AutocastInfo, call_arg
-from amplint.analysis.callees import resolve_call
+from amplint.analysis.callees import class_of_instance, resolve_call
 from amplint.analysis.names import dotted
 from amplint.analysis.walk import walk
 from amplint.analysis.torch_api import (
     AUTOGRAD_BACKWARD,
+    NO_GRAD_CONTEXTS,
     CLIP_FUNCTIONS,
     CLIP_METHODS,
     SCALER_CONSTRUCTORS,
@@ -36,6 +37,11 @@ from amplint.analysis.torch_api import (
 from amplint.analysis.values import value_branches
 
 MAX_INLINE_DEPTH = 3
+
+# Methods a project's own wrapper may define where torch has events of the same name:
+# an optimizer wrapper's backward/step/zero_grad, a scaler wrapper's scale/unscale_/update.
+_WRAPPED_METHODS = frozenset({"backward", "step", "zero_grad", "update", "unscale_", "scale", "clip_grad_norm_",
+                              "clip_grad_norm", "state_dict", "load_state_dict"})
 
 # Receivers whose `.backward(loss)` / `.clip_grad_norm_()` are library-managed and
 # unscale correctly (HF Accelerate, Lightning Fabric, DeepSpeed engines).
@@ -59,6 +65,9 @@ class Kind(enum.Enum):
 class AutocastRegion:
     info: AutocastInfo
     with_node: cst.With
+    # Entered under `torch.no_grad()` / `inference_mode()` (a `with`, or a decorated
+    # function inlined here): evaluation, whatever the function around it trains.
+    no_grad: bool = False
 
 
 @dataclass(eq=False)
@@ -78,6 +87,8 @@ class Event:
     qualname: str | None = None
     # The `if` conditions known to hold where the event runs: (normalised text, truth).
     guards: tuple[tuple[str, bool], ...] = ()
+    # GradScaler() constructions: the literal `enabled=` (None: decided at run time).
+    enabled: bool | None = None
 
     @property
     def inlined(self) -> bool:
@@ -136,6 +147,7 @@ class StepGraph:
         self._point_of: dict[int, Point] = {}
         self.loops: list[Loop] = []
         self._repeated: frozenset[str] | None = None
+        self._headers: dict[int, Loop] | None = None
         # Every autocast region entered while building, inlined helpers' included, with or
         # without events inside (a forward-only `with autocast():` still is one).
         self.regions: list[AutocastRegion] = []
@@ -150,6 +162,28 @@ class StepGraph:
     def point(self, event: Event) -> Point:
         return self._point_of[id(event)]
 
+    # --- for-loops over collections ------------------------------------------------------
+    def loop_events(self, loop: "Loop") -> list[Event]:
+        """The events inside a loop's body (inlined helpers' included)."""
+        return [e for e in self.events if loop in e.loops]
+
+    def runs_in_loop(self, point: Point, pred: Callable[[Event], bool]) -> bool:
+        """`point` is the header of a `for` loop whose body has a `pred` event.
+
+        `for opt in optimizers: scaler.unscale_(opt)` unscales every optimizer: reading
+        the zero-iteration path (or a `continue` that skips the optimizers not stepped
+        either) as "no unscale_" is the graph's imprecision, not the program's.  So a
+        search that asks whether such an event happens counts entering the loop as
+        running it.  `while` loops are not assumed to run.
+        """
+        loop = self._header_loops().get(id(point))
+        return loop is not None and isinstance(loop.node, cst.For) and any(pred(e) for e in self.loop_events(loop))
+
+    def _header_loops(self) -> dict[int, "Loop"]:
+        if self._headers is None:
+            self._headers = {id(loop.header): loop for loop in self.loops}
+        return self._headers
+
     def reachable(
         self,
         start: Event | Point,
@@ -157,11 +191,13 @@ class StepGraph:
         stop: Callable[[Event], bool] = lambda e: False,
         include_start: bool = False,
         guarded: bool = False,
+        stop_at: Callable[[Point], bool] | None = None,
     ) -> Iterator[Event]:
         """Events reachable after `start`, not walking past events for which `stop` holds.
 
         Stopping events are yielded themselves; loops are followed around their back
-        edges, so "after" includes the next iteration.
+        edges, so "after" includes the next iteration.  `stop_at` stops the walk at a
+        point (no event; e.g. a loop that runs a stopping event, `runs_in_loop`).
 
         `guarded=True` makes the walk path-sensitive for `if` conditions tested more than
         once: starting from an event under `if scaler is not None:`, the implicit `else`
@@ -182,9 +218,11 @@ class StepGraph:
                     yield p.event
                     if stop(p.event):
                         continue
+                if stop_at is not None and stop_at(p):
+                    continue
                 queue.extend(p.succ)
             return
-        yield from self._reachable_guarded(origin, stop, include_start)
+        yield from self._reachable_guarded(origin, stop, include_start, stop_at)
 
     # States of the path-sensitive walk before it falls back to forgetting conditions.
     _MAX_GUARDED_STATES = 20000
@@ -200,7 +238,7 @@ class StepGraph:
             self._repeated = frozenset(t for t, n in count.items() if n > 1)
         return self._repeated
 
-    def _reachable_guarded(self, origin: Point, stop, include_start: bool) -> Iterator[Event]:
+    def _reachable_guarded(self, origin: Point, stop, include_start: bool, stop_at=None) -> Iterator[Event]:
         tracked = self._repeated_conditions
         start_facts = origin.event.guards if origin.event is not None else ()
         facts0 = frozenset((t, v) for t, v in start_facts if t in tracked)
@@ -229,7 +267,47 @@ class StepGraph:
                     yield p.event
                 if stop(p.event):
                     continue
+            if stop_at is not None and stop_at(p):
+                continue
             queue.extend((q, facts) for q in p.succ)
+
+    def search(self, start: Point | list[Point], *, found: Callable[[Point], bool],
+               blocked: Callable[[Point], bool] = lambda p: False) -> bool:
+        """Breadth-first from the successors of `start`, path-sensitive like
+        `reachable(guarded=True)`: is a `found` point reachable without entering a
+        `blocked` one, on a path whose `if` conditions never contradict each other?
+        (A point that is both counts as found.)  The facts a start event runs under
+        are the path's first facts."""
+        origins = [start] if isinstance(start, Point) else list(start)
+        tracked = self._repeated_conditions
+        headers = self._header_loops()
+        queue: deque = deque()
+        for origin in origins:
+            start_facts = origin.event.guards if origin.event is not None else ()
+            facts0 = frozenset((t, v) for t, v in start_facts if t in tracked)
+            queue.extend((q, facts0) for q in origin.succ)
+        seen: set[tuple[int, frozenset]] = set()
+        while queue:
+            p, facts = queue.popleft()
+            if len(seen) > self._MAX_GUARDED_STATES:
+                facts = frozenset()  # NB: bounded cost; forgetting only adds paths
+            if id(p) in headers and facts:
+                facts = headers[id(p)].keep_invariant(facts)
+            if p.guards:
+                known = dict(facts)
+                if any(known.get(t, v) != v for t, v in p.guards):
+                    continue
+                facts = facts | frozenset(g for g in p.guards if g[0] in tracked)
+            state = (id(p), facts)
+            if state in seen:
+                continue
+            seen.add(state)
+            if found(p):
+                return True
+            if blocked(p):
+                continue
+            queue.extend((q, facts) for q in p.succ)
+        return False
 
     def reaches_point(self, start: Event | Point, target: Point, *, stop: Callable[[Event], bool]) -> bool:
         """Whether `target` is reachable from `start` without passing a stopping event."""
@@ -290,6 +368,7 @@ class _Builder:
         self.scope = graph.scope
         self.via: tuple[str, ...] = ()
         self.guards: tuple[tuple[str, bool], ...] = ()
+        self.no_grad = False  # inside `with torch.no_grad():` or a no_grad-decorated helper
 
     # The module whose code is being read: the graph's own, or the module of an inlined
     # function from elsewhere in the project (names there qualify through its imports).
@@ -415,17 +494,21 @@ class _Builder:
                 self.block(_statements(s.finalbody.body))
         elif isinstance(s, cst.With):
             pushed = 0
+            grad_was = self.no_grad
             for item in s.items:
                 self.expr(item.item)
+                if self._disables_grad(item.item):
+                    self.no_grad = True
                 infos = self.b.autocast_of(item.item, self.scope)
                 if infos:
                     info = _merge_autocast(infos)
-                    self.regions.append(AutocastRegion(info, s))
+                    self.regions.append(AutocastRegion(info, s, no_grad=self.no_grad))
                     self.graph.regions.append(self.regions[-1])
                     pushed += 1
             self.block(_statements(s.body))
             for _ in range(pushed):
                 self.regions.pop()
+            self.no_grad = grad_was
         elif isinstance(s, cst.Match) if hasattr(cst, "Match") else False:
             self.expr(s.subject)
             start = self.frontier
@@ -474,6 +557,13 @@ class _Builder:
         if not self.inline_stack:
             self.anchor = call
         try:
+            # `self.optim.backward(loss)` / `.step()` of a project class (an optimizer
+            # wrapper that owns the scaler) runs that class's method: read it, rather than
+            # taking the call for a plain backward or step.
+            wrapper = self.callee(call) if self._method_of_an_instance(call) else None
+            if wrapper is not None:
+                self.inline(wrapper)
+                return
             event = self.classify(call)
             if event is not None:
                 self._new_point(event)
@@ -511,7 +601,8 @@ class _Builder:
             scaler = self._scaled_by(tensors)
             return self.make_event(Kind.BACKWARD, call, qualname=qual, scaled=scaler is not None, scaler=scaler)
         if qual in SCALER_CONSTRUCTORS or qual in SHARDED_SCALER_CONSTRUCTORS:
-            return self.make_event(Kind.SCALER_NEW, call, qualname=qual)
+            enabled = b.values.literal_bool(call_arg(call, 4 if qual.startswith(("torch.cuda", "torch.cpu")) else 5, "enabled"))
+            return self.make_event(Kind.SCALER_NEW, call, qualname=qual, enabled=enabled)
         if qual == "torch.save":
             return self.make_event(Kind.SAVE, call, qualname=qual)
         if qual is None and isinstance(func, cst.Name) and func.value in CLIP_METHODS and func.value not in self.model.functions:
@@ -599,9 +690,23 @@ class _Builder:
         if top and before == after:
             eventless.add(id(callee.fn))
 
+    def _method_of_an_instance(self, call: cst.Call) -> bool:
+        """`x.method(...)` where `x` holds an instance of a class defined in the project."""
+        func = call.func
+        if not isinstance(func, cst.Attribute) or func.attr.value not in _WRAPPED_METHODS:
+            return False
+        return class_of_instance(func.value, self.scope) is not None
+
+    def _disables_grad(self, expr: cst.BaseExpression) -> bool:
+        """`torch.no_grad()`, `torch.inference_mode()` (called or not)."""
+        target = expr.func if isinstance(expr, cst.Call) else expr
+        return self.model.qualify(target) in NO_GRAD_CONTEXTS
+
     def _inline(self, callee) -> None:
         callee_scope = callee.scope
-        saved = (self.scope, self.via)
+        saved = (self.scope, self.via, self.no_grad)
+        if any(self._decorator_disables_grad(d.decorator, callee.model) for d in callee.fn.decorators):
+            self.no_grad = True
         self.inline_stack.append(callee.fn)
         self.return_targets.append([])
         self.scope = callee_scope
@@ -615,7 +720,12 @@ class _Builder:
         finally:
             self.return_targets.pop()
             self.inline_stack.pop()
-            self.scope, self.via = saved
+            self.scope, self.via, self.no_grad = saved
+
+    @staticmethod
+    def _decorator_disables_grad(expr: cst.BaseExpression, model) -> bool:
+        target = expr.func if isinstance(expr, cst.Call) else expr
+        return model.qualify(target) in NO_GRAD_CONTEXTS
 
 
 def module_label(model) -> str:

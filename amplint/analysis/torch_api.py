@@ -128,3 +128,9 @@ DEPRECATIONS: dict[str, Deprecation] = {
         Deprecation("torch.cpu.amp.grad_scaler.GradScaler", "torch.amp.GradScaler", "positional", "cpu"),
     )
 }
+
+
+# Contexts (and decorators) under which no gradient is recorded: code run there is
+# evaluation, not training, whatever autocast it enters.
+NO_GRAD_CONTEXTS = frozenset({"torch.no_grad", "torch.inference_mode", "torch.autograd.no_grad",
+                              "torch.autograd.grad_mode.no_grad", "torch.autograd.grad_mode.inference_mode"})

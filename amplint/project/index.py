@@ -39,6 +39,8 @@ MAX_DEPENDENCY_BYTES = 400_000
 IMPORT_TEXT_DEPTH = 3
 # `class Trainer(BaseTrainer):` : a base class's code runs for the subclass too.
 _CLASS_BASES = re.compile(r"^[ \t]*class[ \t]+\w+[ \t]*\(([^)]*)\)", re.MULTILINE)
+# How many levels of importers are searched (layers.py <- model.py <- engine.py <- main.py).
+IMPORTER_DEPTH = 4
 # How far the relevance check follows what a definition calls.
 RELEVANCE_DEPTH = 1
 # How far a class's bases are followed by text.
@@ -103,10 +105,12 @@ class Reads:
 
     used: dict[str, tuple[int, int]] = field(default_factory=dict)  # path -> (size, mtime_ns)
     missing: set[str] = field(default_factory=set)
+    folders: dict[str, int] = field(default_factory=dict)  # folder -> mtime_ns (a file added changes it)
 
     def merge(self, other: "Reads") -> None:
         self.used.update(other.used)
         self.missing |= other.missing
+        self.folders.update(other.folders)
 
 
 @dataclass
@@ -131,6 +135,7 @@ class ProjectIndex:
         self._resolved: dict[tuple[str, str], Symbol | None] = {}
         self._texts: dict[str, tuple] = {}
         self._closures: dict = {}
+        self._raw: dict = {}
         self._target_memo: dict = {}
         self._segments: dict = {}
 
@@ -488,6 +493,90 @@ class ProjectIndex:
                 self._note_used(path, *stat)
         return got
 
+    # --- looking upward: who imports a module ---------------------------------------------
+    def importers(self, path: str, depth: int = IMPORTER_DEPTH) -> list[str]:
+        """Project files that import the module at `path`, directly or through others
+        (breadth first, nearest first), found by reading the project's files as text."""
+        from amplint.project import census
+
+        key = _abs(path)
+        listing = census.list_project(str(layout.boundary(Path(key))))
+        for reads in self._reads:
+            reads.folders.update(listing.folders)
+        if not listing.complete:
+            return []
+        level = {key}
+        seen = {key}
+        found: list[str] = []
+        for _ in range(depth):
+            words = {_module_word(p) for p in level}
+            following: set[str] = set()
+            for f in listing.files:
+                if f in seen:
+                    continue
+                entry = self._raw_imports(f)
+                if entry is None:
+                    continue
+                lowered, imports = entry
+                if not any(w in lowered for w in words):
+                    continue
+                if level.intersection(imports):
+                    following.add(f)
+            if not following:
+                break
+            found.extend(sorted(following))
+            seen |= following
+            level = following
+        return found
+
+    def importer_tokens(self, path: str, tokens, reads: Reads | None = None) -> frozenset:
+        """Which of `tokens` the files that import `path` (directly or not) contain."""
+        from amplint.prefilter import tokens_in
+
+        tokens = frozenset(tokens)
+        present: set = set()
+        self._reads.append(reads if reads is not None else Reads())
+        try:
+            for importer in self.importers(path):
+                text = self.raw_text(importer)
+                if text is not None:
+                    present |= tokens_in(text, tokens)
+                if present == tokens:
+                    break
+        finally:
+            self._reads.pop()
+        return frozenset(present)
+
+    def raw_text(self, path: str) -> str | None:
+        """A project file's text, lowercased (cached by stat; noted as read)."""
+        entry = self._raw_imports(_abs(path))
+        return entry[0] if entry is not None else None
+
+    def _raw_imports(self, key: str):
+        """(lowercased text, imported project files) of one file, cached by stat; noted as read."""
+        from amplint import sources
+        from amplint.prefilter import package_of
+        from amplint.project.text_imports import imported_files
+
+        try:
+            st = os.stat(key)
+        except OSError:
+            return None
+        stat = (st.st_size, st.st_mtime_ns)
+        self._note_used(key, *stat)
+        cached = self._raw.get(key)
+        if cached is not None and cached[0] == stat:
+            return cached[1]
+        entry = None
+        if st.st_size <= MAX_DEPENDENCY_BYTES:
+            try:
+                text = sources.read(Path(key)).text
+                entry = (text.lower(), frozenset(_abs(p) for p in imported_files(text, Path(key), package_of(key))))
+            except sources.UnreadableSource:
+                entry = None
+        self._raw[key] = (stat, entry)
+        return entry
+
     # --- relevance ------------------------------------------------------------------------
     def relevant(self, path: str, name: str, vocabulary: frozenset = CALLEE_VOCABULARY) -> bool:
         """Whether a definition (and what it calls directly) can matter to an analysis:
@@ -537,9 +626,25 @@ def _interesting_words() -> tuple[str, ...]:
             words.add(t.word)
         elif isinstance(t, re.Pattern) and t in CALLEE_VOCABULARY:
             continue  # covered by "step" / "save" above
+        elif isinstance(t, re.Pattern) and t.pattern in _PATTERN_LITERALS:
+            if _PATTERN_LITERALS[t.pattern] is not None:
+                words.add(_PATTERN_LITERALS[t.pattern])
         else:
             return ("",)  # a token without a literal: every text is interesting
     return tuple(sorted(words))
+
+
+def _module_word(path: str) -> str:
+    """The word an import of the module at `path` must contain (`layers` for layers.py,
+    the package's name for an `__init__.py`)."""
+    p = Path(path)
+    return (p.parent.name if p.name == "__init__.py" else p.stem).lower()
+
+
+# Patterns among the rules' imported tokens, and a literal each cannot match without
+# (None: not looked for in other modules; AMP501's string escape can spell "fp16" in a
+# string of the file itself, and nothing reads another module's strings that way).
+_PATTERN_LITERALS = {r"float16(?<!bfloat16)": "float16", r"\\(?:x|u|n\{|[0-7])": None}
 
 
 def _segment_text(module_text, name: str) -> str | None:
@@ -581,6 +686,9 @@ def for_path(path: str) -> ProjectIndex | None:
 
 def reset_shared() -> None:
     """Start from an empty index (tests; a long-lived process after files moved)."""
+    from amplint.project import census
+
     global _SHARED
     _SHARED = None
     layout.clear_caches()
+    census.clear()

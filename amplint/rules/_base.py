@@ -112,6 +112,10 @@ class Rule:
     # project code the file calls rather than by the file itself (AMP101's clip inside a
     # `clip_gradients` helper of utils.py).  The others must be in the file.
     imported_tokens: ClassVar[tuple[int, ...]] = ()
+    # Token groups that may be met by the project files that import this one (AMP205: the
+    # autocast is entered in the training loop that uses the model that applies the
+    # Function).  Looking upward reads the whole project, so only for rare local shapes.
+    importer_tokens: ClassVar[tuple[int, ...]] = ()
 
     def __init_subclass__(cls, **kwargs) -> None:
         super().__init_subclass__(**kwargs)

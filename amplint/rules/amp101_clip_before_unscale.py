@@ -81,7 +81,8 @@ class ClipBeforeUnscale(Rule):
                 if not backward.scaled:
                     continue
                 stop = lambda e: e.kind in _ENDS_SCALED_WINDOW or (e.kind is Kind.BACKWARD and e.scaled)  # noqa: E731
-                for event in graph.reachable(backward, stop=stop, guarded=True):
+                unscales = lambda p: graph.runs_in_loop(p, lambda e: e.kind is Kind.UNSCALE)  # noqa: E731
+                for event in graph.reachable(backward, stop=stop, guarded=True, stop_at=unscales):
                     if event.kind is not Kind.CLIP:
                         continue
                     clip_name = dotted(event.node.func) or event.qualname or "clip_grad_norm_"

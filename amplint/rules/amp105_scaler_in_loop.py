@@ -6,7 +6,7 @@ import libcst as cst
 
 from amplint.analysis.names import dotted
 from amplint.analysis.scaler_protocol import protocol
-from amplint.analysis.steps import Kind
+from amplint.analysis.steps import MANAGED_RECEIVER_WORDS, Kind
 from amplint.analysis.casts import OPTIMIZER_TOKENS
 from amplint.prefilter import Attr, Word
 from amplint.rules._base import Rule
@@ -81,7 +81,9 @@ class ScalerInLoop(Rule):
         seen: set[int] = set()
         for graph in self.model.steps:
             for ev in graph.of_kind(Kind.SCALER_NEW):
-                if id(ev.node) in disabled or not ev.loops or id(ev.node) in seen:
+                if id(ev.node) in disabled or not ev.loops or id(ev.node) in seen or id(ev.anchor) in seen:
+                    continue
+                if self._built_by_an_engine(ev):
                     continue
                 target = targets.get(id(ev.node))
                 if target and any(g.cond == target and not g.holds for g in proto.guards(ev)):
@@ -96,12 +98,26 @@ class ScalerInLoop(Rule):
                     how = f" (through `{self.model.module.code_for_node(ev.anchor.func)}()`, called in a loop)"
                 ctor = self.model.module.code_for_node(ev.node.func) + "(...)"
                 seen.add(id(ev.node))
+                if ev.inlined:
+                    seen.add(id(ev.anchor))  # one finding per call, whichever branch builds it
                 if ev.scope.model is self.model:
                     self.report(ev.node, ctor=ctor, how=how)
                 else:
                     # Built in another module's function, called in a loop here: the
                     # loop is ours to report, at the call; the note names the construction.
                     self.report_event(ev, ctor=ctor, how=how)
+
+    @staticmethod
+    def _built_by_an_engine(ev) -> bool:
+        """Built while constructing a training engine (`Accelerator(...)`, a `Trainer`, a
+        DeepSpeed engine): a new engine per iteration is a new run with its own state,
+        not a scaler thrown away.  A scaler wrapper (`NativeScaler()`) per epoch is."""
+        for step in ev.via:
+            cls, _, method = step.rpartition(".")
+            name = cls.split(".")[-1].lower()
+            if method == "__init__" and "scaler" not in name and any(w in name for w in MANAGED_RECEIVER_WORDS):
+                return True
+        return False
 
     def _independent_run(self, loop: cst.CSTNode) -> bool:
         if isinstance(loop, cst.For):

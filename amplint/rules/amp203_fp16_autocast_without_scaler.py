@@ -84,7 +84,11 @@ class Fp16AutocastWithoutScaler(Rule):
             if not (backward and stepped):
                 continue
             trains = True
+            if self._scales_through_helpers(events):
+                continue  # an optimizer wrapper of the project scales (`self.optim.backward(loss)`)
             for region in graph.regions:
+                if region.no_grad:
+                    continue  # a validation helper inlined into train(): nothing is trained there
                 if may_run_fp16(region.info) and id(region.with_node) not in reported:
                     reported.add(id(region.with_node))
                     self.report(region.with_node)
@@ -98,6 +102,14 @@ class Fp16AutocastWithoutScaler(Rule):
             if in_forward and may_run_fp16(region.info) and id(region.node) not in reported:
                 reported.add(id(region.node))
                 self.report(region.node)
+
+    @staticmethod
+    def _scales_through_helpers(events) -> bool:
+        """A scaled backward or a scaler step reached through a helper or a wrapper's method."""
+        return any(
+            e.inlined and ((e.kind is Kind.BACKWARD and e.scaled) or e.kind in (Kind.SCALER_STEP, Kind.UNSCALE))
+            for e in events
+        )
 
     def _training_scopes(self) -> list:
         """Scopes that call backward, and those that call them (a `train_step` helper).

@@ -7,6 +7,7 @@ import libcst as cst
 from amplint.analysis.bindings import call_arg
 from amplint.analysis.precision import precision_of
 from amplint.analysis.torch_api import HALF_DTYPES
+from amplint.analysis.steps import Kind
 from amplint.prefilter import CodeWord
 from amplint.rules._base import Rule
 
@@ -60,13 +61,25 @@ class ScalerWithBf16(Rule):
             if c.enabled is False:
                 continue
             enabled = call_arg(c.call, None, "enabled")
-            if enabled is not None and self._tests_fp16(enabled):
+            if enabled is not None and self._tests_fp16(enabled, self.model):
                 continue
             self.report(c.call)
+        # Built by a helper of another module (`scaler = build_scaler(cfg)`): reported at
+        # the call, where this module takes the scaler it uses with bfloat16.
+        reported: set[int] = set()
+        for graph in self.model.steps:
+            for ev in graph.of_kind(Kind.SCALER_NEW):
+                if ev.scope.model is self.model or ev.enabled is False or id(ev.anchor) in reported:
+                    continue
+                enabled = call_arg(ev.node, None, "enabled")
+                if enabled is not None and self._tests_fp16(enabled, ev.scope.model):
+                    continue
+                reported.add(id(ev.anchor))
+                self.report_event(ev)
 
-    def _tests_fp16(self, expr: cst.BaseExpression) -> bool:
+    @staticmethod
+    def _tests_fp16(expr: cst.BaseExpression, model) -> bool:
         """`enabled=args.fp16`, `enabled=(dtype == torch.float16)`: on only for float16."""
-        model = self.model
         found = False
 
         class V(cst.CSTVisitor):

@@ -5,7 +5,8 @@ from __future__ import annotations
 import libcst as cst
 
 from amplint.analysis.names import dotted
-from amplint.analysis.precision import precision_of
+from amplint.analysis.bindings import autocast_entered_in
+from amplint.analysis.precision import autocast_from_importers, precision_of, runs_autocast
 from amplint.analysis.scaler_protocol import SCALER_USE_TOKENS
 from amplint.prefilter import CodeWord
 from amplint.rules._base import Rule
@@ -83,30 +84,49 @@ class CustomFunctionWithoutCustomFwd(Rule):
     # NB: the module must enter autocast (a word, as in AMP201) or build or use a
     # GradScaler (`enabled_scaler`: a scaler handed in is found by its use alone).
     and_requires_any = ((CodeWord("autocast"), "GradScaler", *SCALER_USE_TOKENS),)
+    importer_tokens = (1,)  # the autocast may be entered by a module that uses this one
 
     def check(self) -> None:
         model = self.model
-        precision = precision_of(model)
-        runs_autocast = precision.enabled_scaler or any(
-            info.may_be_enabled for _, _, info in precision.autocast_sites
-        )
-        if not runs_autocast:
-            return
+        undecorated = []
         for cls in model.classes.values():
             if not any(model.imports.qualify_text(b) in _FUNCTION_BASES for b in cls.bases):
                 continue
             forward = cls.methods.get("forward")
             if forward is None or self._disables_autocast(forward):
                 continue
+            backward = cls.methods.get("backward")
+            if backward is not None and autocast_entered_in(backward, model):
+                continue  # custom_bwd by hand: backward re-enters the autocast state forward saw
             missing = []
             if not _decorated_with(forward, "custom_fwd"):
                 missing.append("custom_fwd")
-            backward = cls.methods.get("backward")
             if backward is not None and not _decorated_with(backward, "custom_bwd"):
                 missing.append("custom_bwd")
             if missing:
-                self.report(cls.node, cls=cls.name, missing="` / `".join(missing))
+                undecorated.append((cls, missing))
+        if not undecorated:
+            return
+        notes: tuple[str, ...] = ()
+        if not runs_autocast(model):
+            # The module may be applied under autocast entered elsewhere in the project
+            # (a model's forward, inside the training loop's autocast of engine.py).
+            origin = autocast_from_importers(model)
+            if origin is None:
+                return
+            notes = (f"runs under the autocast of {_relative(origin, model.path)}, which imports this module",)
+        for cls, missing in undecorated:
+            self.report(cls.node, cls=cls.name, missing="` / `".join(missing), notes=notes)
 
     def _disables_autocast(self, forward: cst.FunctionDef) -> bool:
         scope = self.model.scope_of.get(forward)
         return any(r.scope is scope and r.info.enabled is False for r in precision_of(self.model).regions)
+
+
+def _relative(path: str, beside: str) -> str:
+    import os
+
+    try:
+        return os.path.relpath(path, os.path.dirname(os.path.abspath(beside)))
+    except ValueError:
+        return path

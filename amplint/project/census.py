@@ -1,0 +1,58 @@
+"""The files of a project, for the questions that look upward: who imports this module?
+
+Most facts flow from a callee to its caller, and the caller's check reads the callee.
+A few flow the other way: a `torch.autograd.Function` in `layers.py` runs under the
+autocast that `engine.py` enters around the model that uses it (AMP205).  Answering
+that for a file checked alone means looking at the rest of the project, so this module
+lists it: the Python files under the project's boundary, skipping what is never the
+project's own code.  The folders walked are reported with their mtimes, because a file
+added to one of them can change the answer.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from functools import lru_cache
+
+# Folders that are never a project's own code (virtual environments, build output,
+# caches, vendored packages); hidden folders are skipped as well.
+SKIPPED_FOLDERS = frozenset(
+    {"__pycache__", "node_modules", "site-packages", "dist-packages", "build", "dist", "venv", "env", ".venv",
+     ".tox", ".nox", ".eggs", ".mypy_cache", ".pytest_cache", ".amplint_cache"}
+)
+# A project larger than this is not searched upward (the answer would cost more than
+# the check); the facts that need it are then judged from the module alone.
+MAX_PROJECT_FILES = 20_000
+
+
+@dataclass(frozen=True)
+class Listing:
+    files: tuple[str, ...]
+    folders: tuple[tuple[str, int], ...]  # (folder, mtime_ns): what was walked
+    complete: bool  # False when MAX_PROJECT_FILES was reached
+
+
+@lru_cache(maxsize=16)
+def list_project(boundary: str) -> Listing:
+    """Every .py file under `boundary` (cached per process: `clear()` after edits)."""
+    files: list[str] = []
+    folders: list[tuple[str, int]] = []
+    complete = True
+    for root, dirs, names in os.walk(boundary):
+        try:
+            folders.append((root, os.stat(root).st_mtime_ns))
+        except OSError:
+            continue
+        dirs[:] = sorted(d for d in dirs if d not in SKIPPED_FOLDERS and not d.startswith("."))
+        for name in sorted(names):
+            if name.endswith(".py"):
+                files.append(os.path.join(root, name))
+        if len(files) > MAX_PROJECT_FILES:
+            complete = False
+            break
+    return Listing(tuple(files), tuple(folders), complete)
+
+
+def clear() -> None:
+    list_project.cache_clear()
