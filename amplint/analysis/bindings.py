@@ -153,7 +153,10 @@ class Bindings:
             if name in ("unscale_", "get_scale"):
                 keys.add(k)
             elif name == "backward" and isinstance(func.value, cst.Call):
-                inner = func.value.func
+                from amplint.analysis.steps import passed_through
+
+                inner = passed_through(func.value, self.model)
+                inner = inner.func if isinstance(inner, cst.Call) else inner
                 if isinstance(inner, cst.Attribute) and inner.attr.value == "scale":
                     sk = self.key(inner.value, site.scope)
                     if sk is not None:
@@ -186,12 +189,26 @@ class Bindings:
         return bool(self.scaler_keys)
 
     # --- optimizers ----------------------------------------------------------------------
-    def is_optimizer_constructor(self, call: cst.Call) -> bool:
-        qual = self.model.qualify(call.func) or ""
-        if not qual.startswith(OPTIMIZER_PACKAGES) or qual.startswith(NOT_OPTIMIZERS):
-            return False
-        last = qual.rsplit(".", 1)[-1]
-        return last[:1].isupper() and last not in ("Optimizer",)
+    def is_optimizer_constructor(self, call: cst.Call, scope=None) -> bool:
+        return bool(self.optimizer_classes(call, scope))
+
+    def optimizer_classes(self, call: cst.Call, scope=None) -> list[str]:
+        """The optimizer classes (qualified) a call may construct: `torch.optim.AdamW(...)`,
+        or, with the scope it is written in, a name bound to such classes, as diffusers
+        scripts pick one (`optimizer_class = bnb.optim.AdamW8bit if args.use_8bit_adam
+        else torch.optim.AdamW`, also in if/else statements)."""
+        qual = self.model.qualify(call.func)
+        if qual is not None:
+            return [qual] if _is_optimizer_class(qual) else []
+        if scope is None or not isinstance(call.func, (cst.Name, cst.Attribute)):
+            return []
+        found = []
+        for value, vscope in self.values.assigned(call.func, scope):
+            for branch in value_branches(value):
+                bq = vscope.model.qualify(branch)
+                if bq is not None and _is_optimizer_class(bq):
+                    found.append(bq)
+        return found
 
     @cached_property
     def optimizer_keys(self) -> frozenset[str]:
@@ -199,7 +216,7 @@ class Bindings:
         for scope in self.model.scopes:
             for text, values in scope.assignments.items():
                 for v in values:
-                    if any(isinstance(b, cst.Call) and self.is_optimizer_constructor(b) for b in value_branches(v)):
+                    if any(isinstance(b, cst.Call) and self.is_optimizer_constructor(b, scope) for b in value_branches(v)):
                         keys.add(self.key(cst.parse_expression(text), scope))
         methods: dict[str, set[str]] = {}
         for site in self.model.calls:
@@ -398,6 +415,13 @@ class _WithCollector(cst.CSTVisitor):
 
     def visit_WithItem(self, node: cst.WithItem) -> None:
         self.items.append((node.item, self.scopes[-1]))
+
+
+def _is_optimizer_class(qual: str) -> bool:
+    if not qual.startswith(OPTIMIZER_PACKAGES) or qual.startswith(NOT_OPTIMIZERS):
+        return False
+    last = qual.rsplit(".", 1)[-1]
+    return last[:1].isupper() and last not in ("Optimizer",)
 
 
 def receiver_name(call: cst.Call) -> str | None:

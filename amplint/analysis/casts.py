@@ -153,17 +153,23 @@ class Casts:
         out = []
         for site in self.model.calls:
             call, scope = site.node, site.scope
-            if not self._builds_optimizer(call):
+            if not self._builds_optimizer(call, scope):
                 continue
             keys: set[str] = set()
             for arg in call.args:
                 for name_expr in _dotted_names(arg.value):
                     keys |= self._keys_through(name_expr, scope, depth=0, origin=scope)
             out.append((call, keys))
+            self.scope_of_optimizer[id(call)] = scope
         return out
 
-    def _builds_optimizer(self, call: cst.Call) -> bool:
-        if self.b.is_optimizer_constructor(call):
+    @cached_property
+    def scope_of_optimizer(self) -> dict[int, object]:
+        """id(optimizer construction) -> the scope it is written in (filled with optimizer_inputs)."""
+        return {}
+
+    def _builds_optimizer(self, call: cst.Call, scope=None) -> bool:
+        if self.b.is_optimizer_constructor(call, scope):
             return True
         name = (dotted(call.func) or "").split(".")[-1].lower()
         # `create_optimizer(model)`, `configure_optimizers()`, not `get_optimizer_cls_and_kwargs(...)`

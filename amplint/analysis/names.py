@@ -56,12 +56,26 @@ class ImportTable:
 
     Every import in the module counts, whatever its depth: scripts import inside
     `main()` and inside `if args.amp:` as often as at the top.  A name imported twice
-    under different meanings keeps the first; that is rare and only costs recall.
+    under different meanings (a `try`/`except ImportError` fallback) keeps the torch
+    one if there is one, else the first.
     """
 
     def __init__(self, package: str | None = None) -> None:
         self.package = package
         self._names: dict[str, str] = {}
+        # Every meaning a local name was imported with (`try: from torch_npu.npu.amp
+        # import GradScaler` / `except ImportError: from torch.amp import GradScaler`).
+        self._alternatives: dict[str, list[str]] = {}
+
+    def _bind(self, local: str, full: str) -> None:
+        options = self._alternatives.setdefault(local, [])
+        if full not in options:
+            options.append(full)
+        current = self._names.get(local)
+        if current is None or (not _is_torch(current) and _is_torch(full)):
+            # torch's meaning wins: it is the API amplint knows what to make of; a
+            # backend's drop-in (torch_npu, intel_extension_for_pytorch) mirrors it.
+            self._names[local] = full
 
     def add_import(self, node: cst.Import) -> None:
         for alias in node.names:
@@ -69,10 +83,10 @@ class ImportTable:
             if full is None:
                 continue
             if alias.asname is not None and isinstance(alias.asname.name, cst.Name):
-                self._names.setdefault(alias.asname.name.value, full)
+                self._bind(alias.asname.name.value, full)
             else:
                 head = full.split(".")[0]
-                self._names.setdefault(head, head)
+                self._bind(head, head)
 
     def add_import_from(self, node: cst.ImportFrom) -> None:
         if isinstance(node.names, cst.ImportStar):
@@ -87,7 +101,7 @@ class ImportTable:
             local = name
             if alias.asname is not None and isinstance(alias.asname.name, cst.Name):
                 local = alias.asname.name.value
-            self._names.setdefault(local, f"{module}.{name}")
+            self._bind(local, f"{module}.{name}")
 
     def qualify(self, expr: cst.BaseExpression | None) -> str | None:
         """Qualified name of a dotted expression, or None when its head is not imported."""
@@ -109,3 +123,7 @@ class ImportTable:
 
     def items(self):
         return self._names.items()
+
+
+def _is_torch(qualified: str) -> bool:
+    return qualified == "torch" or qualified.startswith("torch.")

@@ -28,6 +28,7 @@ from typing import Callable
 
 import libcst as cst
 
+from amplint.analysis.conditions import contradicts, facts, negate
 from amplint.analysis.names import dotted
 from amplint.analysis.walk import walk
 from amplint.analysis.steps import Event, Kind, Point, StepGraph
@@ -49,24 +50,13 @@ SCALER_TOKENS = ("scaler", *SCALER_USE_TOKENS)
 class Guard:
     if_id: int  # id() of the `if` statement
     in_body: bool  # True in its body, False in its else/elif part
-    cond: str  # normalised condition text
-    holds: bool  # what the condition is known to be here
+    cond: str  # normalised condition text (a fact's subject)
+    holds: object  # what is known of it here: True/False, ("==", literal), ("!=", literal)
 
 
-def _normalise(test: cst.BaseExpression, code: Callable[[cst.CSTNode], str]) -> list[tuple[str, bool]]:
-    """(condition text, truth) pairs a test establishes when it is true."""
-    if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
-        return [(c, not v) for c, v in _normalise(test.expression, code)][:1]
-    if isinstance(test, cst.Comparison) and len(test.comparisons) == 1:
-        target = test.comparisons[0]
-        if isinstance(target.comparator, cst.Name) and target.comparator.value == "None":
-            if isinstance(target.operator, cst.IsNot):
-                return [(code(test.left), True)]
-            if isinstance(target.operator, cst.Is):
-                return [(code(test.left), False)]
-    if isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.And):
-        return [*_normalise(test.left, code), *_normalise(test.right, code)]
-    return [(code(test), True)]
+def _normalise(test: cst.BaseExpression, code: Callable[[cst.CSTNode], str]) -> list[tuple[str, object]]:
+    """(condition text, value) facts a test establishes when it is true (analysis/conditions.py)."""
+    return list(facts(test, code, True))
 
 
 class _GuardCollector(cst.CSTVisitor):
@@ -91,7 +81,7 @@ class _GuardCollector(cst.CSTVisitor):
             self.stack[-1].extend(Guard(id(node), True, c, v) for c, v in conds)
         elif len(conds) == 1:
             c, v = conds[0]
-            self.stack[-1].append(Guard(id(node), False, c, not v))
+            self.stack[-1].append(Guard(id(node), False, c, negate(v)))
         else:
             # `else` of `a and b` says nothing about `a` alone; keep the branch identity.
             self.stack[-1].append(Guard(id(node), False, "", False))
@@ -163,14 +153,11 @@ class ScalerProtocol:
 
     def exclusive(self, a: Event, b: Event) -> bool:
         """The two events never run in the same pass through the function."""
-        ga, gb = self.guards(a), self.guards(b)
-        for x in ga:
-            for y in gb:
-                if x.if_id == y.if_id and x.in_body != y.in_body:
-                    return True
-                if x.cond and x.cond == y.cond and x.holds != y.holds:
-                    return True
-        return False
+        return _disjoint(self.guards(a), self.guards(b))
+
+    def exclusive_calls(self, a: cst.Call, b: cst.Call) -> bool:
+        """Two calls of this module's code that sit in branches that never both run."""
+        return _disjoint(self._guards.get(id(a), ()), self._guards.get(id(b), ()))
 
     def removable(self, statement: cst.CSTNode | None) -> bool:
         """Deleting this statement leaves its block non-empty (module level is always fine)."""
@@ -233,6 +220,17 @@ class ScalerProtocol:
     def same(a: str | None, b: str | None) -> bool:
         """Keys name the same object, or one of them is unknown."""
         return a is None or b is None or a == b
+
+
+def _disjoint(ga: tuple[Guard, ...], gb: tuple[Guard, ...]) -> bool:
+    """Opposite branches of one `if`, or conditions that contradict (x / not x, x == "a" / x == "b")."""
+    for x in ga:
+        for y in gb:
+            if x.if_id == y.if_id and x.in_body != y.in_body:
+                return True
+            if x.cond and contradicts((x.cond, x.holds), (y.cond, y.holds)):
+                return True
+    return False
 
 
 def argument_for(call: cst.Call, callee, param: str) -> cst.BaseExpression | None:

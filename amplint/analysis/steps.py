@@ -24,6 +24,7 @@ import libcst as cst
 
 from amplint.analysis.bindings import AutocastInfo, call_arg
 from amplint.analysis.callees import class_of_instance, resolve_call
+from amplint.analysis.conditions import Fact, consistent, facts
 from amplint.analysis.names import dotted
 from amplint.analysis.walk import walk
 from amplint.analysis.torch_api import (
@@ -86,7 +87,7 @@ class Event:
     via: tuple[str, ...] = ()
     qualname: str | None = None
     # The `if` conditions known to hold where the event runs: (normalised text, truth).
-    guards: tuple[tuple[str, bool], ...] = ()
+    guards: tuple[Fact, ...] = ()
     # GradScaler() constructions: the literal `enabled=` (None: decided at run time).
     enabled: bool | None = None
 
@@ -119,7 +120,7 @@ class Point:
     succ: list["Point"] = field(default_factory=list)
     # Branch-entry markers (no event): the conditions that hold once control is here,
     # e.g. (`scaler`, False) at the start of the implicit `else` of `if scaler is not None:`.
-    guards: tuple[tuple[str, bool], ...] = ()
+    guards: tuple[Fact, ...] = ()
 
 
 @dataclass(eq=False)
@@ -253,8 +254,7 @@ class StepGraph:
             if id(p) in headers and facts:
                 facts = headers[id(p)].keep_invariant(facts)
             if p.guards:
-                known = dict(facts)
-                if any(known.get(t, v) != v for t, v in p.guards):
+                if not consistent(facts, p.guards):
                     continue  # this branch contradicts what the path already decided
                 facts = facts | frozenset(g for g in p.guards if g[0] in tracked)
             state = (id(p), facts)
@@ -294,8 +294,7 @@ class StepGraph:
             if id(p) in headers and facts:
                 facts = headers[id(p)].keep_invariant(facts)
             if p.guards:
-                known = dict(facts)
-                if any(known.get(t, v) != v for t, v in p.guards):
+                if not consistent(facts, p.guards):
                     continue
                 facts = facts | frozenset(g for g in p.guards if g[0] in tracked)
             state = (id(p), facts)
@@ -367,7 +366,7 @@ class _Builder:
         self.statement: cst.CSTNode | None = None
         self.scope = graph.scope
         self.via: tuple[str, ...] = ()
-        self.guards: tuple[tuple[str, bool], ...] = ()
+        self.guards: tuple[Fact, ...] = ()
         self.no_grad = False  # inside `with torch.no_grad():` or a no_grad-decorated helper
 
     # The module whose code is being read: the graph's own, or the module of an inlined
@@ -412,7 +411,7 @@ class _Builder:
     def _conditions(self, test: cst.BaseExpression) -> tuple[tuple, tuple]:
         """(facts when `test` is true, facts when it is false), normalised by text."""
         code = self.model.module.code_for_node
-        return _facts(test, code, True), _facts(test, code, False)
+        return facts(test, code, True), facts(test, code, False)
 
     def build_body(self, body: cst.CSTNode) -> None:
         self.block(_statements(body))
@@ -614,6 +613,8 @@ class _Builder:
         receiver = func.value
         recv_text = (dotted(receiver) or "").lower()
         if name == "backward":
+            receiver = passed_through(receiver, self.model)
+            recv_text = (dotted(receiver) or "").lower()
             if any(w in recv_text for w in MANAGED_RECEIVER_WORDS) and call.args:
                 return self.make_event(Kind.BACKWARD, call, managed=True, qualname=f"{recv_text}.backward")
             scaler = self._scaled_by(receiver)
@@ -650,6 +651,7 @@ class _Builder:
         """The scaler key when `tensor` is `scaler.scale(x)` or a name bound to one."""
         if tensor is None or depth > 3:
             return None
+        tensor = passed_through(tensor, self.model)
         for branch in value_branches(tensor):
             if isinstance(branch, cst.BinaryOperation):
                 # `(scaler.scale(loss) / accum_steps).backward()`
@@ -728,6 +730,20 @@ class _Builder:
         return model.qualify(target) in NO_GRAD_CONTEXTS
 
 
+# Calls that hand back their argument unchanged, for a type checker's sake.
+_IDENTITY_CALLS = {"typing.cast": 1, "typing_extensions.cast": 1, "typing.assert_type": 0}
+
+
+def passed_through(expr: cst.BaseExpression, model) -> cst.BaseExpression:
+    """`cast(torch.Tensor, scaler.scale(loss))` is `scaler.scale(loss)` at run time."""
+    while isinstance(expr, cst.Call):
+        position = _IDENTITY_CALLS.get(model.qualify(expr.func) or "")
+        if position is None or len(expr.args) <= position:
+            break
+        expr = expr.args[position].value
+    return expr
+
+
 def module_label(model) -> str:
     """How a note names another module: its dotted name from its package root (`utils`)."""
     from pathlib import Path
@@ -738,30 +754,6 @@ def module_label(model) -> str:
         return module_name(Path(model.path))
     except (OSError, ValueError):
         return Path(model.path).stem
-
-
-def _facts(test: cst.BaseExpression, code, truth: bool) -> tuple[tuple[str, bool], ...]:
-    """What `test` evaluating to `truth` tells about its parts.
-
-    `x is not None`, `x` and `not (x is None)` all say ("x", True); `a and b` true says
-    both, `a or b` false says neither; anything else is one opaque condition text.
-    """
-    test = _unparen(test)
-    if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
-        return _facts(test.expression, code, not truth)
-    if isinstance(test, cst.BooleanOperation):
-        both = isinstance(test.operator, cst.And) == truth
-        if both:
-            return _facts(test.left, code, truth) + _facts(test.right, code, truth)
-        return ()
-    if isinstance(test, cst.Comparison) and len(test.comparisons) == 1:
-        target = test.comparisons[0]
-        if isinstance(target.comparator, cst.Name) and target.comparator.value == "None":
-            if isinstance(target.operator, cst.IsNot):
-                return ((code(test.left).strip(), truth),)
-            if isinstance(target.operator, cst.Is):
-                return ((code(test.left).strip(), not truth),)
-    return ((code(test.with_changes(lpar=(), rpar=())).strip(), truth),)
 
 
 def _unparen(e: cst.BaseExpression) -> cst.BaseExpression:

@@ -6,6 +6,7 @@ from amplint.analysis.bindings import call_arg
 from amplint.analysis.precision import number_of
 from amplint.analysis.casts import OPTIMIZER_TOKENS
 from amplint.analysis.torch_api import FP16_DTYPE_TOKENS
+from amplint.analysis.scaler_protocol import protocol
 from amplint.rules._base import Rule
 
 # Smallest positive float16 (subnormal) is 2**-24, about 5.96e-8; anything below rounds to 0.
@@ -72,21 +73,32 @@ class Fp16EpsUnderflow(Rule):
         fp16_casts = [c for c in casts.module_casts if "float16" in c.dtypes and not casts._upcast_after(c)]
         if not fp16_casts:
             return
+        proto = protocol(model)
         for call, keys in casts.optimizer_inputs:
-            qual = model.qualify(call.func) or ""
-            name = qual.rsplit(".", 1)[-1]
-            eps = self._eps(call, name)
-            if eps is None or eps >= FP16_TINY:
+            scope = casts.scope_of_optimizer.get(id(call))
+            found = self._eps(call, scope)
+            if found is None:
                 continue
+            name, eps = found
             for cast in fp16_casts:
+                if proto.exclusive_calls(cast.call, call):
+                    continue  # `if args.fp16: model.half(); Adam(eps=1e-4) else: Adam(...)`
                 if any(k == cast.key or cast.key.startswith(k + ".") or k.startswith(cast.key + ".") for k in keys):
                     self.report(call, optimizer=name or "optimizer", eps=eps, target=cast.target_text)
                     break
 
-    def _eps(self, call, name: str) -> float | None:
-        """The eps the optimizer uses: a literal argument, else the default; None if unknown."""
-        default, position = EPS_DEFAULTS.get(name, (None, None))
-        expr = call_arg(call, position, "eps")
-        if expr is None:
-            return default if self.model.bindings.is_optimizer_constructor(call) else None
-        return number_of(expr)
+    def _eps(self, call, scope) -> tuple[str, float] | None:
+        """(optimizer name, the eps it uses below float16's reach): a literal argument, else
+        the default of the class (of any class a name may hold); None when the eps is fine
+        or unknown."""
+        classes = [q.rsplit(".", 1)[-1] for q in self.model.bindings.optimizer_classes(call, scope)]
+        if not classes:
+            qual = self.model.qualify(call.func) or ""
+            classes = [qual.rsplit(".", 1)[-1]] if qual else []
+        for name in classes or [""]:
+            default, position = EPS_DEFAULTS.get(name, (None, None))
+            expr = call_arg(call, position, "eps")
+            eps = number_of(expr) if expr is not None else (default if self.model.bindings.is_optimizer_constructor(call, scope) else None)
+            if eps is not None and eps < FP16_TINY:
+                return name, eps
+        return None

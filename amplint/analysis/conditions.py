@@ -1,0 +1,118 @@
+"""`if` conditions as facts, so that paths that cannot both happen are not walked as one.
+
+Real training code splits on its precision option again and again:
+
+    if args.fp16: scaler.scale(loss).backward()      else: loss.backward()
+    if args.fp16: scaler.step(optimizer)             else: optimizer.step()
+
+A fact is `(subject, value)`: the normalised text of what is tested, and what the test
+says of it where control is: True or False for a flag (`x`, `not x`, `x is not None`,
+`x is None`), `("==", literal)` or `("!=", literal)` for a comparison with a literal
+(`precision == "fp16"`).  Two facts contradict when they say different things of one
+subject: `x` and `not x`, `precision == "fp16"` and `precision == "bf16"`.  Anything
+else is one opaque fact, its text true or false.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import libcst as cst
+
+Fact = tuple[str, object]
+
+
+def facts(test: cst.BaseExpression, code: Callable[[cst.CSTNode], str], truth: bool) -> tuple[Fact, ...]:
+    """What `test` evaluating to `truth` tells about its parts.
+
+    `a and b` true says both, `a or b` false says neither is true; their other outcomes
+    say nothing about the parts alone.
+    """
+    test = _unparen(test)
+    if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+        return facts(test.expression, code, not truth)
+    if isinstance(test, cst.BooleanOperation):
+        both = isinstance(test.operator, cst.And) == truth
+        if both:
+            return facts(test.left, code, truth) + facts(test.right, code, truth)
+        return ()
+    if isinstance(test, cst.Comparison) and len(test.comparisons) == 1:
+        found = _comparison(test, code, truth)
+        if found is not None:
+            return (found,)
+    return ((_text(test, code), truth),)
+
+
+def _comparison(test: cst.Comparison, code, truth: bool) -> Fact | None:
+    target = test.comparisons[0]
+    op, left, right = target.operator, _unparen(test.left), _unparen(target.comparator)
+    if isinstance(op, (cst.Is, cst.IsNot)) and _is_none(right):
+        # `x is not None` true: x holds something; `x is None` true: x holds nothing.
+        return (_text(left, code), truth == isinstance(op, cst.IsNot))
+    if isinstance(op, (cst.Equal, cst.NotEqual)):
+        subject, literal = (left, _literal(right)) if _literal(right) is not None else (right, _literal(left))
+        if literal is None or _literal(subject) is not None:
+            return None
+        equal = isinstance(op, cst.Equal) == truth
+        return (_text(subject, code), ("==" if equal else "!=", literal))
+    return None
+
+
+def negate(value: object) -> object:
+    """The value of a fact where its test is false."""
+    if isinstance(value, bool):
+        return not value
+    op, literal = value  # type: ignore[misc]
+    return ("!=" if op == "==" else "==", literal)
+
+
+def contradicts(a: Fact, b: Fact) -> bool:
+    """The two facts cannot hold at once."""
+    if a[0] != b[0]:
+        return False
+    va, vb = a[1], b[1]
+    if isinstance(va, bool) or isinstance(vb, bool):
+        return isinstance(va, bool) and isinstance(vb, bool) and va != vb
+    (oa, la), (ob, lb) = va, vb  # type: ignore[misc]
+    if oa == "==" and ob == "==":
+        return la != lb
+    if {oa, ob} == {"==", "!="}:
+        return la == lb
+    return False
+
+
+def consistent(known, new) -> bool:
+    """No fact of `new` contradicts one of `known`."""
+    return not any(contradicts(k, n) for n in new for k in known)
+
+
+# --- helpers -------------------------------------------------------------------------------
+
+
+def _unparen(e: cst.BaseExpression) -> cst.BaseExpression:
+    return e.with_changes(lpar=(), rpar=()) if getattr(e, "lpar", None) else e
+
+
+def _text(e: cst.BaseExpression, code) -> str:
+    return code(_unparen(e)).strip()
+
+
+def _is_none(e: cst.BaseExpression) -> bool:
+    return isinstance(e, cst.Name) and e.value == "None"
+
+
+def _literal(e: cst.BaseExpression) -> object | None:
+    """A string or number literal (or True/False), as its value; None for anything else."""
+    if isinstance(e, cst.SimpleString):
+        value = e.evaluated_value
+        return ("str", value) if isinstance(value, str) else None
+    if isinstance(e, cst.Integer):
+        return ("num", e.evaluated_value)
+    if isinstance(e, cst.Float):
+        try:
+            return ("num", float(e.value.replace("_", "")))
+        except ValueError:
+            return None
+    if isinstance(e, cst.Name) and e.value in ("True", "False"):
+        return ("bool", e.value == "True")
+    return None
