@@ -17,7 +17,8 @@ import libcst as cst
 
 from amplint.diagnostics import Applicability
 
-_CODE = re.compile(r"^AMP[1-9][0-9]{2}$")
+# AMP0xx: meta rules about amplint's own comments (AMP001); AMP1xx-AMP9xx: see DESIGN.md.
+_CODE = re.compile(r"^AMP(?:00[1-9]|0[1-9][0-9]|[1-9][0-9]{2})$")
 _NAME = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
 REQUIRED_SECTIONS = ("## What it does", "## Why is this bad?", "## Example")
 
