@@ -207,6 +207,7 @@ def _dump_diagnostic(d: Diagnostic) -> dict:
         "span": [d.span.line, d.span.col0, d.span.end_line, d.span.end_col0],
         "notes": list(d.notes),
         "fix": None,
+        "cell": d.cell,
     }
     if d.fix is not None:
         out["fix"] = {
@@ -228,7 +229,7 @@ def _load_diagnostic(d: dict) -> Diagnostic:
     line, col0, end_line, end_col0 = (int(v) for v in d["span"])
     return Diagnostic(
         str(d["code"]), str(d["message"]), str(d["path"]), Span(line, col0, end_line, end_col0), fix,
-        tuple(str(n) for n in d["notes"]),
+        tuple(str(n) for n in d["notes"]), int(d["cell"]) if d.get("cell") is not None else None,
     )
 
 

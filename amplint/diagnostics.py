@@ -51,10 +51,12 @@ class Diagnostic:
     fix: Fix | None = None
     # Free-form facts a front end may show (e.g. the helper a finding was inlined through).
     notes: tuple[str, ...] = field(default=(), compare=False)
+    # A notebook's cell (1-based among all its cells); `span` then counts lines in that cell.
+    cell: int | None = None
 
     @property
     def sort_key(self) -> tuple:
-        return (self.path, self.span.line, self.span.col0, self.code, self.message)
+        return (self.path, self.cell or 0, self.span.line, self.span.col0, self.code, self.message)
 
 
 # --- position conversions: the only places a column changes base ---------------------
@@ -73,3 +75,26 @@ def to_one_based(line: int, col0: int) -> dict[str, int]:
 def to_text(span: Span) -> str:
     """`row:col` with a 1-based column, as ruff and flake8 print it."""
     return f"{span.line}:{span.col0 + 1}"
+
+
+def to_location(d: Diagnostic) -> str:
+    """`row:col`, or `cell N:row:col` in a notebook (Ruff's `nb.ipynb:cell 3:4:5`)."""
+    return f"cell {d.cell}:{to_text(d.span)}" if d.cell is not None else to_text(d.span)
+
+
+def to_utf16_column(line_text: str, col0: int) -> int:
+    """A code-point column as UTF-16 code units (LSP's default position encoding):
+    a character outside the BMP is two units there and one code point in libcst."""
+    prefix = line_text[:col0]
+    return col0 + sum(1 for ch in prefix if ord(ch) > 0xFFFF)
+
+
+def from_utf16_column(line_text: str, units: int) -> int:
+    """The inverse of `to_utf16_column`: UTF-16 units -> code points (past the end counts on)."""
+    col = seen = 0
+    for ch in line_text:
+        if seen >= units:
+            break
+        seen += 2 if ord(ch) > 0xFFFF else 1
+        col += 1
+    return col + max(units - seen, 0)
