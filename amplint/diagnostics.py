@@ -82,19 +82,7 @@ def to_location(d: Diagnostic) -> str:
     return f"cell {d.cell}:{to_text(d.span)}" if d.cell is not None else to_text(d.span)
 
 
-def to_utf16_column(line_text: str, col0: int) -> int:
-    """A code-point column as UTF-16 code units (LSP's default position encoding):
-    a character outside the BMP is two units there and one code point in libcst."""
-    prefix = line_text[:col0]
-    return col0 + sum(1 for ch in prefix if ord(ch) > 0xFFFF)
-
-
-def from_utf16_column(line_text: str, units: int) -> int:
-    """The inverse of `to_utf16_column`: UTF-16 units -> code points (past the end counts on)."""
-    col = seen = 0
-    for ch in line_text:
-        if seen >= units:
-            break
-        seen += 2 if ord(ch) > 0xFFFF else 1
-        col += 1
-    return col + max(units - seen, 0)
+def to_lsp(line: int, col0: int) -> tuple[int, int]:
+    """LSP positions: 0-based line, 0-based column (in code points here; the server's
+    position codec turns them into the UTF-16/8/32 units the client negotiated)."""
+    return line - 1, col0
