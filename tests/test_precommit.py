@@ -77,7 +77,8 @@ def project(tmp_path: Path, hook_repo) -> Path:
     repo, rev = hook_repo
     config = readme_snippet("pre-commit")
     config = re.sub(r"repo: \S+", f"repo: {repo}", config, count=1)
-    config = re.sub(r"rev: \S+", f"rev: {rev}", config, count=1)
+    assert re.search(r"(?m)^\s*rev: main$", config), "README's rev must name a ref that exists until a tag does"
+    config = re.sub(r"(?m)^(\s*)rev: \S+", rf"\g<1>rev: {rev}", config, count=1)
     _git("init", "-q", cwd=tmp_path)
     (tmp_path / ".pre-commit-config.yaml").write_text(config)
     (tmp_path / "bad.py").write_text(BAD)
