@@ -317,11 +317,16 @@ def _check_stdin(args) -> int:
         if args.fix:
             sys.stdout.write(text)  # an editor replaces its buffer with stdout: give it back intact
         return EXIT_ERROR
+    return _finish_stdin(args, diagnostics, crashes, fixed, {str(name): text})
+
+
+def _finish_stdin(args, diagnostics, crashes, fixed: int, sources: dict) -> int:
+    """Report what `amplint check -` found, and its exit code."""
     _report_crashes(crashes)
     diagnostics = sorted(diagnostics, key=lambda d: d.sort_key)
     if not args.diff:
         # With --fix, stdout carries the fixed source; findings go to stderr (ruff does the same).
-        _emit(args, diagnostics, fixed, sources={str(name): text}, stream=sys.stderr if args.fix else None)
+        _emit(args, diagnostics, fixed, sources=sources, stream=sys.stderr if args.fix else None)
     if crashes:
         return EXIT_ERROR
     if args.diff:
@@ -360,15 +365,7 @@ def _check_stdin_notebook(args, text: str, name: str, config) -> int:
         if args.fix:
             sys.stdout.write(text)  # an editor replaces its buffer with stdout: give it back intact
         return EXIT_ERROR
-    _report_crashes(crashes)
-    diagnostics = sorted(diagnostics, key=lambda d: d.sort_key)
-    if not args.diff:
-        _emit(args, diagnostics, fixed, sources={name: nb.cell_sources()}, stream=sys.stderr if args.fix else None)
-    if crashes:
-        return EXIT_ERROR
-    if args.diff:
-        return EXIT_FINDINGS if fixed else EXIT_CLEAN
-    return _exit_code(args, diagnostics, fixed)
+    return _finish_stdin(args, diagnostics, crashes, fixed, {name: nb.cell_sources()})
 
 
 def _report_crashes(crashes) -> None:

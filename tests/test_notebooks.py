@@ -196,3 +196,11 @@ def test_other_json_layouts_are_kept_or_normalisation_is_said(tmp_path: Path, in
         'torch.amp.GradScaler(\\"cuda\\")', "torch.cuda.amp.GradScaler()"))
     (f,) = check_paths([path], Config(root=tmp_path), fix=True).files
     assert f.written and "normalised layout" in f.warnings[0]
+
+
+def test_the_result_cache_keeps_cells(train: Path, tmp_path: Path) -> None:
+    config = Config(root=tmp_path)
+    cold = check_paths([train], config, cache_dir=tmp_path / "cache")
+    warm = check_paths([train], config, cache_dir=tmp_path / "cache")
+    assert [(d.cell, d.span, d.code) for d in warm.diagnostics] == [(d.cell, d.span, d.code) for d in cold.diagnostics]
+    assert {d.cell for d in warm.diagnostics} == {3, 5}
