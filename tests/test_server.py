@@ -195,8 +195,17 @@ def test_columns_are_utf16_units_after_astral_characters(session, tmp_path: Path
 
 
 
-def test_other_languages_are_left_alone(session, tmp_path: Path) -> None:
+def test_other_languages_and_notebook_cells_are_left_alone(session, tmp_path: Path) -> None:
     assert list(session.diagnostics(session.open(tmp_path / "notes.md", TRAIN, language="markdown"))) == []
+    # a notebook cell alone is not a module; an untitled buffer is checked with the defaults
+    cell = "vscode-notebook-cell:" + (tmp_path / "nb.ipynb").as_posix() + "#W0sZmlsZQ=="
+    session.client.text_document_did_open(types.DidOpenTextDocumentParams(
+        text_document=types.TextDocumentItem(uri=cell, language_id="python", version=1, text=TRAIN)))
+    assert list(session.diagnostics(cell)) == []
+    untitled = "untitled:Untitled-1"
+    session.client.text_document_did_open(types.DidOpenTextDocumentParams(
+        text_document=types.TextDocumentItem(uri=untitled, language_id="python", version=1, text=TRAIN)))
+    assert {d.code for d in session.diagnostics(untitled)} == {"AMP401", "AMP101"}
 
 
 def test_shutdown_and_exit_end_the_process(session) -> None:

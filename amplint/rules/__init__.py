@@ -1,4 +1,7 @@
-"""Every rule, listed explicitly: greppable, cheap to import, no discovery magic."""
+"""Every rule, listed explicitly: greppable, cheap to import, no discovery magic.
+
+A new rule is imported here and added to ALL_RULES (CONTRIBUTING.md, "Adding a rule").
+"""
 
 from amplint.rules.amp001_unused_noqa import UnusedNoqa
 from amplint.rules.amp101_clip_before_unscale import ClipBeforeUnscale

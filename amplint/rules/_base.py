@@ -3,7 +3,7 @@
 A rule is a small query over the `ModuleModel`.  It never reads source text, computes
 positions or parses comments: it calls `self.report(node, ...)` with format arguments
 and, optionally, a fix expressed on CST nodes.  The engine turns nodes into spans and
-fixes into text edits, in one place.
+fixes into text edits, in one place.  How to add a rule, step by step: CONTRIBUTING.md.
 """
 
 from __future__ import annotations

@@ -59,8 +59,12 @@ class AmplintServer(LanguageServer):
 
     def _linter(self, uri: str):
         """`text -> diagnostics` for this document, or None when amplint does not check it."""
-        fs_path = to_fs_path(uri)
+        fs_path = to_fs_path(uri) if uri.startswith("file:") else None
         path = Path(fs_path) if fs_path else None
+        if path is None and not uri.startswith("untitled:"):
+            # NB: e.g. `vscode-notebook-cell:`: one cell of a notebook is not a module, and
+            # checking it alone would report what other cells settle.
+            return None
         if path is not None and notebooks.is_notebook(path):
             return None  # notebook documents are not served (see amplint/server/__init__.py)
         try:
