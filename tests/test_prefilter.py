@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from amplint import registry
+from amplint import registry, unused_noqa
 from amplint.config import Config
 from amplint.engine import SourceError, check_source
 from amplint.prefilter import Attr, Word, code_text, may_fire, prefilter_tokens, rules_that_may_fire
@@ -48,6 +48,8 @@ def _compare(path: Path) -> list[str]:
     if full != filtered:
         problems.append(f"{path}: with pre-filter {filtered!r} != without {full!r}")
     for d in full:
+        if d.code == unused_noqa.CODE:
+            continue  # AMP001 reads comments, which the code text drops: the engine runs it after the rest, unfiltered
         rule = registry.BY_CODE[d.code]
         if not rules_that_may_fire(source, (rule,), str(path)):
             problems.append(f"{path}:{d.span.line}: {d.code} fired but its pre-filter tokens are not all in the file")
