@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from amplint import notebooks, sources
+from amplint import notebooks, sources, unused_noqa
 from amplint.config import Config
 from amplint.diagnostics import Fix
 from amplint.engine import SourceError, check_source, parse
@@ -37,6 +37,11 @@ def add_noqa(files: list[Path], config: Config) -> NoqaResult:
     return result
 
 
+def _findings(text: str, rel: str, config: Config):
+    """What to suppress: every finding but AMP001's (a noqa for a stale noqa only hides it)."""
+    return [d for d in check_source(text, rel, config) if d.code != unused_noqa.CODE]
+
+
 def _add_to_file(path: Path, config: Config) -> int:
     src = sources.read(path)
     rel = str(path)
@@ -44,13 +49,13 @@ def _add_to_file(path: Path, config: Config) -> int:
         nb = notebooks.load(src.text, rel)
         if not nb.cells:
             return 0
-        text, count = notebooks.add_noqa(nb, check_source(nb.module, rel, config))
+        text, count = notebooks.add_noqa(nb, _findings(nb.module, rel, config))
         if text is None:
             return 0
         if not nb.writable:
             raise notebooks.NotebookError("nbformat < 4 notebooks are checked, not rewritten")
     else:
-        edits = add_noqa_edits(src.text, [(d.span.line, d.code) for d in check_source(src.text, rel, config)])
+        edits = add_noqa_edits(src.text, [(d.span.line, d.code) for d in _findings(src.text, rel, config)])
         if not edits:
             return 0
         text, _ = apply_fixes(src.text, [Fix("noqa", (e,)) for e in edits])

@@ -76,3 +76,15 @@ def test_unused_noqa_runs_when_the_prefilter_skips_every_other_rule() -> None:
     """No rule's tokens are in the file, so nothing can fire: its AMP noqa codes are all stale."""
     (d,) = check_source("x = 1  # noqa: AMP101\n", "t.py", select=["AMP001", "AMP101"])
     assert d.code == "AMP001" and "unused: `AMP101`" in d.message
+
+
+def test_add_noqa_never_suppresses_a_stale_noqa_finding(tmp_path) -> None:
+    from amplint.config import Config
+    from amplint.noqa_writer import add_noqa
+
+    path = tmp_path / "t.py"
+    path.write_text('import torch\ns = torch.amp.GradScaler("cuda")  # noqa: AMP401\nt = torch.cuda.amp.GradScaler()\n')
+    result = add_noqa([path], Config(select=("AMP001", "AMP401"), root=tmp_path))
+    assert (result.added, result.errors) == (1, [])
+    assert path.read_text().splitlines()[1:] == [
+        's = torch.amp.GradScaler("cuda")  # noqa: AMP401', "t = torch.cuda.amp.GradScaler()  # noqa: AMP401"]
