@@ -1,4 +1,4 @@
-"""`amplint` command line: check | rules | explain | verify | compare.
+"""`amplint` command line: check | rules | explain | version | server | verify | compare.
 
 Exit codes: 0 clean, 1 findings, 2 usage or internal error (ruff's convention).
 `check` never imports torch; `verify` and `compare` import the runtime lazily.
@@ -52,12 +52,27 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--no-cache", action="store_true", help="do not read or write the result cache")
     check.add_argument("--cache-dir", type=Path, metavar="DIR", help="result cache location (default: .amplint_cache)")
     check.add_argument("--stdin-filename", type=Path, help="the name of the file read from `-` (for config and messages)")
+    check.add_argument("--fix-only", action="store_true",
+                       help="apply fixes, but do not report or fail on what is left (implies --fix)")
+    check.add_argument("--exit-non-zero-on-fix", action="store_true",
+                       help="exit 1 when a fix was applied, even if nothing is left")
+    check.add_argument("--add-noqa", action="store_true",
+                       help="add `# noqa: AMPnnn` to every line with a finding (to adopt amplint on existing code)")
+    loudness = check.add_mutually_exclusive_group()
+    loudness.add_argument("--quiet", "-q", action="store_true", help="print findings, but no summary")
+    loudness.add_argument("--silent", "-s", action="store_true",
+                          help="print nothing on stdout; the exit code still says whether there are findings")
 
     rules = sub.add_parser("rules", help="list every rule")
     rules.add_argument("--format", default="text", choices=("text", "json"))
 
     explain = sub.add_parser("explain", help="print a rule's documentation")
     explain.add_argument("rule", help="code (AMP101) or name (clip-before-unscale)")
+
+    version = sub.add_parser("version", help="print amplint's version")
+    version.add_argument("--output-format", default="text", choices=("text", "json"))
+
+    sub.add_parser("server", help="run the language server on stdin/stdout (needs amplint[server])")
     return parser
 
 
@@ -91,6 +106,10 @@ def _dispatch(parser, args) -> int:
             return cmd_rules(args)
         if args.command == "explain":
             return cmd_explain(args)
+        if args.command == "version":
+            return cmd_version(args)
+        if args.command == "server":
+            return cmd_server()
     except (ConfigError, registry.UnknownSelector) as exc:
         print(f"amplint: error: {exc}", file=sys.stderr)
         return EXIT_ERROR
@@ -132,6 +151,14 @@ def cmd_check(args) -> int:
     from amplint.runner import RunResult, check_paths
 
     paths = list(args.paths) or [Path(".")]
+    problem = _check_flag_problem(args)
+    if problem:
+        print(f"amplint: error: {problem}", file=sys.stderr)
+        return EXIT_ERROR
+    if args.fix_only:
+        args.fix = True
+    if args.add_noqa:
+        return _add_noqa(args, paths)
     if any(str(p) == "-" for p in paths):
         if len(paths) != 1:
             print("amplint: error: `-` (stdin) cannot be combined with other paths", file=sys.stderr)
@@ -157,23 +184,64 @@ def cmd_check(args) -> int:
         print(f"{e.path}:{e.line}:{e.col0 + 1}: error: {e.reason}", file=sys.stderr)
     for f in result.files:  # fixes dropped or not written (issue 8): say so, never silently
         for w in getattr(f, "warnings", ()):
-            print(f"{f.path}: warning: {w}", file=sys.stderr)
+            if not args.silent:
+                print(f"{f.path}: warning: {w}", file=sys.stderr)
     _report_crashes(result.crashes)
     diagnostics = sorted(result.diagnostics, key=lambda d: d.sort_key)
+    fixed = sum(len(f.fixed.applied) for f in result.files if f.fixed and f.written)
     if args.diff:
         for f in result.files:
-            if f.diff:
+            if f.diff and not args.silent:
                 sys.stdout.write(f.diff)
     else:
-        fixed = sum(len(f.fixed.applied) for f in result.files if f.fixed and f.written)
         _emit(args, diagnostics, fixed, sources=None, unchecked=len(result.errors) + len(result.missing))
     if result.missing or result.errors or result.crashes:
         return EXIT_ERROR
     if args.diff:
         return EXIT_FINDINGS if any(f.diff for f in result.files) else EXIT_CLEAN
-    if diagnostics and not args.exit_zero:
+    return _exit_code(args, diagnostics, fixed)
+
+
+def _exit_code(args, diagnostics, fixed: int) -> int:
+    """1 for findings left (not with --fix-only or --exit-zero), or for a fix applied with
+    --exit-non-zero-on-fix (what the pre-commit fixing hook needs); else 0."""
+    if args.exit_non_zero_on_fix and fixed:
+        return EXIT_FINDINGS
+    if diagnostics and not (args.exit_zero or args.fix_only):
         return EXIT_FINDINGS
     return EXIT_CLEAN
+
+
+def _check_flag_problem(args) -> str | None:
+    """Flag combinations that cannot mean anything: an error, never a silent surprise."""
+    if args.statistics and args.output_format not in output.STATISTICS_FORMATS:
+        return (f"--statistics prints counts per code, which {args.output_format} cannot carry "
+                f"(use --output-format {' or '.join(output.STATISTICS_FORMATS)})")
+    if args.add_noqa and (args.fix or args.fix_only or args.diff):
+        return "--add-noqa cannot be combined with --fix, --fix-only or --diff"
+    if args.add_noqa and any(str(p) == "-" for p in args.paths):
+        return "--add-noqa writes files; it cannot read stdin"
+    return None
+
+
+def _add_noqa(args, paths: list[Path]) -> int:
+    """`--add-noqa`: suppress every current finding where it is; prints how many comments were added."""
+    from amplint.noqa_writer import add_noqa
+    from amplint.runner import discover
+
+    added, failed = 0, False
+    for config, group, force_exclude in _units(args, paths):
+        files, missing = discover(group, config, force_exclude=force_exclude)
+        for miss in missing:
+            print(f"amplint: error: {miss}: no such file or directory", file=sys.stderr)
+        result = add_noqa(files, config)
+        for problem in result.errors:
+            print(f"amplint: error: {problem} (file left unchanged)", file=sys.stderr)
+        added += result.added
+        failed = failed or bool(missing or result.errors)
+    if not args.silent:
+        print(f"Added {added} noqa directive{'s' if added != 1 else ''}.")
+    return EXIT_ERROR if failed else EXIT_CLEAN
 
 
 def _units(args, paths: list[Path]) -> list[tuple[Config, list[Path], bool]]:
@@ -223,6 +291,10 @@ def _check_stdin(args) -> int:
         if args.fix:
             sys.stdout.write(text)
         return EXIT_CLEAN
+    from amplint import notebooks
+
+    if notebooks.is_notebook(name):
+        return _check_stdin_notebook(args, text, str(name), config)
     crashes: list[RuleCrash] = []
     fixed = 0
     try:
@@ -245,16 +317,55 @@ def _check_stdin(args) -> int:
         if args.fix:
             sys.stdout.write(text)  # an editor replaces its buffer with stdout: give it back intact
         return EXIT_ERROR
+    return _finish_stdin(args, diagnostics, crashes, fixed, {str(name): text})
+
+
+def _finish_stdin(args, diagnostics, crashes, fixed: int, sources: dict) -> int:
+    """Report what `amplint check -` found, and its exit code."""
     _report_crashes(crashes)
     diagnostics = sorted(diagnostics, key=lambda d: d.sort_key)
     if not args.diff:
         # With --fix, stdout carries the fixed source; findings go to stderr (ruff does the same).
-        _emit(args, diagnostics, fixed, sources={str(name): text}, stream=sys.stderr if args.fix else None)
+        _emit(args, diagnostics, fixed, sources=sources, stream=sys.stderr if args.fix else None)
     if crashes:
         return EXIT_ERROR
     if args.diff:
         return EXIT_FINDINGS if fixed else EXIT_CLEAN
-    return EXIT_FINDINGS if diagnostics and not args.exit_zero else EXIT_CLEAN
+    return _exit_code(args, diagnostics, fixed)
+
+
+def _check_stdin_notebook(args, text: str, name: str, config) -> int:
+    """`amplint check --stdin-filename nb.ipynb -`: the notebook's JSON on stdin; with --fix the
+    fixed notebook on stdout, findings by cell on stderr."""
+    from amplint import notebooks
+    from amplint.engine import RuleCrash, SourceError, check_source
+
+    crashes: list[RuleCrash] = []
+    fixed = 0
+
+    def lint(module: str):
+        return check_source(module, name, config, crashes=crashes)
+
+    try:
+        nb = notebooks.load(text, name)
+        if args.fix or args.diff:
+            outcome, new_text, warnings = notebooks.fix(nb, lint, unsafe=args.unsafe_fixes)
+            for w in warnings:
+                print(f"{name}: warning: {w}", file=sys.stderr)
+            diagnostics, fixed = outcome.remaining, len(outcome.applied) if new_text is not None else 0
+            if args.diff:
+                sys.stdout.write(notebooks.cell_diff(nb, new_text) if new_text is not None else "")
+            else:
+                sys.stdout.write(new_text if new_text is not None else text)
+        else:
+            diagnostics = notebooks.check(nb, lint)
+    except (notebooks.NotebookError, SourceError) as exc:
+        reason = exc.reason if isinstance(exc, SourceError) else str(exc)
+        print(f"{name}:1:1: error: {reason}", file=sys.stderr)
+        if args.fix:
+            sys.stdout.write(text)  # an editor replaces its buffer with stdout: give it back intact
+        return EXIT_ERROR
+    return _finish_stdin(args, diagnostics, crashes, fixed, {name: nb.cell_sources()})
 
 
 def _report_crashes(crashes) -> None:
@@ -266,27 +377,38 @@ def _report_crashes(crashes) -> None:
         )
 
 
-def _emit(args, diagnostics, fixed: int, *, sources: dict[str, str] | None, stream=None, unchecked: int = 0) -> None:
-    """Print findings in the chosen format to --output-file, `stream`, or stdout."""
+def _emit(args, diagnostics, fixed: int, *, sources: dict | None, stream=None, unchecked: int = 0) -> None:
+    """Print findings in the chosen format to --output-file, `stream`, or stdout.
+
+    `--quiet` leaves out the summary, `--silent` everything (an --output-file is still
+    written: it was asked for by name); `--fix-only` prints only what was fixed.
+    """
     fmt = args.output_format
+    if args.output_file is None and args.silent:
+        return
     if args.output_file is not None:
         args.output_file.parent.mkdir(parents=True, exist_ok=True)
         out = open(args.output_file, "w", encoding="utf-8")  # noqa: SIM115 - closed below
     else:
         out = stream or sys.stdout
     try:
+        if args.fix_only:
+            text = output.fix_only_summary(fixed) if fmt == "text" and not args.quiet else ""
+            if text:
+                out.write(text + "\n")
+            return
+        if sources is None and not args.statistics and fmt in ("text", "json", "json-lines", "sarif"):
+            sources = _read_sources(diagnostics)  # the lines under findings, noqa rows, fingerprints
         if args.statistics:
             text = output.format_statistics(diagnostics, fmt, args.unsafe_fixes)
         elif fmt == "text":
-            if sources is None:
-                sources = _read_sources(diagnostics)
             text = output.format_text(diagnostics, sources, colour=output.use_colour(out),
                                       show_fixes=args.show_fixes, unsafe_fixes=args.unsafe_fixes)
         else:
-            text = output.render(fmt, diagnostics)
+            text = output.render(fmt, diagnostics, sources=sources)
         if text:
             out.write(text + "\n")
-        if fmt == "text" and not args.statistics:
+        if fmt == "text" and not args.statistics and not args.quiet:
             fixable = sum(1 for d in diagnostics if output.shows_fix_marker(d, args.unsafe_fixes))
             hidden = sum(1 for d in diagnostics if d.fix is not None) - fixable
             out.write(output.summary(len(diagnostics), fixed, fixable, hidden, unchecked) + "\n")
@@ -295,14 +417,24 @@ def _emit(args, diagnostics, fixed: int, *, sources: dict[str, str] | None, stre
             out.close()
 
 
-def _read_sources(diagnostics) -> dict[str, str]:
-    srcs: dict[str, str] = {}
+def _read_sources(diagnostics) -> dict:
+    """path -> text (for a notebook: cell number -> the cell's text) of each file with findings."""
+    from amplint import notebooks
+
+    srcs: dict = {}
     for d in diagnostics:
         if d.path not in srcs:
             try:
-                srcs[d.path] = Path(d.path).read_text(encoding="utf-8", errors="replace")
+                text = Path(d.path).read_text(encoding="utf-8", errors="replace")
             except OSError:
-                pass
+                continue
+            if d.cell is not None:
+                try:
+                    srcs[d.path] = notebooks.load(text, d.path).cell_sources()
+                except notebooks.NotebookError:
+                    continue
+            else:
+                srcs[d.path] = text
     return srcs
 
 
@@ -345,6 +477,29 @@ def cmd_explain(args) -> int:
         print(f"amplint: error: unknown rule {args.rule!r}", file=sys.stderr)
         return EXIT_ERROR
     print(rule_page(rule))
+    return EXIT_CLEAN
+
+
+def cmd_version(args) -> int:
+    """`amplint version`: the version, as `--version` prints it (Ruff's `ruff version`)."""
+    if args.output_format == "json":
+        import json
+        import platform
+
+        print(json.dumps({"version": __version__, "python": platform.python_version()}))
+    else:
+        print(f"amplint {__version__}")
+    return EXIT_CLEAN
+
+
+def cmd_server() -> int:
+    """`amplint server`: the language server over stdio (amplint/server/)."""
+    try:
+        from amplint.server import serve
+    except ImportError as exc:
+        print(f"amplint: error: the language server needs pygls ({exc}): pip install 'amplint[server]'", file=sys.stderr)
+        return EXIT_ERROR
+    serve()
     return EXIT_CLEAN
 
 

@@ -57,7 +57,11 @@ KNOWN_KEYS = {
     "extend-exclude",
     "target-torch",
     "respect-gitignore",
+    "extend-include",
 }
+
+# What a directory walk checks (Ruff's default `include`, less pyproject.toml); more with `extend-include`.
+DEFAULT_INCLUDE = ("*.py", "*.pyi", "*.ipynb")
 
 
 class ConfigError(ValueError):
@@ -74,6 +78,7 @@ class Config:
     extend_exclude: tuple[str, ...] = ()
     target_torch: str | None = None
     respect_gitignore: bool = True
+    extend_include: tuple[str, ...] = ()
     root: Path | None = field(default=None, compare=False)
     source: Path | None = field(default=None, compare=False)
     _gitignore: "GitIgnore" = field(default_factory=lambda: GitIgnore(), compare=False, repr=False)
@@ -123,6 +128,17 @@ class Config:
         if whole is not None and (whole.match(rel) or rel.startswith(prefixes) or any(map(part.match, Path(rel).parts))):
             return True
         return self.respect_gitignore and self._gitignore.ignored(Path(path))
+
+    def is_included(self, path: str | os.PathLike) -> bool:
+        """A directory walk checks this file: its name matches an include pattern
+        (`*.py`, `*.pyi`, `*.ipynb`, or `extend-include`), or its path relative to the root does."""
+        return self._include_matcher.match(Path(path).name) is not None or (
+            bool(self.extend_include) and self._include_matcher.match(self._relative(path)) is not None
+        )
+
+    @cached_property
+    def _include_matcher(self) -> re.Pattern:
+        return re.compile("|".join(f"(?:{_path_glob(p)})" for p in (*DEFAULT_INCLUDE, *self.extend_include)))
 
     @cached_property
     def _exclude_matchers(self) -> tuple[re.Pattern | None, re.Pattern | None, tuple[str, ...]]:
@@ -224,6 +240,7 @@ def from_table(table: dict, path: Path | None = None) -> Config:
         ignore=strings("ignore"),
         per_file_ignores=per_file,
         extend_exclude=strings("extend-exclude"),
+        extend_include=strings("extend-include"),
         target_torch=target,
         respect_gitignore=gitignore,
         root=path.parent if path else None,

@@ -61,10 +61,12 @@ class Diagnostic:
     # Free-form facts a front end may show (e.g. the helper a finding was inlined through).
     notes: tuple[str, ...] = field(default=(), compare=False)
     related: tuple[Related, ...] = field(default=(), compare=False)
+    # A notebook's cell (1-based among all its cells); `span` then counts lines in that cell.
+    cell: int | None = None
 
     @property
     def sort_key(self) -> tuple:
-        return (self.path, self.span.line, self.span.col0, self.code, self.message)
+        return (self.path, self.cell or 0, self.span.line, self.span.col0, self.code, self.message)
 
 
 # --- position conversions: the only places a column changes base ---------------------
@@ -83,3 +85,14 @@ def to_one_based(line: int, col0: int) -> dict[str, int]:
 def to_text(span: Span) -> str:
     """`row:col` with a 1-based column, as ruff and flake8 print it."""
     return f"{span.line}:{span.col0 + 1}"
+
+
+def to_location(d: Diagnostic) -> str:
+    """`row:col`, or `cell N:row:col` in a notebook (Ruff's `nb.ipynb:cell 3:4:5`)."""
+    return f"cell {d.cell}:{to_text(d.span)}" if d.cell is not None else to_text(d.span)
+
+
+def to_lsp(line: int, col0: int) -> tuple[int, int]:
+    """LSP positions: 0-based line, 0-based column (in code points here; the server's
+    position codec turns them into the UTF-16/8/32 units the client negotiated)."""
+    return line - 1, col0

@@ -29,6 +29,7 @@ from amplint.rules._base import InsertBefore, RemoveStatement, Replace, Report
 from amplint.prefilter import package_of, rules_that_may_fire
 from amplint.project.index import AUTO, for_path as project_for
 from amplint.sources import nesting_problem
+from amplint import unused_noqa
 from amplint.suppression import is_suppressed, noqa_map
 
 
@@ -126,6 +127,11 @@ def check_source(
     rules = config.rules_for(path)
     if not rules:
         return []
+    # AMP001 judges the other rules' suppressed findings, so it runs after them (unused_noqa.py).
+    enabled = {r.code for r in rules}
+    unused_noqa_on = unused_noqa.CODE in enabled
+    rules = tuple(r for r in rules if r.code != unused_noqa.CODE)
+    suppressed: list[tuple[int, str]] = []
     if prefilter:
         rules = rules_that_may_fire(source, rules, path, project=project, reads=reads)
         if not rules:
@@ -133,7 +139,10 @@ def check_source(
             # every file ends with findings or a parse error).  CPython's compiler costs a
             # fraction of libcst's parse, and the text is not even looked at otherwise.
             syntax_check(source, path)
-            return []
+            return _with_unused_noqa([], source, path, suppressed, enabled) if unused_noqa_on else []
+    elif not rules:
+        syntax_check(source, path)
+        return _with_unused_noqa([], source, path, suppressed, enabled) if unused_noqa_on else []
     with _cyclic_gc_paused():
         module = parse(source, path)
     # Crashes are collected per attempt, so a retry does not report them twice; without a
@@ -141,18 +150,26 @@ def check_source(
     found: list[RuleCrash] | None = [] if crashes is not None else None
     try:
         with _cyclic_gc_paused():
-            out = analyse(module, source, path, rules, crashes=found, project=project, reads=reads)
+            out = analyse(module, source, path, rules, crashes=found, suppressed=suppressed, project=project, reads=reads)
     except RecursionError:
         # Deep but legal code (CPython compiles ~2,900 levels; the model and the libcst
         # visitors recurse in Python, several frames per level): once more, with room.
         found = [] if crashes is not None else None
+        suppressed.clear()
         try:
-            out = _with_deep_stack(lambda: analyse(module, source, path, rules, crashes=found, project=project, reads=reads))
+            out = _with_deep_stack(lambda: analyse(module, source, path, rules, crashes=found, suppressed=suppressed, project=project, reads=reads))
         except RecursionError:
             raise SourceError(path, 1, 0, "too deeply nested to analyse") from None
     if crashes is not None:
         crashes.extend(found)
-    return out
+    return _with_unused_noqa(out, source, path, suppressed, enabled) if unused_noqa_on else out
+
+
+def _with_unused_noqa(out: list[Diagnostic], source: str, path: str, suppressed, enabled: set[str]) -> list[Diagnostic]:
+    """`out` plus AMP001's findings, themselves subject to `# noqa: AMP001`."""
+    noqa = noqa_map(source)
+    extra = [d for d in unused_noqa.findings(source, path, suppressed, enabled) if not is_suppressed(d.code, d.span.line, noqa)]
+    return sorted(out + extra, key=lambda d: d.sort_key) if extra else out
 
 
 @contextmanager
@@ -210,12 +227,14 @@ def _with_deep_stack(fn):
     return box["value"]
 
 
-def analyse(module: cst.Module, source: str, path: str, rules, *, crashes=None, project=None, reads=None) -> list[Diagnostic]:
+def analyse(module: cst.Module, source: str, path: str, rules, *, crashes=None, suppressed=None, project=None,
+            reads=None) -> list[Diagnostic]:
     """Run `rules` over one parsed module.
 
     A rule that raises is recorded in `crashes` (rule, file, error) and the others still
     run; so is a failure to build the model, under the code "model".  RecursionError is
     the exception: it propagates, so that `check_source` can retry with a deeper stack.
+    `suppressed`, when given, collects the (line, code) of each finding a noqa dropped.
     """
     try:
         model = ModuleModel.build(module, path, package_of(path), project=project)
@@ -240,6 +259,8 @@ def analyse(module: cst.Module, source: str, path: str, rules, *, crashes=None, 
             continue
         span = Span(pos.start.line, pos.start.column, pos.end.line, pos.end.column)
         if is_suppressed(r.code, span.line, noqa):
+            if suppressed is not None:
+                suppressed.append((span.line, r.code))
             continue
         fix = _to_fix(r, positions, module, lines) if r.fix else None
         related = tuple(filter(None, (_related(path, *item) for item in r.related)))

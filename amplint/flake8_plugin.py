@@ -15,6 +15,13 @@ Opt-in rules (`default_enabled = False`) stay off in two ways, so that flake8 an
   only its full code does.  `parse_options` reads the explicit selection and the
   plugin drops an opt-in rule unless its full code was named.
 
+One configuration everywhere: each file is checked with the `[tool.amplint]` of the
+pyproject.toml nearest it (select, ignore, extend-select, per-file-ignores,
+target-torch), as `amplint check` does, so a rule the project ignores stays quiet in
+flake8 too; flake8's own select/ignore/noqa then apply on top.  flake8's `--isolated`
+reads no pyproject.toml either.  An invalid `[tool.amplint]` fails the run with the
+message that names the key, as it does in the CLI.
+
 This module must stay cheap to import and must never import torch: flake8 loads it
 for every run, in every project.
 """
@@ -33,6 +40,21 @@ def _opt_in_codes() -> tuple[str, ...]:
     return tuple(sorted(r.code for r in ALL_RULES if not r.default_enabled))
 
 
+def _enabled_here() -> set[str]:
+    """Codes the [tool.amplint] found from the working directory enables (none when unreadable)."""
+    from pathlib import Path
+
+    from amplint.config import ConfigError, find_pyproject, load
+
+    found = find_pyproject(Path.cwd())
+    if found is None:
+        return set()
+    try:
+        return {r.code for r in load(found).rules()}
+    except ConfigError:
+        return set()  # reported with its message when the first file is checked
+
+
 class Flake8Plugin:
     """flake8 picks the plugin kind from `__init__`'s parameter names (`lines`, `filename`)."""
 
@@ -40,6 +62,8 @@ class Flake8Plugin:
     version = __version__
     # Opt-in codes whose full code the user named in --select/--extend-select.
     _enabled_opt_in: ClassVar[frozenset[str]] = frozenset()
+    _isolated: ClassVar[bool] = False
+    _configs: ClassVar[dict] = {}  # directory -> Config, one pyproject.toml lookup per directory
 
     def __init__(self, tree: Any, lines: list[str], filename: str) -> None:
         # `tree` is requested so flake8 treats this as a tree plugin (run once per file,
@@ -49,7 +73,10 @@ class Flake8Plugin:
 
     @classmethod
     def add_options(cls, option_manager) -> None:
-        option_manager.extend_default_ignore(list(_opt_in_codes()))
+        # An opt-in rule the project's [tool.amplint] enables (extend-select = ["AMP302"]) is
+        # not default-ignored: flake8 is run from the project root, whose configuration says so.
+        enabled = _enabled_here()
+        option_manager.extend_default_ignore([c for c in _opt_in_codes() if c not in enabled])
 
     @classmethod
     def parse_options(cls, options) -> None:
@@ -58,22 +85,42 @@ class Flake8Plugin:
             for item in getattr(options, attr, None) or ():
                 named |= {c.strip().upper() for c in str(item).split(",") if c.strip()}
         cls._enabled_opt_in = frozenset(c for c in _opt_in_codes() if c in named)
+        # NB: flake8 parses --isolated in a first pass and leaves it False in `options`
+        # (flake8/options/parse_args.py), so the command line is asked as well.
+        import sys
+
+        cls._isolated = bool(getattr(options, "isolated", False)) or "--isolated" in sys.argv[1:]
+        cls._configs = {}
+
+    def _config(self):
+        """The file's nearest [tool.amplint], plus the opt-in codes flake8 named in full."""
+        import os
+        from pathlib import Path
+
+        from amplint.config import Config, find_pyproject, load
+
+        here = Path(os.path.abspath(self._filename)).parent
+        config = None if self._isolated else self._configs.get(here)
+        if config is None:
+            found = None if self._isolated else find_pyproject(here)
+            config = load(found) if found is not None else Config()
+            if not self._isolated:
+                self._configs[here] = config
+        if self._enabled_opt_in:
+            config = config.with_overrides(extend_select=config.extend_select + tuple(sorted(self._enabled_opt_in)))
+        return config
 
     def run(self) -> Iterator[tuple[int, int, str, type]]:
-        from amplint.config import Config
         from amplint.diagnostics import to_flake8
         from amplint.engine import SourceError, check_source
 
-        opt_in = set(_opt_in_codes()) - self._enabled_opt_in
         crashes: list = []  # a crashing rule must not take flake8 down; the others still report
         try:
-            diagnostics = check_source(self._source, self._filename, Config.all_rules(), crashes=crashes)
+            diagnostics = check_source(self._source, self._filename, self._config(), crashes=crashes)
         except SourceError:
             # flake8 only runs tree plugins on files `ast` parses; libcst refusing one is
             # not the user's error to see as an AMP code.
             return
         for d in diagnostics:
-            if d.code in opt_in:
-                continue
             line, col = to_flake8(d.span)
             yield line, col, f"{d.code} {d.message}", type(self)

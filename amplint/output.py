@@ -15,7 +15,7 @@ from typing import TextIO
 from urllib.parse import quote
 
 from amplint import __version__
-from amplint.diagnostics import Applicability, Diagnostic, to_one_based, to_text
+from amplint.diagnostics import Applicability, Diagnostic, to_location, to_one_based
 
 FORMATS = ("text", "json", "json-lines", "github", "sarif")
 REPO_URL = "https://github.com/amplint/amplint"
@@ -24,6 +24,42 @@ DOCS_URL = REPO_URL + "/blob/main/rules/{code}.md"
 
 def rule_url(code: str) -> str:
     return DOCS_URL.format(code=code)
+
+
+# `sources`: path -> the file's text, or for a notebook cell number -> the cell's text.
+Sources = dict
+
+
+def source_text(d: Diagnostic, sources: Sources | None) -> str | None:
+    """The text a finding's rows count in: its file's, or its notebook cell's."""
+    text = (sources or {}).get(d.path)
+    if isinstance(text, dict):
+        return text.get(d.cell)
+    return text if d.cell is None else None
+
+
+def source_line(d: Diagnostic, sources: Sources | None) -> str | None:
+    text = source_text(d, sources)
+    if text is None:
+        return None
+    lines = text.splitlines()
+    return lines[d.span.line - 1] if 0 < d.span.line <= len(lines) else None
+
+
+class _NoqaRows:
+    """Ruff's `noqa_row` (where a `# noqa` for the finding goes), one tokenization per text."""
+
+    def __init__(self, sources: Sources | None) -> None:
+        self._sources, self._ends = sources, {}
+
+    def __call__(self, d: Diagnostic) -> int:
+        from amplint.suppression import logical_line_ends, noqa_row
+
+        key = (d.path, d.cell)
+        if key not in self._ends:
+            text = source_text(d, self._sources)
+            self._ends[key] = logical_line_ends(text) if text is not None else {}
+        return noqa_row(d.span.line, self._ends[key])
 
 
 # --- text --------------------------------------------------------------------------------
@@ -57,17 +93,14 @@ def format_text(diagnostics: list[Diagnostic], sources: dict[str, str] | None = 
     out = []
     for d in diagnostics:
         fixable = " [*]" if shows_fix_marker(d, unsafe_fixes) else ""
-        out.append(f"{paint(d.path, '1')}:{to_text(d.span)}: {paint(d.code, '1;31')}{fixable} {d.message}")
-        text = (sources or {}).get(d.path)
-        if text is not None:
-            lines = text.splitlines()
-            if 0 < d.span.line <= len(lines):
-                line = lines[d.span.line - 1]
-                end = d.span.end_col0 if d.span.end_line == d.span.line else len(line.rstrip())
-                # Keep tabs so the caret lines up under tab-indented code.
-                pad = "".join(ch if ch == "\t" else " " for ch in line[: d.span.col0])
-                out.append(f"  {d.span.line:>4} | {line}")
-                out.append(f"       | {pad}{paint('^' * max(end - d.span.col0, 1), '31')}")
+        out.append(f"{paint(d.path, '1')}:{to_location(d)}: {paint(d.code, '1;31')}{fixable} {d.message}")
+        line = source_line(d, sources)
+        if line is not None:
+            end = d.span.end_col0 if d.span.end_line == d.span.line else len(line.rstrip())
+            # Keep tabs so the caret lines up under tab-indented code.
+            pad = "".join(ch if ch == "\t" else " " for ch in line[: d.span.col0])
+            out.append(f"  {d.span.line:>4} | {line}")
+            out.append(f"       | {pad}{paint('^' * max(end - d.span.col0, 1), '31')}")
         if show_fixes and d.fix is not None:
             note = "" if d.fix.applicability is Applicability.SAFE else " (unsafe: needs --unsafe-fixes)"
             out.append(f"       = help: {d.fix.title}{note}")
@@ -76,14 +109,18 @@ def format_text(diagnostics: list[Diagnostic], sources: dict[str, str] | None = 
     return "\n".join(out)
 
 
-def summary(found: int, fixed: int, fixable: int, hidden_unsafe: int, unchecked: int = 0) -> str:
-    """The closing line(s) of text output, in ruff's words."""
-    if not found and unchecked:
+def summary(remaining: int, fixed: int, fixable: int, hidden_unsafe: int, unchecked: int = 0) -> str:
+    """The closing line(s) of text output, in Ruff's words: `Found 5 errors (4 fixed, 1 remaining).`"""
+    if not remaining and not fixed and unchecked:
         # Never "All checks passed!" next to error lines: some files were not checked at all.
         return f"No findings, but {unchecked} path{'s' if unchecked != 1 else ''} could not be checked (see the errors above)."
-    if not found:
-        return f"Fixed {fixed} error{'s' if fixed != 1 else ''}. All checks passed!" if fixed else "All checks passed!"
-    parts = [f"Found {found} error{'s' if found != 1 else ''}" + (f" ({fixed} fixed, {found} remaining)." if fixed else ".")]
+    total = remaining + fixed
+    if fixed:
+        parts = [f"Found {total} error{'s' if total != 1 else ''} ({fixed} fixed, {remaining} remaining)."]
+    elif remaining:
+        parts = [f"Found {remaining} error{'s' if remaining != 1 else ''}."]
+    else:
+        parts = ["All checks passed!"]
     if fixable:
         hidden = f" ({hidden_unsafe} hidden fix{'es' if hidden_unsafe != 1 else ''} can be enabled with the `--unsafe-fixes` option)" if hidden_unsafe else ""
         parts.append(f"[*] {fixable} fixable with the `--fix` option{hidden}.")
@@ -92,54 +129,66 @@ def summary(found: int, fixed: int, fixable: int, hidden_unsafe: int, unchecked:
     return "\n".join(parts)
 
 
+def fix_only_summary(fixed: int) -> str:
+    """`--fix-only` reports what it fixed, not what is left (Ruff's wording); empty when nothing was."""
+    return f"Fixed {fixed} error{'s' if fixed != 1 else ''}." if fixed else ""
+
+
 # --- json / json-lines -------------------------------------------------------------------
 
 
-def to_json_obj(d: Diagnostic) -> dict:
-    """Ruff's JSON keys, 1-based rows and columns."""
+def to_json_obj(d: Diagnostic, noqa_row=None) -> dict:
+    """Ruff's JSON keys, in Ruff's (alphabetical) order, 1-based rows and columns.
+
+    `cell` is the notebook cell (1-based) or null; in a notebook, rows count within the
+    cell.  `noqa_row` is the row where a `# noqa` for the finding goes (the last row of
+    its statement); `url` the rule's page.
+    """
     return {
+        "cell": d.cell,
         "code": d.code,
-        "message": d.message,
-        "filename": d.path,
-        "location": to_one_based(d.span.line, d.span.col0),
         "end_location": to_one_based(d.span.end_line, d.span.end_col0),
+        "filename": d.path,
         "fix": None
         if d.fix is None
         else {
-            "message": d.fix.title,
             "applicability": d.fix.applicability.value,
             "edits": [
                 {
                     "content": e.content,
-                    "location": to_one_based(*e.start),
                     "end_location": to_one_based(*e.end),
+                    "location": to_one_based(*e.start),
                 }
                 for e in d.fix.edits
             ],
+            "message": d.fix.title,
         },
-        "url": rule_url(d.code),
-        "noqa_row": d.span.line,
-        # amplint's own keys: facts about the finding, and evidence in other modules.
-        "notes": list(d.notes),
-        "related": [
+        "location": to_one_based(d.span.line, d.span.col0),
+        "message": d.message,
+        "noqa_row": noqa_row(d) if noqa_row is not None else d.span.line,
+        "notes": list(d.notes),  # amplint's own: facts about the finding
+        "related": [  # amplint's own: evidence in other modules (SARIF relatedLocations)
             {
+                "end_location": to_one_based(r.span.end_line, r.span.end_col0),
                 "filename": r.path,
                 "location": to_one_based(r.span.line, r.span.col0),
-                "end_location": to_one_based(r.span.end_line, r.span.end_col0),
                 "message": r.message,
             }
             for r in d.related
         ],
+        "url": rule_url(d.code),
     }
 
 
-def format_json(diagnostics: list[Diagnostic]) -> str:
-    return json.dumps([to_json_obj(d) for d in diagnostics], indent=2)
+def format_json(diagnostics: list[Diagnostic], sources: Sources | None = None) -> str:
+    rows = _NoqaRows(sources)
+    return json.dumps([to_json_obj(d, rows) for d in diagnostics], indent=2)
 
 
-def format_json_lines(diagnostics: list[Diagnostic]) -> str:
+def format_json_lines(diagnostics: list[Diagnostic], sources: Sources | None = None) -> str:
     """One compact JSON object per line: streams well into `jq -c` and log shippers."""
-    return "\n".join(json.dumps(to_json_obj(d), separators=(",", ":")) for d in diagnostics)
+    rows = _NoqaRows(sources)
+    return "\n".join(json.dumps(to_json_obj(d, rows), separators=(",", ":")) for d in diagnostics)
 
 
 # --- GitHub workflow annotations ---------------------------------------------------------
@@ -162,7 +211,7 @@ def format_github(diagnostics: list[Diagnostic]) -> str:
         props = ",".join(
             f"{k}={_gh_property(str(v))}"
             for k, v in (
-                ("title", f"amplint ({d.code})"),
+                ("title", f"amplint ({d.code})" if d.cell is None else f"amplint ({d.code}, cell {d.cell})"),
                 ("file", d.path),
                 ("line", start["row"]),
                 ("col", start["column"]),
@@ -170,7 +219,7 @@ def format_github(diagnostics: list[Diagnostic]) -> str:
                 ("endColumn", end["column"]),
             )
         )
-        out.append(f"::error {props}::{_gh_data(f'{to_text(d.span)}: {d.code} {d.message}')}")
+        out.append(f"::error {props}::{_gh_data(f'{to_location(d)}: {d.code} {d.message}')}")
     return "\n".join(out)
 
 
@@ -179,8 +228,31 @@ def format_github(diagnostics: list[Diagnostic]) -> str:
 SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
 
 
+def repository_root(start: Path | None = None) -> Path:
+    """The work tree holding `start` (default: the working directory), else `start` itself.
+
+    SARIF URIs are relative to it (`%SRCROOT%`), as code scanning resolves them against
+    the checkout, whichever directory amplint ran in.
+    """
+    here = (start or Path.cwd()).resolve()
+    for d in (here, *here.parents):
+        if (d / ".git").exists():
+            return d
+    return here
+
+
+def fingerprint(d: Diagnostic, uri: str, line_text: str | None, occurrence: int) -> str:
+    """Stable across commits: the rule, the file, the finding's line without its whitespace
+    (not its number, which moves when code above it changes), and which occurrence of
+    that same triple it is."""
+    import hashlib
+
+    text = "".join((line_text or "").split())
+    return hashlib.sha256(f"{d.code}\0{uri}\0{text}\0{occurrence}".encode()).hexdigest()[:32]
+
+
 def _artifact(path: str, root: Path) -> dict:
-    """A URI relative to %SRCROOT% (the working directory) when possible, else an absolute file URI."""
+    """A URI relative to %SRCROOT% (the repository root) when possible, else an absolute file URI."""
     p = Path(path)
     try:
         rel = p.resolve().relative_to(root.resolve())
@@ -212,27 +284,41 @@ def sarif_rule(rule) -> dict:
     }
 
 
-def to_sarif(diagnostics: list[Diagnostic], root: Path | None = None) -> dict:
-    """A SARIF 2.1.0 log: one run, every rule's metadata, one result per finding."""
+def to_sarif(diagnostics: list[Diagnostic], root: Path | None = None, sources: Sources | None = None) -> dict:
+    """A SARIF 2.1.0 log: one run, every rule's metadata, one result per finding.
+
+    `root`: what artifact URIs are relative to (default: the repository root);
+    `sources`: the checked texts, for each result's `partialFingerprints`.
+    """
     from amplint.registry import ALL_RULES
 
-    root = root or Path.cwd()
+    root = root or repository_root()
     rules = sorted(ALL_RULES, key=lambda r: r.code)
     index = {r.code: i for i, r in enumerate(rules)}
     results = []
+    seen: Counter = Counter()
     for d in diagnostics:
+        artifact = _artifact(d.path, root)
         location = {
             "physicalLocation": {
-                "artifactLocation": _artifact(d.path, root),
+                "artifactLocation": artifact,
                 "region": _region(to_one_based(d.span.line, d.span.col0), to_one_based(d.span.end_line, d.span.end_col0)),
             }
         }
+        if d.cell is not None:  # a notebook: the region counts lines within this cell
+            location["message"] = {"text": f"cell {d.cell}"}
+        line_text = source_line(d, sources)
+        key = (d.code, artifact["uri"], "".join((line_text or "").split()))
         result = {
             "ruleId": d.code,
             "level": "error",
             "message": {"text": d.message},
             "locations": [location],
+            "partialFingerprints": {"amplint/v1": fingerprint(d, artifact["uri"], line_text, seen[key])},
         }
+        seen[key] += 1
+        if d.cell is not None:
+            result["properties"] = {"cell": d.cell}
         if d.code in index:
             result["ruleIndex"] = index[d.code]
         if d.related:
@@ -291,8 +377,8 @@ def to_sarif(diagnostics: list[Diagnostic], root: Path | None = None) -> dict:
     }
 
 
-def format_sarif(diagnostics: list[Diagnostic], root: Path | None = None) -> str:
-    return json.dumps(to_sarif(diagnostics, root), indent=2)
+def format_sarif(diagnostics: list[Diagnostic], root: Path | None = None, sources: Sources | None = None) -> str:
+    return json.dumps(to_sarif(diagnostics, root, sources), indent=2)
 
 
 # --- statistics --------------------------------------------------------------------------
@@ -311,10 +397,18 @@ def statistics(diagnostics: list[Diagnostic], unsafe_fixes: bool = False) -> lis
     return rows
 
 
+# `--statistics` prints counts, not findings: formats made for findings cannot carry them.
+STATISTICS_FORMATS = ("text", "json", "json-lines")
+
+
 def format_statistics(diagnostics: list[Diagnostic], fmt: str = "text", unsafe_fixes: bool = False) -> str:
+    if fmt not in STATISTICS_FORMATS:
+        raise ValueError(f"--statistics cannot be written as {fmt}")
     rows = statistics(diagnostics, unsafe_fixes)
-    if fmt in ("json", "json-lines", "sarif"):
+    if fmt == "json":
         return json.dumps(rows, indent=2)
+    if fmt == "json-lines":
+        return "\n".join(json.dumps(r, separators=(",", ":")) for r in rows)
     width = max((len(str(r["count"])) for r in rows), default=1)
     return "\n".join(f"{r['count']:>{width}}\t{r['code']}\t{'[*] ' if r['fixable'] else '    '}{r['name']}" for r in rows)
 
@@ -325,13 +419,13 @@ def format_statistics(diagnostics: list[Diagnostic], fmt: str = "text", unsafe_f
 def render(fmt: str, diagnostics: list[Diagnostic], *, sources=None, colour=False, show_fixes=False,
            unsafe_fixes=False, root: Path | None = None) -> str:
     if fmt == "json":
-        return format_json(diagnostics)
+        return format_json(diagnostics, sources)
     if fmt == "json-lines":
-        return format_json_lines(diagnostics)
+        return format_json_lines(diagnostics, sources)
     if fmt == "github":
         return format_github(diagnostics)
     if fmt == "sarif":
-        return format_sarif(diagnostics, root)
+        return format_sarif(diagnostics, root, sources)
     return format_text(diagnostics, sources, colour=colour, show_fixes=show_fixes, unsafe_fixes=unsafe_fixes)
 
 

@@ -17,7 +17,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from amplint import sources
+from amplint import notebooks, sources
 from amplint.cache import ResultCache
 from amplint.config import Config
 from amplint.diagnostics import Diagnostic
@@ -87,10 +87,9 @@ def discover(paths: list[Path], config: Config, *, force_exclude: bool = False) 
             seen_dirs.add(ident)
             dirs[:] = sorted(d for d in dirs if not config.is_excluded(Path(root) / d))
             for name in sorted(files):
-                if name.endswith((".py", ".pyi")):
-                    fp = Path(root) / name
-                    if not config.is_excluded(fp):
-                        found.setdefault(str(fp), fp)
+                fp = Path(root) / name
+                if config.is_included(fp) and not config.is_excluded(fp):
+                    found.setdefault(str(fp), fp)
     return sorted(found.values(), key=lambda q: str(q)), missing
 
 
@@ -138,6 +137,11 @@ def _check_file(path: Path, config: Config, *, fix: bool, unsafe: bool, diff: bo
         return result
     rel = str(path)
     reads = Reads()
+    if notebooks.is_notebook(path):
+        _check_notebook(path, src, config, fix=fix, unsafe=unsafe, diff=diff, result=result, roots=roots, reads=reads)
+        if cache is not None and not (fix or diff) and not result.crashes:
+            cache.store(path, probe, src.raw, result.diagnostics, result.error, reads=reads)
+        return result
     try:
         if fix and not diff:
             _fix_in_place(path, src, config, unsafe, result, roots)
@@ -229,6 +233,61 @@ def _fix_in_place(path: Path, src: sources.SourceFile, config: Config, unsafe: b
     result.fixed.applied = []
 
 
+def _check_notebook(path: Path, src: sources.SourceFile, config: Config, *, fix: bool, unsafe: bool, diff: bool,
+                    result: FileResult, roots: tuple[str, ...] | None, reads: Reads | None = None) -> None:
+    """A notebook's code cells as one module (amplint/notebooks.py): findings by cell, fixes into cells.
+
+    The project's modules its cells import are read as for a script in the notebook's folder."""
+    rel = str(path)
+
+    def lint(text: str) -> list[Diagnostic]:
+        return check_source(text, rel, config, crashes=result.crashes, reads=reads)
+
+    try:
+        nb = notebooks.load(src.text, rel)
+        if not (fix or diff):
+            result.diagnostics = notebooks.check(nb, lint)
+            return
+        outcome, new_text, warnings = notebooks.fix(nb, lint, unsafe=unsafe)
+    except notebooks.NotebookError as exc:
+        result.error = SourceError(rel, 1, 0, str(exc))
+        return
+    except SourceError as exc:  # a cell does not parse: say which
+        cell = nb.cell_at(exc.line)
+        where = f"cell {cell.index}: line {exc.line - cell.first_line + 1}: " if cell else ""
+        result.error = SourceError(rel, 1, 0, where + exc.reason)
+        return
+    result.crashes = unique_crashes(result.crashes)
+    result.fixed, result.diagnostics = outcome, outcome.remaining
+    result.warnings = fix_warnings(outcome) + warnings
+    if new_text is None:
+        return
+    if diff:
+        result.diff = notebooks.cell_diff(nb, new_text)
+        result.diagnostics = notebooks.check(nb, lambda text: check_source(text, rel, config, crashes=[]))
+        return
+    refusal = _outside_roots(path, roots)
+    if refusal is None:
+        try:
+            if sources.replace_if_unchanged(path, src.raw, new_text, "utf-8", src.bom):
+                result.written = True
+                return
+            refusal = "the file changed while it was being fixed"
+        except OSError as exc:
+            refusal = exc.strerror or str(exc)
+    result.warnings.append(f"fix not written: {refusal}")
+    result.fixed.applied = []
+    result.diagnostics = notebooks.check(nb, lambda text: check_source(text, rel, config, crashes=[]))
+
+
+def _outside_roots(path: Path, roots: tuple[str, ...] | None) -> str | None:
+    """Why `--fix` must not write `path` for the paths named (a link out of them), or None."""
+    real = os.path.realpath(path)
+    if roots is not None and not any(real == r or real.startswith(r.rstrip(os.sep) + os.sep) for r in roots):
+        return f"it is a link to {real}, outside the paths being checked"
+    return None
+
+
 def _refuse_write(path: Path, src: sources.SourceFile, text: str, roots: tuple[str, ...] | None) -> str | None:
     """Why the fixed `text` must not replace `path`, or None."""
     from amplint.engine import parse
@@ -244,10 +303,7 @@ def _refuse_write(path: Path, src: sources.SourceFile, text: str, roots: tuple[s
         return f"the fixed text cannot be written in the file's encoding ({src.encoding})"
     if not same:  # NB: e.g. a codec with two spellings of one character: writing would change other lines
         return f"the file's bytes do not survive decoding and encoding as {src.encoding}"
-    real = os.path.realpath(path)
-    if roots is not None and not any(real == r or real.startswith(r.rstrip(os.sep) + os.sep) for r in roots):
-        return f"it is a link to {real}, outside the paths being checked"
-    return None
+    return _outside_roots(path, roots)
 
 
 def check_paths(paths: list[Path], config: Config, *, fix: bool = False, unsafe: bool = False, diff: bool = False,

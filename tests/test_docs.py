@@ -9,8 +9,12 @@ import shlex
 import shutil
 import subprocess
 import sys
-import tomllib
 from pathlib import Path
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # Python 3.10, the declared minimum: the backport amplint itself depends on there
+    import tomli as tomllib
 
 import pytest
 
@@ -165,3 +169,39 @@ def test_config_snippet(project: Path) -> None:
     assert {(d["filename"], d["code"]) for d in json.loads(proc.stdout)} == {
         ("src/train.py", "AMP101"), ("src/train.py", "AMP401"),
     }
+
+
+# --- editor set-up snippets: each starts `amplint server` (tests/test_server.py drives it) --
+
+
+def test_vscode_snippet_starts_the_server() -> None:
+    settings = json.loads(snippet("lsp-vscode"))
+    assert [settings["glspc.server.command"], *settings["glspc.server.commandArguments"]] == ["amplint", "server"]
+    assert settings["glspc.server.languageId"] == ["python"]
+
+
+def test_helix_snippet_starts_the_server() -> None:
+    table = tomllib.loads(snippet("lsp-helix"))
+    server = table["language-server"]["amplint"]
+    assert [server["command"], *server["args"]] == ["amplint", "server"]
+    (python,) = table["language"]
+    assert python["name"] == "python" and "amplint" in python["language-servers"]
+
+
+def test_neovim_snippet_starts_the_server() -> None:
+    lua = snippet("lsp-neovim")
+    assert 'cmd = { "amplint", "server" }' in lua and "vim.lsp.start(" in lua and 'pattern = "python"' in lua
+    assert lua.count("(") == lua.count(")") and lua.count("{") == lua.count("}")
+
+
+def test_server_subcommand_is_what_the_snippets_run() -> None:
+    proc = subprocess.run([sys.executable, "-m", "amplint", "--help"], capture_output=True, text=True, timeout=60)
+    assert "server" in proc.stdout and "version" in proc.stdout
+
+
+def test_readme_points_to_files_that_exist() -> None:
+    readme = (ROOT / "README.md").read_text()
+    for name in re.findall(r"\]\(([A-Z]+\.md)\)", readme):
+        assert (ROOT / name).is_file(), f"README links {name}, which is not in the repository"
+    assert "STYLE.md" not in readme
+    assert "once released" in readme

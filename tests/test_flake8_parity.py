@@ -109,3 +109,40 @@ def test_noqa_and_columns_after_tabs_and_unicode(tmp_path: Path) -> None:
     from_flake8 = flake8("--select", "AMP", files=["t.py"], cwd=tmp_path)
     from_cli = amplint("--select", "AMP", files=["t.py"], cwd=tmp_path)
     assert from_flake8 == from_cli == {("t.py", 3, 12, "AMP401"), ("t.py", 5, 6, "AMP401")}
+
+
+def _project(tmp_path: Path, table: str) -> Path:
+    (tmp_path / "pyproject.toml").write_text(f"[tool.amplint]\n{table}\n")
+    (tmp_path / "tests").mkdir()
+    dep = "import torch\ns = torch.cuda.amp.GradScaler()\n"
+    (tmp_path / "train.py").write_text(dep + "t = torch.amp.GradScaler('cuda')  # noqa: AMP401\n")
+    (tmp_path / "tests" / "test_x.py").write_text(dep)
+    return tmp_path
+
+
+def _without_isolated(*args: str, files, cwd: Path) -> set:
+    proc = subprocess.run([sys.executable, "-m", "flake8", f"--format={FORMAT}", "--select", "AMP", *args, *files],
+                          cwd=cwd, capture_output=True, text=True, timeout=600)
+    assert proc.returncode in (0, 1), proc.stderr
+    return {tuple(line.rsplit(":", 3)[::3]) for line in proc.stdout.splitlines()}
+
+
+@pytest.mark.parametrize("table, expected", [
+    ('ignore = ["AMP401"]', set()),
+    ('per-file-ignores = { "tests/*" = ["AMP4"] }', {("train.py", " AMP401")}),
+    ('extend-select = ["AMP001"]', {("train.py", " AMP401"), ("train.py", " AMP001"), ("tests/test_x.py", " AMP401")}),
+])
+def test_flake8_honours_the_nearest_tool_amplint(tmp_path: Path, table: str, expected: set) -> None:
+    """One configuration everywhere: what [tool.amplint] silences in the CLI, flake8 does not report."""
+    project = _project(tmp_path, table)
+    files = ["train.py", "tests/test_x.py"]
+    found = {(Path(p).as_posix().removeprefix("./"), c) for p, c in _without_isolated(files=files, cwd=project)}
+    assert found == expected
+    cli = subprocess.run([sys.executable, "-m", "amplint", "check", "--output-format", "json", *files], cwd=project,
+                         capture_output=True, text=True, timeout=120)
+    assert {(d["filename"], " " + d["code"]) for d in json.loads(cli.stdout)} == expected
+
+
+def test_flake8_isolated_reads_no_pyproject(tmp_path: Path) -> None:
+    project = _project(tmp_path, 'ignore = ["AMP401"]')
+    assert flake8("--select", "AMP", files=["train.py"], cwd=project) == {("train.py", 2, 5, "AMP401")}

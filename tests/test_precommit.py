@@ -77,7 +77,8 @@ def project(tmp_path: Path, hook_repo) -> Path:
     repo, rev = hook_repo
     config = readme_snippet("pre-commit")
     config = re.sub(r"repo: \S+", f"repo: {repo}", config, count=1)
-    config = re.sub(r"rev: \S+", f"rev: {rev}", config, count=1)
+    assert re.search(r"(?m)^\s*rev: main$", config), "README's rev must name a ref that exists until a tag does"
+    config = re.sub(r"(?m)^(\s*)rev: \S+", rf"\g<1>rev: {rev}", config, count=1)
     _git("init", "-q", cwd=tmp_path)
     (tmp_path / ".pre-commit-config.yaml").write_text(config)
     (tmp_path / "bad.py").write_text(BAD)
@@ -132,3 +133,27 @@ def test_all_files_reports_only_the_bad_ones(project: Path, pre_commit_home: Pat
     assert proc.returncode == 1
     found = set(re.findall(r"^(\w+\.py):\d+:\d+: (AMP\d+)", proc.stdout, re.M))
     assert found == {("bad.py", "AMP101"), ("deprecated.py", "AMP401")}
+
+
+MIXED = DEPRECATED + BAD.split("import torch\n", 1)[1]  # a fixable AMP401 and an unfixable AMP101
+
+
+def test_both_hooks_print_each_finding_once(project: Path, pre_commit_home: Path) -> None:
+    """The README configures both: amplint-fix fixes (and fails because it did), amplint reports the rest."""
+    (project / "mixed.py").write_text(MIXED)
+    _git("add", "mixed.py", cwd=project)
+    proc = pre_commit("run", "--files", "mixed.py", cwd=project, home=pre_commit_home)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "files were modified by this hook" in proc.stdout
+    assert proc.stdout.count(": AMP101 ") == 1, proc.stdout
+    assert ": AMP401 " not in proc.stdout  # fixed by the first hook, so never reported by the second
+
+
+def test_hooks_run_on_notebooks(project: Path, pre_commit_home: Path) -> None:
+    nbformat = pytest.importorskip("nbformat")
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell("import torch"), nbformat.v4.new_code_cell("scaler = torch.cuda.amp.GradScaler()")]
+    nbformat.write(nb, project / "train.ipynb")
+    _git("add", "train.ipynb", cwd=project)
+    proc = pre_commit("run", "amplint", "--files", "train.ipynb", cwd=project, home=pre_commit_home)
+    assert proc.returncode == 1 and "train.ipynb:cell 2:1:10: AMP401" in proc.stdout, proc.stdout + proc.stderr

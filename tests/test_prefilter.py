@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from amplint import registry
+from amplint import registry, unused_noqa
 from amplint.config import Config
 from amplint.engine import SourceError, check_source
 from amplint.prefilter import Attr, Word, code_text, may_fire, prefilter_tokens, rules_that_may_fire
@@ -49,6 +49,8 @@ def _compare(path: Path) -> list[str]:
     if full != filtered:
         problems.append(f"{path}: with pre-filter {filtered!r} != without {full!r}")
     for d in full:
+        if d.code == unused_noqa.CODE:
+            continue  # AMP001 reads comments, which the code text drops: the engine runs it after the rest, unfiltered
         rule = registry.BY_CODE[d.code]
         # The tokens may sit in the project files it imports (a clip inside a helper).
         if not rules_that_may_fire(source, (rule,), str(path), project=project_for(str(path))):

@@ -1,5 +1,9 @@
-"""Every rule, listed explicitly: greppable, cheap to import, no discovery magic."""
+"""Every rule, listed explicitly: greppable, cheap to import, no discovery magic.
 
+A new rule is imported here and added to ALL_RULES (CONTRIBUTING.md, "Adding a rule").
+"""
+
+from amplint.rules.amp001_unused_noqa import UnusedNoqa
 from amplint.rules.amp101_clip_before_unscale import ClipBeforeUnscale
 from amplint.rules.amp102_step_without_update import StepWithoutUpdate
 from amplint.rules.amp103_backward_not_scaled import BackwardNotScaled
@@ -24,6 +28,7 @@ from amplint.rules.amp501_fp16_overflow_constant import Fp16OverflowConstant
 from amplint.rules.amp502_unguarded_log_sqrt_div import UnguardedLogSqrtDiv
 
 ALL_RULES = (
+    UnusedNoqa,
     ClipBeforeUnscale,
     StepWithoutUpdate,
     BackwardNotScaled,

@@ -3,7 +3,7 @@
 A rule is a small query over the `ModuleModel`.  It never reads source text, computes
 positions or parses comments: it calls `self.report(node, ...)` with format arguments
 and, optionally, a fix expressed on CST nodes.  The engine turns nodes into spans and
-fixes into text edits, in one place.
+fixes into text edits, in one place.  How to add a rule, step by step: CONTRIBUTING.md.
 """
 
 from __future__ import annotations
@@ -17,7 +17,8 @@ import libcst as cst
 
 from amplint.diagnostics import Applicability
 
-_CODE = re.compile(r"^AMP[1-9][0-9]{2}$")
+# AMP0xx: meta rules about amplint's own comments (AMP001); AMP1xx-AMP9xx: see DESIGN.md.
+_CODE = re.compile(r"^AMP(?:00[1-9]|0[1-9][0-9]|[1-9][0-9]{2})$")
 _NAME = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
 REQUIRED_SECTIONS = ("## What it does", "## Why is this bad?", "## Example")
 

@@ -11,3 +11,11 @@ Layout (interception separate from judging, STYLE.md 2.8):
 
 Nothing here is imported by `amplint check`.
 """
+
+# What verify and compare say when torch is missing.  NB: on a machine without an NVIDIA GPU,
+# `pip install amplint[runtime]` alone pulls torch's default CUDA build (several GB): the
+# CPU build has to be installed first, from PyTorch's own index.
+TORCH_INSTALL_HINT = (
+    "torch is not installed: pip install 'amplint[runtime]' "
+    "(on a machine without an NVIDIA GPU first: pip install torch --index-url https://download.pytorch.org/whl/cpu)"
+)

@@ -86,7 +86,9 @@ def verify(argv: list[str]) -> int:
     try:
         import torch  # noqa: F401
     except ImportError:
-        print("amplint verify: error: torch is not installed (pip install 'amplint[runtime]')", file=sys.stderr)
+        from amplint.runtime import TORCH_INSTALL_HINT
+
+        print(f"amplint verify: error: {TORCH_INSTALL_HINT}", file=sys.stderr)
         return EXIT_ERROR
 
     from amplint.runtime import launch

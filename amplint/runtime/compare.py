@@ -285,7 +285,9 @@ def main(argv: list[str]) -> int:
     try:
         import torch  # noqa: F401
     except ImportError:
-        print("amplint compare: error: torch is not installed (pip install 'amplint[runtime]')", file=sys.stderr)
+        from amplint.runtime import TORCH_INSTALL_HINT
+
+        print(f"amplint compare: error: {TORCH_INSTALL_HINT}", file=sys.stderr)
         return EXIT_ERROR
 
     names = ["fp32", "as_written"] + (["bf16"] if args.bf16 else [])

@@ -1,0 +1,169 @@
+"""The language server: LSP requests in, `engine.check_source` findings and fixes out."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from lsprotocol import types
+from pygls.lsp.server import LanguageServer
+from pygls.uris import to_fs_path
+
+from amplint import __version__, notebooks
+from amplint.config import Config, ConfigError
+from amplint.diagnostics import Applicability, Diagnostic
+from amplint.engine import SourceError, check_source
+from amplint.fixes import fix_text
+from amplint.server import convert
+from amplint.server.configs import Configs
+from amplint.suppression import add_noqa_edits
+
+FIX_ALL = "source.fixAll.amplint"
+
+
+@dataclass
+class Buffer:
+    """The last check of one open document: its findings and their LSP form, side by side."""
+
+    version: int | None
+    found: list[tuple[Diagnostic, types.Diagnostic]] = field(default_factory=list)
+    lint: object = None  # text -> diagnostics with this buffer's path and configuration
+
+
+class AmplintServer(LanguageServer):
+    def __init__(self) -> None:
+        super().__init__("amplint", __version__, text_document_sync_kind=types.TextDocumentSyncKind.Incremental)
+        self.configs = Configs()
+        self.buffers: dict[str, Buffer] = {}
+        self._shown_errors: set[str] = set()
+
+    # --- checking ----------------------------------------------------------------------
+
+    def check(self, uri: str) -> None:
+        """Lint the buffer's current text and publish the findings (an empty list clears them)."""
+        doc = self.workspace.get_text_document(uri)
+        lint = self._linter(uri) if doc.language_id in (None, "", "python") else None
+        buffer = self.buffers[uri] = Buffer(doc.version, lint=lint)
+        published: list[types.Diagnostic] = []
+        if lint is not None:
+            try:
+                for d in lint(doc.source):
+                    lsp = convert.diagnostic(d, doc.lines, doc.position_codec)
+                    buffer.found.append((d, lsp))
+                    published.append(lsp)
+            except SourceError as exc:
+                published.append(convert.parse_error(exc.line, exc.col0, exc.reason, doc.lines, doc.position_codec))
+        self.text_document_publish_diagnostics(
+            types.PublishDiagnosticsParams(uri=uri, version=doc.version, diagnostics=published)
+        )
+
+    def _linter(self, uri: str):
+        """`text -> diagnostics` for this document, or None when amplint does not check it."""
+        fs_path = to_fs_path(uri) if uri.startswith("file:") else None
+        path = Path(fs_path) if fs_path else None
+        if path is None and not uri.startswith("untitled:"):
+            # NB: e.g. `vscode-notebook-cell:`: one cell of a notebook is not a module, and
+            # checking it alone would report what other cells settle.
+            return None
+        if path is not None and notebooks.is_notebook(path):
+            return None  # notebook documents are not served (see amplint/server/__init__.py)
+        try:
+            config = self.configs.for_path(path) if path is not None else Config(root=Path.cwd())
+        except ConfigError as exc:
+            self._show_once(f"amplint: {exc}")
+            return None
+        if path is not None and config.is_excluded(path):
+            return None
+        name = str(path) if path is not None else "<buffer>"
+        return lambda text: check_source(text, name, config)
+
+    def _show_once(self, message: str) -> None:
+        if message not in self._shown_errors:
+            self._shown_errors.add(message)
+            self.window_show_message(types.ShowMessageParams(type=types.MessageType.Error, message=message))
+
+    # --- code actions ------------------------------------------------------------------
+
+    def code_actions(self, params: types.CodeActionParams) -> list[types.CodeAction]:
+        uri = params.text_document.uri
+        buffer = self.buffers.get(uri)
+        if buffer is None:
+            return []
+        doc = self.workspace.get_text_document(uri)
+        lines, codec = doc.lines, doc.position_codec
+        wanted = params.context.only
+
+        def allowed(kind: str) -> bool:
+            return not wanted or any(kind == w or kind.startswith(w + ".") for w in wanted)
+
+        actions: list[types.CodeAction] = []
+        here = [(d, lsp) for d, lsp in buffer.found if convert.overlaps(lsp.range, params.range)]
+        if allowed(types.CodeActionKind.QuickFix):
+            for d, lsp in here:
+                if d.fix is not None:
+                    safe = d.fix.applicability is Applicability.SAFE
+                    actions.append(types.CodeAction(
+                        title=f"{d.code}: {d.fix.title}" + ("" if safe else " (unsafe)"),
+                        kind=types.CodeActionKind.QuickFix,
+                        diagnostics=[lsp],
+                        is_preferred=safe,
+                        edit=self._edit(uri, convert.text_edits(d.fix.edits, lines, codec)),
+                    ))
+            for d, lsp in here:
+                noqa = add_noqa_edits(doc.source, [(d.span.line, d.code)])
+                if noqa:
+                    actions.append(types.CodeAction(
+                        title=f"{d.code}: Suppress with `# noqa: {d.code}`",
+                        kind=types.CodeActionKind.QuickFix,
+                        diagnostics=[lsp],
+                        edit=self._edit(uri, convert.text_edits(noqa, lines, codec)),
+                    ))
+        if allowed(FIX_ALL) and buffer.lint is not None and any(
+            d.fix is not None and d.fix.applicability is Applicability.SAFE for d, _ in buffer.found
+        ):
+            try:
+                outcome = fix_text(doc.source, buffer.lint, unsafe=False)
+            except SourceError:
+                outcome = None
+            if outcome is not None and outcome.source != doc.source:
+                actions.append(types.CodeAction(
+                    title="amplint: Fix all safe fixes",
+                    kind=FIX_ALL,
+                    edit=self._edit(uri, convert.whole_text_edits(doc.source, outcome.source, lines, codec)),
+                ))
+        return actions
+
+    @staticmethod
+    def _edit(uri: str, edits: list[types.TextEdit]) -> types.WorkspaceEdit:
+        return types.WorkspaceEdit(changes={uri: edits})
+
+
+def build() -> AmplintServer:
+    server = AmplintServer()
+
+    @server.feature(types.TEXT_DOCUMENT_DID_OPEN)
+    def did_open(ls: AmplintServer, params: types.DidOpenTextDocumentParams) -> None:
+        ls.check(params.text_document.uri)
+
+    @server.feature(types.TEXT_DOCUMENT_DID_CHANGE)
+    def did_change(ls: AmplintServer, params: types.DidChangeTextDocumentParams) -> None:
+        ls.check(params.text_document.uri)
+
+    @server.feature(types.TEXT_DOCUMENT_DID_SAVE)
+    def did_save(ls: AmplintServer, params: types.DidSaveTextDocumentParams) -> None:
+        ls.configs.forget()  # a saved pyproject.toml or a new one: look again
+        ls.check(params.text_document.uri)
+
+    @server.feature(types.TEXT_DOCUMENT_DID_CLOSE)
+    def did_close(ls: AmplintServer, params: types.DidCloseTextDocumentParams) -> None:
+        ls.buffers.pop(params.text_document.uri, None)
+        ls.text_document_publish_diagnostics(types.PublishDiagnosticsParams(uri=params.text_document.uri, diagnostics=[]))
+
+    @server.feature(
+        types.TEXT_DOCUMENT_CODE_ACTION,
+        types.CodeActionOptions(code_action_kinds=[types.CodeActionKind.QuickFix, FIX_ALL], resolve_provider=False),
+    )
+    def code_action(ls: AmplintServer, params: types.CodeActionParams) -> list[types.CodeAction]:
+        return ls.code_actions(params)
+
+    return server

@@ -1,0 +1,206 @@
+"""Notebooks are checked and fixed like modules, findings placed by cell (as Ruff does it)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from amplint import notebooks
+from amplint.config import Config
+from amplint.engine import check_source
+from amplint.runner import check_paths, discover
+
+DEPRECATED = "scaler = torch.cuda.amp.GradScaler()"
+TRAIN_CELL = """\
+for _ in range(2):
+    with torch.cuda.amp.autocast():
+        loss = model(torch.randn(2, 4)).sum()
+    scaler.scale(loss).backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    scaler.step(optimizer)
+    scaler.update()
+model?"""
+
+
+def make_notebook(path: Path, cells: list, *, language: str = "python") -> Path:
+    """A notebook as Jupyter writes it (nbformat's own writer: indent 1, sorted keys)."""
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["kernelspec"] = {"name": "k", "display_name": "K", "language": language}
+    nb.metadata["language_info"] = {"name": language}
+    for cell in cells:
+        nb.cells.append(nbformat.v4.new_markdown_cell(cell[1:]) if cell.startswith("#md") else nbformat.v4.new_code_cell(cell))
+    nb.cells[-1].outputs = [nbformat.v4.new_output("stream", text="kept\n")]
+    nb.cells[-1].execution_count = 7
+    nbformat.write(nb, path)
+    return path
+
+
+@pytest.fixture
+def train(tmp_path: Path) -> Path:
+    return make_notebook(tmp_path / "train.ipynb", [
+        "#md # Training",
+        "%matplotlib inline\n!pip install torch\nimport torch",
+        "model = torch.nn.Linear(4, 4)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n" + DEPRECATED,
+        "%%bash\necho torch.cuda.amp.GradScaler",
+        TRAIN_CELL,
+    ])
+
+
+def amplint(*args: str, cwd: Path, stdin: str | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "amplint", *args], cwd=cwd, input=stdin, capture_output=True,
+                          text=True, timeout=120)
+
+
+def test_findings_name_their_cell_and_rows_count_within_it(train: Path) -> None:
+    proc = amplint("check", "--isolated", "train.ipynb", cwd=train.parent)
+    assert proc.returncode == 1, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert "train.ipynb:cell 3:3:10: AMP401 [*] `torch.cuda.amp.GradScaler` is deprecated since PyTorch 2.4" in lines
+    assert "train.ipynb:cell 5:2:10: AMP401 [*] `torch.cuda.amp.autocast` is deprecated since PyTorch 2.4" in lines
+    assert any(line.startswith("train.ipynb:cell 5:5:5: AMP101") for line in lines)
+    # the line under the finding is the cell's own line, not the notebook's JSON
+    assert "     3 | scaler = torch.cuda.amp.GradScaler()" in lines
+    # magics (`%matplotlib`, `!pip`, `model?`) and the %%bash cell are neither reported nor parse errors
+    assert "cell 2" not in proc.stdout and "cell 4" not in proc.stdout and not proc.stderr
+
+
+def test_json_sarif_and_github_carry_the_cell(train: Path) -> None:
+    rows = json.loads(amplint("check", "--isolated", "--output-format", "json", "train.ipynb", cwd=train.parent).stdout)
+    assert [(r["cell"], r["code"], r["location"]["row"], r["noqa_row"]) for r in rows] == [
+        (3, "AMP401", 3, 3), (5, "AMP401", 2, 2), (5, "AMP101", 5, 5)]
+    sarif = json.loads(amplint("check", "--isolated", "--output-format", "sarif", "train.ipynb", cwd=train.parent).stdout)
+    result = sarif["runs"][0]["results"][0]
+    assert result["properties"] == {"cell": 3} and result["locations"][0]["message"] == {"text": "cell 3"}
+    github = amplint("check", "--isolated", "--output-format", "github", "train.ipynb", cwd=train.parent).stdout
+    assert "title=amplint (AMP401%2C cell 3),file=train.ipynb,line=3,col=10" in github
+    assert "::cell 3:3:10: AMP401" in github
+
+
+def test_fix_edits_only_the_cells_it_fixes_and_keeps_the_json_layout(train: Path) -> None:
+    before = train.read_text()
+    proc = amplint("check", "--isolated", "--fix", "--unsafe-fixes", "train.ipynb", cwd=train.parent)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "Found 3 errors (3 fixed, 0 remaining)." in proc.stdout and "warning" not in proc.stderr
+    after = train.read_text()
+    nbformat.validate(nbformat.reads(after, as_version=4))
+    old, new = json.loads(before), json.loads(after)
+    assert new["metadata"] == old["metadata"] and new["nbformat_minor"] == old["nbformat_minor"]
+    assert [c.get("id") for c in new["cells"]] == [c.get("id") for c in old["cells"]]
+    assert new["cells"][4]["outputs"] == old["cells"][4]["outputs"] and new["cells"][4]["execution_count"] == 7
+    assert "".join(new["cells"][2]["source"]).endswith('scaler = torch.amp.GradScaler("cuda")')
+    assert "    scaler.unscale_(optimizer)\n" in new["cells"][4]["source"]
+    assert new["cells"][1]["source"] == old["cells"][1]["source"]  # the magics are back, untouched
+    assert new["cells"][4]["source"][-1] == "model?"
+    # nothing but the fixed source lines changed: the JSON diff is exactly those lines
+    import difflib
+
+    changed = [line for line in difflib.ndiff(before.splitlines(), after.splitlines()) if line[:1] in "+-"]
+    assert changed == [
+        '-     "scaler = torch.cuda.amp.GradScaler()"',
+        '+     "scaler = torch.amp.GradScaler(\\"cuda\\")"',
+        '-     "    with torch.cuda.amp.autocast():\\n",',
+        '+     "    with torch.autocast(\\"cuda\\"):\\n",',
+        '+     "    scaler.unscale_(optimizer)\\n",',
+    ]
+
+
+def test_diff_is_per_cell_and_changes_nothing(train: Path) -> None:
+    before = train.read_bytes()
+    proc = amplint("check", "--isolated", "--diff", "train.ipynb", cwd=train.parent)
+    assert proc.returncode == 1
+    assert "--- a/train.ipynb:cell 3\n+++ b/train.ipynb:cell 3\n" in proc.stdout
+    assert '+scaler = torch.amp.GradScaler("cuda")' in proc.stdout
+    assert train.read_bytes() == before
+
+
+def test_noqa_inside_a_cell_and_add_noqa(train: Path) -> None:
+    proc = amplint("check", "--isolated", "--add-noqa", "train.ipynb", cwd=train.parent)
+    assert proc.stdout.strip() == "Added 3 noqa directives.", proc.stderr
+    cells = json.loads(train.read_text())["cells"]
+    assert "".join(cells[2]["source"]).endswith("GradScaler()  # noqa: AMP401")
+    assert amplint("check", "--isolated", "train.ipynb", cwd=train.parent).returncode == 0
+
+
+def test_directory_walks_include_notebooks_and_honour_excludes(tmp_path: Path) -> None:
+    make_notebook(tmp_path / "a.ipynb", ["import torch\n" + DEPRECATED])
+    (tmp_path / "skip").mkdir()
+    make_notebook(tmp_path / "skip" / "b.ipynb", ["import torch\n" + DEPRECATED])
+    (tmp_path / "script.pyw").write_text("import torch\n" + DEPRECATED + "\n")
+    config = Config(root=tmp_path, extend_exclude=("skip",), extend_include=("*.pyw",))
+    files, _ = discover([tmp_path], config)
+    assert sorted(p.name for p in files) == ["a.ipynb", "script.pyw"]
+    result = check_paths([tmp_path], config)
+    assert {(Path(d.path).name, d.cell) for d in result.diagnostics} == {("a.ipynb", 1), ("script.pyw", None)}
+
+
+def test_magics_are_neutralised_but_strings_are_not(tmp_path: Path) -> None:
+    code, magics = notebooks.neutralise('x = """\n%not a magic\n"""\n%time y = 1\nfiles = !ls\n', "M")
+    assert magics == ("%time y = 1", "files = !ls")
+    assert "%not a magic" in code and code.count("pass  # M magic") == 2
+    assert notebooks.neutralise("%%writefile x.py\nimport torch\n", "M") == (None, ())
+    assert notebooks.neutralise("%%time\nx = 1\n", "M")[0] == "pass  # M magic\nx = 1\n"
+
+
+def test_a_non_python_kernel_is_skipped_and_broken_json_is_an_error(tmp_path: Path) -> None:
+    make_notebook(tmp_path / "r.ipynb", ["library(torch)\n" + DEPRECATED], language="R")
+    (tmp_path / "bad.ipynb").write_text("{not json")
+    result = check_paths([tmp_path], Config(root=tmp_path))
+    assert result.diagnostics == []
+    (err,) = result.errors
+    assert err.path.endswith("bad.ipynb") and "not a notebook: invalid JSON" in err.error.reason
+
+
+def test_a_syntax_error_names_its_cell(tmp_path: Path) -> None:
+    make_notebook(tmp_path / "nb.ipynb", ["import torch", "x = (\n"])
+    (err,) = check_paths([tmp_path / "nb.ipynb"], Config(root=tmp_path)).errors
+    assert err.error.reason.startswith("cell 2: line ")
+
+
+def test_a_fix_that_would_break_the_cells_is_not_written(train: Path) -> None:
+    nb = notebooks.load(train.read_text(), str(train))
+    with pytest.raises(notebooks.NotebookError, match="moved code across cells"):
+        nb.with_module(nb.module.replace(f"# {nb.marker} 5\n", ""))
+
+
+def test_stdin_notebook_with_fix_writes_the_notebook_to_stdout(train: Path) -> None:
+    proc = amplint("check", "--isolated", "--fix", "--stdin-filename", "train.ipynb", "-", cwd=train.parent,
+                   stdin=train.read_text())
+    nbformat.validate(nbformat.reads(proc.stdout, as_version=4))
+    assert DEPRECATED not in proc.stdout and "cell 5:5:5: AMP101" in proc.stderr
+
+
+def test_check_source_on_the_joined_module_is_what_the_cli_reports(train: Path) -> None:
+    nb = notebooks.load(train.read_text(), "train.ipynb")
+    found = notebooks.check(nb, lambda text: check_source(text, "train.ipynb"))
+    assert [(d.cell, d.span.line, d.code) for d in found] == [(3, 3, "AMP401"), (5, 2, "AMP401"), (5, 5, "AMP101")]
+
+
+@pytest.mark.parametrize("indent", [2, 4, None])
+def test_other_json_layouts_are_kept_or_normalisation_is_said(tmp_path: Path, indent) -> None:
+    path = make_notebook(tmp_path / "nb.ipynb", ["import torch\n" + DEPRECATED])
+    data = json.loads(path.read_text())
+    path.write_text(json.dumps(data, indent=indent, ensure_ascii=False) + "\n")
+    result = check_paths([path], Config(root=tmp_path), fix=True)
+    (f,) = result.files
+    assert f.written and f.warnings == []
+    fixed = path.read_text()
+    data["cells"][0]["source"][-1] = 'scaler = torch.amp.GradScaler("cuda")'
+    assert fixed == json.dumps(data, indent=indent, ensure_ascii=False) + "\n"
+    # a layout json cannot reproduce (keys on one line, odd spacing) is normalised, and said so
+    path.write_text(json.dumps(json.loads(fixed), indent=1).replace('"cells": [', '"cells":   [') .replace(
+        'torch.amp.GradScaler(\\"cuda\\")', "torch.cuda.amp.GradScaler()"))
+    (f,) = check_paths([path], Config(root=tmp_path), fix=True).files
+    assert f.written and "normalised layout" in f.warnings[0]
+
+
+def test_the_result_cache_keeps_cells(train: Path, tmp_path: Path) -> None:
+    config = Config(root=tmp_path)
+    cold = check_paths([train], config, cache_dir=tmp_path / "cache")
+    warm = check_paths([train], config, cache_dir=tmp_path / "cache")
+    assert [(d.cell, d.span, d.code) for d in warm.diagnostics] == [(d.cell, d.span, d.code) for d in cold.diagnostics]
+    assert {d.cell for d in warm.diagnostics} == {3, 5}

@@ -1,0 +1,75 @@
+"""The package is ready to publish: metadata a registry shows, and an sdist its own tests pass from."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import tarfile
+from email.parser import Parser
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+# What the test suite reads besides the package: each must be in the sdist.
+NEEDED_TREES = ("tests", "fixtures", "examples", "rules")
+NEEDED_FILES = ("pyproject.toml", "README.md", "LICENSE", "CHANGELOG.md", "CONTRIBUTING.md", ".pre-commit-hooks.yaml")
+
+
+def _setuptools_major() -> int:
+    import importlib.metadata
+
+    try:
+        return int(importlib.metadata.version("setuptools").split(".")[0])
+    except (importlib.metadata.PackageNotFoundError, ValueError):
+        return 0
+
+
+@pytest.fixture(scope="module")
+def sdist(tmp_path_factory) -> tarfile.TarFile:
+    if _setuptools_major() < 77:  # pyproject's [build-system] asks for it (PEP 639 license fields)
+        pytest.skip("the sdist is built without isolation here and needs setuptools>=77 installed")
+    out = tmp_path_factory.mktemp("sdist")
+    # setuptools' own PEP 517 hook, as `python -m build --sdist` calls it (no network, no isolation)
+    proc = subprocess.run(
+        [sys.executable, "-c", f"from setuptools import build_meta; print(build_meta.build_sdist({str(out)!r}))"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    name = proc.stdout.strip().splitlines()[-1]
+    return tarfile.open(out / name)
+
+
+def _tree(top: str) -> set[str]:
+    return {
+        p.relative_to(ROOT).as_posix() for p in (ROOT / top).rglob("*")
+        if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".pyc"
+    }
+
+
+def test_sdist_holds_what_its_tests_need(sdist: tarfile.TarFile) -> None:
+    names = {n.split("/", 1)[1] for n in sdist.getnames() if "/" in n}
+    missing = sorted({*NEEDED_FILES} - names)
+    for top in NEEDED_TREES:
+        missing += sorted(_tree(top) - names)
+    assert not missing, f"not in the sdist (MANIFEST.in): {missing[:20]}"
+    assert not [n for n in names if "__pycache__" in n or n.endswith(".pyc")]
+
+
+def test_metadata_has_an_spdx_license_classifiers_and_urls(sdist: tarfile.TarFile) -> None:
+    (pkg_info,) = [m for m in sdist.getmembers() if m.name.count("/") == 1 and m.name.endswith("/PKG-INFO")]
+    meta = Parser().parsestr(sdist.extractfile(pkg_info).read().decode())
+    assert meta["License-Expression"] == "MIT"
+    assert "LICENSE" in meta.get_all("License-File")
+    classifiers = meta.get_all("Classifier")
+    assert "Programming Language :: Python :: 3.10" in classifiers and "Framework :: Flake8" in classifiers
+    assert not [c for c in classifiers if c.startswith("License ::")]  # PEP 639: the expression says it
+    urls = dict(u.split(", ", 1) for u in meta.get_all("Project-URL"))
+    assert {"Homepage", "Repository", "Issues", "Changelog"} <= set(urls)
+    assert meta["Requires-Python"] == ">=3.10"
+    assert "server" in meta.get_all("Provides-Extra")
+
+
+def test_license_file_is_the_mit_text() -> None:
+    text = (ROOT / "LICENSE").read_text()
+    assert text.startswith("MIT License") and "WITHOUT WARRANTY OF ANY KIND" in text

@@ -1,0 +1,215 @@
+"""`amplint server`, driven by a real LSP client (pygls's) over the server's stdin/stdout.
+
+One server process per test module: initialize once, then each test opens its own
+buffer; the last test shuts it down and checks that `exit` ends the process cleanly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("pygls")
+from lsprotocol import types  # noqa: E402
+from pygls.lsp.client import LanguageClient  # noqa: E402
+
+TRAIN = """\
+import torch
+
+model = torch.nn.Linear(4, 4)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+scaler = torch.cuda.amp.GradScaler()
+for _ in range(2):
+    with torch.autocast("cpu", dtype=torch.float16):
+        loss = model(torch.randn(2, 4)).sum()
+    scaler.scale(loss).backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    scaler.step(optimizer)
+    scaler.update()
+"""
+TIMEOUT = 60
+
+
+class Session:
+    """A client, the server it started, and the diagnostics published per document."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.client = LanguageClient("amplint-tests", "0")
+        self.published: dict[str, asyncio.Queue] = {}
+        self.messages: list[str] = []
+
+        @self.client.feature(types.TEXT_DOCUMENT_PUBLISH_DIAGNOSTICS)
+        def on_diagnostics(params: types.PublishDiagnosticsParams) -> None:
+            self._queue(params.uri).put_nowait(params)
+
+        @self.client.feature(types.WINDOW_SHOW_MESSAGE)
+        def on_message(params: types.ShowMessageParams) -> None:
+            self.messages.append(params.message)
+
+    def _queue(self, uri: str) -> asyncio.Queue:
+        return self.published.setdefault(uri, asyncio.Queue())
+
+    def run(self, coro):
+        return self.loop.run_until_complete(asyncio.wait_for(coro, TIMEOUT))
+
+    def diagnostics(self, uri: str) -> list[types.Diagnostic]:
+        """The next diagnostics published for `uri` (each open/change publishes once)."""
+        return self.run(self._queue(uri).get()).diagnostics
+
+    def open(self, path: Path, text: str, language: str = "python") -> str:
+        uri = path.as_uri()
+        self.client.text_document_did_open(types.DidOpenTextDocumentParams(
+            text_document=types.TextDocumentItem(uri=uri, language_id=language, version=1, text=text)))
+        return uri
+
+    def code_actions(self, uri: str, rng: types.Range, only=None) -> list[types.CodeAction]:
+        params = types.CodeActionParams(text_document=types.TextDocumentIdentifier(uri=uri), range=rng,
+                                        context=types.CodeActionContext(diagnostics=[], only=only))
+        return self.run(self.client.text_document_code_action_async(params)) or []
+
+
+@pytest.fixture(scope="module")
+def session():
+    s = Session()
+    s.run(s.client.start_io(sys.executable, "-m", "amplint", "server"))
+    s.result = s.run(s.client.initialize_async(types.InitializeParams(
+        capabilities=types.ClientCapabilities(), process_id=None, root_uri=None)))
+    s.client.initialized(types.InitializedParams())
+    yield s
+    if not s.client.stopped:
+        s.run(s.client.shutdown_async(None))
+        s.client.exit(None)
+        s.run(s.client.stop())
+    s.loop.close()
+
+
+def apply(text: str, edits: list[types.TextEdit]) -> str:
+    """Apply LSP text edits (UTF-16 columns, as negotiated by default) to `text`."""
+    lines = text.splitlines(keepends=True)
+
+    def offset(p: types.Position) -> int:
+        if p.line >= len(lines):
+            return len(text)
+        line = lines[p.line]
+        units = 0
+        for i, ch in enumerate(line):
+            if units >= p.character:
+                return sum(map(len, lines[: p.line])) + i
+            units += 2 if ord(ch) > 0xFFFF else 1
+        return sum(map(len, lines[: p.line])) + len(line)
+
+    for e in sorted(edits, key=lambda e: (e.range.start.line, e.range.start.character), reverse=True):
+        text = text[: offset(e.range.start)] + e.new_text + text[offset(e.range.end):]
+        lines = text.splitlines(keepends=True)
+    return text
+
+
+def rng(line: int, start: int, end: int | None = None) -> types.Range:
+    return types.Range(start=types.Position(line=line, character=start),
+                       end=types.Position(line=line, character=start if end is None else end))
+
+
+def test_initialize_announces_sync_and_code_actions(session) -> None:
+    caps = session.result.capabilities
+    assert session.result.server_info.name == "amplint"
+    assert caps.text_document_sync.change == types.TextDocumentSyncKind.Incremental
+    assert set(caps.code_action_provider.code_action_kinds) == {"quickfix", "source.fixAll.amplint"}
+
+
+def test_open_publishes_exact_ranges_with_the_rule_url(session, tmp_path: Path) -> None:
+    path = tmp_path / "train.py"
+    path.write_text("# on disk: something else\n")  # the buffer is unsaved: its text is what counts
+    uri = session.open(path, TRAIN)
+    found = sorted(session.diagnostics(uri), key=lambda d: d.range.start.line)
+    assert [(d.code, d.range.start.line, d.range.start.character, d.range.end.character) for d in found] == [
+        ("AMP401", 4, 9, 34), ("AMP101", 9, 4, 59)]
+    assert found[0].source == "amplint" and found[0].severity == types.DiagnosticSeverity.Warning
+    assert found[0].code_description.href.endswith("/rules/AMP401.md")
+
+
+def test_code_actions_fix_suppress_and_fix_all(session, tmp_path: Path) -> None:
+    uri = session.open(tmp_path / "train.py", TRAIN)
+    session.diagnostics(uri)
+    actions = session.code_actions(uri, rng(4, 12))  # the cursor inside `torch.cuda.amp.GradScaler`
+    titles = [a.title for a in actions]
+    assert titles == ['AMP401: Use `torch.amp.GradScaler("cuda")`', "AMP401: Suppress with `# noqa: AMP401`",
+                      "amplint: Fix all safe fixes"]
+    fix, suppress, _ = actions
+    assert fix.kind == types.CodeActionKind.QuickFix and fix.is_preferred and fix.diagnostics[0].code == "AMP401"
+    assert 'scaler = torch.amp.GradScaler("cuda")\n' in apply(TRAIN, fix.edit.changes[uri])
+    assert "scaler = torch.cuda.amp.GradScaler()  # noqa: AMP401\n" in apply(TRAIN, suppress.edit.changes[uri])
+    # AMP101's fix is unsafe: offered, marked, not preferred; never part of fix-all
+    (clip_fix, _) = session.code_actions(uri, rng(9, 4), only=["quickfix"])
+    assert clip_fix.title.endswith("(unsafe)") and not clip_fix.is_preferred
+    (fix_all,) = session.code_actions(uri, rng(0, 0), only=["source.fixAll"])
+    assert fix_all.kind == "source.fixAll.amplint"
+    fixed = apply(TRAIN, fix_all.edit.changes[uri])
+    assert "torch.cuda.amp" not in fixed and "unscale_" not in fixed
+    assert len(fix_all.edit.changes[uri]) == 1  # one line changed, not the whole buffer replaced
+
+
+def test_did_change_rechecks_the_unsaved_text(session, tmp_path: Path) -> None:
+    uri = session.open(tmp_path / "train.py", TRAIN)
+    assert {d.code for d in session.diagnostics(uri)} == {"AMP401", "AMP101"}
+    change = types.TextDocumentContentChangePartial(range=rng(4, 9, 34), text='torch.amp.GradScaler("cuda")')
+    session.client.text_document_did_change(types.DidChangeTextDocumentParams(
+        text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=2), content_changes=[change]))
+    assert {d.code for d in session.diagnostics(uri)} == {"AMP101"}
+    # a buffer that does not parse (yet) says why, once, instead of a stale list
+    broken = types.TextDocumentContentChangeWholeDocument(text="def f(:\n")
+    session.client.text_document_did_change(types.DidChangeTextDocumentParams(
+        text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=3), content_changes=[broken]))
+    (error,) = session.diagnostics(uri)
+    assert error.severity == types.DiagnosticSeverity.Error and "SyntaxError" in error.message and error.code is None
+
+
+def test_tool_amplint_is_read_like_the_cli(session, tmp_path: Path) -> None:
+    (tmp_path / "pyproject.toml").write_text(
+        '[tool.amplint]\nignore = ["AMP101"]\nper-file-ignores = { "tests/*" = ["AMP401"] }\nextend-exclude = ["vendor/"]\n')
+    assert [d.code for d in session.diagnostics(session.open(tmp_path / "train.py", TRAIN))] == ["AMP401"]
+    (tmp_path / "tests").mkdir()
+    assert list(session.diagnostics(session.open(tmp_path / "tests" / "test_x.py", TRAIN))) == []
+    (tmp_path / "vendor").mkdir()
+    assert list(session.diagnostics(session.open(tmp_path / "vendor" / "v.py", TRAIN))) == []
+
+
+def test_an_invalid_configuration_is_shown_not_swallowed(session, tmp_path: Path) -> None:
+    (tmp_path / "pyproject.toml").write_text('[tool.amplint]\nselec = ["AMP1"]\n')
+    assert list(session.diagnostics(session.open(tmp_path / "t.py", TRAIN))) == []
+    session.run(asyncio.sleep(0.2))
+    assert any("unknown [tool.amplint] key(s): selec" in m for m in session.messages)
+
+
+def test_columns_are_utf16_units_after_astral_characters(session, tmp_path: Path) -> None:
+    text = 'import torch\ns = "🔥"; t = torch.cuda.amp.GradScaler()\n'
+    (d,) = session.diagnostics(session.open(tmp_path / "emoji.py", text))
+    # the emoji is one code point (libcst's column 13) but two UTF-16 units
+    assert (d.range.start.line, d.range.start.character) == (1, 14)
+    uri = (tmp_path / "emoji.py").as_uri()
+    (fix, _) = session.code_actions(uri, d.range, only=["quickfix"])
+    assert apply(text, fix.edit.changes[uri]) == 'import torch\ns = "🔥"; t = torch.amp.GradScaler("cuda")\n'
+
+
+
+def test_other_languages_and_notebook_cells_are_left_alone(session, tmp_path: Path) -> None:
+    assert list(session.diagnostics(session.open(tmp_path / "notes.md", TRAIN, language="markdown"))) == []
+    # a notebook cell alone is not a module; an untitled buffer is checked with the defaults
+    cell = "vscode-notebook-cell:" + (tmp_path / "nb.ipynb").as_posix() + "#W0sZmlsZQ=="
+    session.client.text_document_did_open(types.DidOpenTextDocumentParams(
+        text_document=types.TextDocumentItem(uri=cell, language_id="python", version=1, text=TRAIN)))
+    assert list(session.diagnostics(cell)) == []
+    untitled = "untitled:Untitled-1"
+    session.client.text_document_did_open(types.DidOpenTextDocumentParams(
+        text_document=types.TextDocumentItem(uri=untitled, language_id="python", version=1, text=TRAIN)))
+    assert {d.code for d in session.diagnostics(untitled)} == {"AMP401", "AMP101"}
+
+
+def test_shutdown_and_exit_end_the_process(session) -> None:
+    session.run(session.client.shutdown_async(None))
+    session.client.exit(None)
+    session.run(session.client.stop())
+    assert session.client._server.returncode == 0
