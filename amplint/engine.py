@@ -23,8 +23,9 @@ from libcst.metadata import MetadataWrapper, PositionProvider
 
 from amplint.analysis.model import ModuleModel
 from amplint.config import Config
-from amplint.diagnostics import Diagnostic, Edit, Fix, Span
-from amplint.rules._base import InsertBefore, RemoveStatement, Replace, Report
+from amplint.diagnostics import Diagnostic, Fix, Span
+from amplint.edits import EditBuilder
+from amplint.rules._base import Report
 from amplint.prefilter import package_of, rules_that_may_fire
 from amplint.sources import nesting_problem
 from amplint.suppression import is_suppressed, noqa_map
@@ -227,9 +228,10 @@ def analyse(module: cst.Module, source: str, path: str, rules, *, crashes=None) 
             continue
     if not reports:
         return []
-    positions = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
+    wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
+    positions = wrapper.resolve(PositionProvider)
     noqa = noqa_map(source)
-    lines = source.splitlines(keepends=True)
+    edits = EditBuilder(module, source, wrapper, positions)
     out = []
     for r in reports:
         pos = positions.get(r.node)
@@ -238,7 +240,9 @@ def analyse(module: cst.Module, source: str, path: str, rules, *, crashes=None) 
         span = Span(pos.start.line, pos.start.column, pos.end.line, pos.end.column)
         if is_suppressed(r.code, span.line, noqa):
             continue
-        fix = _to_fix(r, positions, module, lines) if r.fix else None
+        fix = edits.fix(r.fix) if r.fix else None
+        if fix is not None and _edits_suppressed_line(fix, r.code, noqa):
+            fix = None  # NB: `# noqa: AMP401` on a use keeps that line as written, so no shared fix may rewrite it
         out.append(Diagnostic(r.code, r.message, path, span, fix, r.notes))
     return sorted(set(out), key=lambda d: d.sort_key)
 
@@ -250,41 +254,7 @@ def _record_crash(crashes, code, path, exc) -> None:
         raise exc
 
 
-def _to_fix(report: Report, positions, module: cst.Module, lines: list[str]) -> Fix | None:
-    edits = []
-    for change in report.fix.changes:
-        if isinstance(change, Replace):
-            pos = positions.get(change.node)
-            if pos is None:
-                return None
-            content = change.new
-            if not isinstance(content, str):
-                node = content.with_changes(leading_lines=()) if hasattr(content, "leading_lines") else content
-                content = module.code_for_node(node)
-            if isinstance(change.node, cst.BaseStatement):
-                content = _reindent(content.rstrip("\n"), _indent_of(lines, pos.start.line, pos.start.column))
-            edits.append(Edit((pos.start.line, pos.start.column), (pos.end.line, pos.end.column), content))
-        elif isinstance(change, InsertBefore):
-            pos = positions.get(change.statement)
-            if pos is None:
-                return None
-            indent = _indent_of(lines, pos.start.line, pos.start.column)
-            at = (pos.start.line, pos.start.column)
-            edits.append(Edit(at, at, f"{change.code}\n{indent}"))
-        elif isinstance(change, RemoveStatement):
-            pos = positions.get(change.statement)
-            if pos is None:
-                return None
-            edits.append(Edit((pos.start.line, 0), (pos.end.line + 1, 0), ""))
-    return Fix(report.fix.title, tuple(sorted(edits)), report.fix.applicability)
-
-
-def _indent_of(lines: list[str], line: int, col: int) -> str:
-    text = lines[line - 1] if 0 < line <= len(lines) else ""
-    prefix = text[:col]
-    return prefix if prefix.strip() == "" else " " * col
-
-
-def _reindent(text: str, indent: str) -> str:
-    first, *rest = text.split("\n")
-    return "\n".join([first, *((indent + l) if l.strip() else l for l in rest)])
+def _edits_suppressed_line(fix: Fix, code: str, noqa) -> bool:
+    return any(
+        is_suppressed(code, line, noqa) for e in fix.edits for line in range(e.start[0], e.end[0] + 1)
+    )

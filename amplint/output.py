@@ -16,6 +16,7 @@ from urllib.parse import quote
 
 from amplint import __version__
 from amplint.diagnostics import Applicability, Diagnostic, to_one_based, to_text
+from amplint.positions import split_lines
 
 FORMATS = ("text", "json", "json-lines", "github", "sarif")
 REPO_URL = "https://github.com/amplint/amplint"
@@ -60,9 +61,9 @@ def format_text(diagnostics: list[Diagnostic], sources: dict[str, str] | None = 
         out.append(f"{paint(d.path, '1')}:{to_text(d.span)}: {paint(d.code, '1;31')}{fixable} {d.message}")
         text = (sources or {}).get(d.path)
         if text is not None:
-            lines = text.splitlines()
+            lines = split_lines(text)
             if 0 < d.span.line <= len(lines):
-                line = lines[d.span.line - 1]
+                line = lines[d.span.line - 1].rstrip("\r\n")
                 end = d.span.end_col0 if d.span.end_line == d.span.line else len(line.rstrip())
                 # Keep tabs so the caret lines up under tab-indented code.
                 pad = "".join(ch if ch == "\t" else " " for ch in line[: d.span.col0])

@@ -6,9 +6,10 @@ physical lines inside brackets) covers every physical line of it.
 
 from __future__ import annotations
 
-import io
 import re
 import tokenize
+
+from amplint.positions import split_lines
 
 # flake8's own pattern, so both front ends agree on what a noqa comment is.
 _NOQA = re.compile(r"#\s*noqa(?::[\s]?(?P<codes>[A-Z][0-9]+(?:[,\s]+)?)+)?", re.IGNORECASE)
@@ -23,7 +24,9 @@ def noqa_map(source: str) -> dict[int, frozenset[str]]:
         return {}
     out: dict[int, set[str]] = {}
     try:
-        tokens = list(tokenize.generate_tokens(io.StringIO(source).readline))
+        # NB: lines as the parser counts them (a lone "\r" ends one); StringIO's readline
+        # only breaks at "\n" and would give every comment after a lone CR the wrong line.
+        tokens = list(tokenize.generate_tokens(iter(split_lines(source)).__next__))
     except (tokenize.TokenError, IndentationError, SyntaxError):
         return _by_physical_line(source)
     logical_start: int | None = None
@@ -59,7 +62,7 @@ def _codes(comment: str) -> set[str] | None:
 
 def _by_physical_line(source: str) -> dict[int, frozenset[str]]:
     out = {}
-    for i, line in enumerate(source.splitlines(), start=1):
+    for i, line in enumerate(split_lines(source), start=1):
         if "#" in line:
             codes = _codes(line[line.index("#"):])
             if codes is not None:

@@ -12,10 +12,11 @@ header line `# amplint: select=AMP101,AMP201` may widen the selection for a file
 
 from __future__ import annotations
 
-import io
 import re
 import tokenize
 from pathlib import Path
+
+from amplint.positions import split_lines
 
 _EXPECT = re.compile(r"#\s*expect(?:\((?P<offset>[+-]\d+)\))?:\s*(?P<codes>AMP\d{3}(?:\s*,\s*AMP\d{3})*)\s*$")
 _HEADER = re.compile(r"^#\s*amplint:\s*select=(?P<codes>[A-Z0-9, ]+)\s*$", re.MULTILINE)
@@ -24,7 +25,7 @@ _HEADER = re.compile(r"^#\s*amplint:\s*select=(?P<codes>[A-Z0-9, ]+)\s*$", re.MU
 def expectations(source: str) -> list[tuple[int, str]]:
     """Sorted (line, code) pairs the fixture promises."""
     out: list[tuple[int, str]] = []
-    for tok in tokenize.generate_tokens(io.StringIO(source).readline):
+    for tok in tokenize.generate_tokens(iter(split_lines(source)).__next__):
         if tok.type != tokenize.COMMENT:
             continue
         m = _EXPECT.search(tok.string)

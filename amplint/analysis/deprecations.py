@@ -81,14 +81,10 @@ def _comma() -> cst.Comma:
 
 
 def _with_commas(args: list[cst.Arg]) -> list[cst.Arg]:
-    out = []
-    for i, a in enumerate(args):
-        last = i == len(args) - 1
-        if last:
-            out.append(a if a.comma is cst.MaybeSentinel.DEFAULT or not isinstance(a.comma, cst.Comma) else a.with_changes(comma=cst.MaybeSentinel.DEFAULT))
-        else:
-            out.append(a.with_changes(comma=a.comma if isinstance(a.comma, cst.Comma) else _comma()))
-    return out
+    """A comma after every argument but the last, which keeps what it had (a trailing
+    comma and the line break after it stay where the author put them)."""
+    return [a if i == len(args) - 1 or isinstance(a.comma, cst.Comma) else a.with_changes(comma=_comma())
+            for i, a in enumerate(args)]
 
 
 def modernised_call(call: cst.Call, new_func: cst.BaseExpression, dep: Deprecation) -> cst.Call | None:
