@@ -25,7 +25,7 @@ from amplint.analysis.model import ModuleModel
 from amplint.config import Config
 from amplint.diagnostics import Diagnostic, Fix, Span
 from amplint.edits import EditBuilder
-from amplint.rules._base import Report
+from amplint.rules._base import Report, RuleOptions
 from amplint.prefilter import package_of, rules_that_may_fire
 from amplint.sources import nesting_problem
 from amplint.suppression import is_suppressed, noqa_map
@@ -125,6 +125,7 @@ def check_source(
             # fraction of libcst's parse, and the text is not even looked at otherwise.
             syntax_check(source, path)
             return []
+    options = RuleOptions(target_torch=config.torch_version)
     with _cyclic_gc_paused():
         module = parse(source, path)
     # Crashes are collected per attempt, so a retry does not report them twice; without a
@@ -132,13 +133,13 @@ def check_source(
     found: list[RuleCrash] | None = [] if crashes is not None else None
     try:
         with _cyclic_gc_paused():
-            out = analyse(module, source, path, rules, crashes=found)
+            out = analyse(module, source, path, rules, crashes=found, options=options)
     except RecursionError:
         # Deep but legal code (CPython compiles ~2,900 levels; the model and the libcst
         # visitors recurse in Python, several frames per level): once more, with room.
         found = [] if crashes is not None else None
         try:
-            out = _with_deep_stack(lambda: analyse(module, source, path, rules, crashes=found))
+            out = _with_deep_stack(lambda: analyse(module, source, path, rules, crashes=found, options=options))
         except RecursionError:
             raise SourceError(path, 1, 0, "too deeply nested to analyse") from None
     if crashes is not None:
@@ -201,7 +202,8 @@ def _with_deep_stack(fn):
     return box["value"]
 
 
-def analyse(module: cst.Module, source: str, path: str, rules, *, crashes=None) -> list[Diagnostic]:
+def analyse(module: cst.Module, source: str, path: str, rules, *, crashes=None,
+            options: RuleOptions | None = None) -> list[Diagnostic]:
     """Run `rules` over one parsed module.
 
     A rule that raises is recorded in `crashes` (rule, file, error) and the others still
@@ -217,7 +219,7 @@ def analyse(module: cst.Module, source: str, path: str, rules, *, crashes=None) 
         return []
     reports: list[Report] = []
     for rule_cls in rules:
-        rule = rule_cls(model)
+        rule = rule_cls(model, options)
         try:
             rule.check()
             reports.extend(rule.finish())

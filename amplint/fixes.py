@@ -9,6 +9,7 @@ come from `positions.LineIndex`, which counts lines as the parser does.
 
 from __future__ import annotations
 
+import difflib
 from dataclasses import dataclass, field
 
 from amplint.diagnostics import Applicability, Diagnostic, Fix
@@ -114,3 +115,25 @@ def fix_text(source: str, lint, *, unsafe: bool = False) -> FixOutcome:
     outcome.source = source
     outcome.remaining = lint(source)
     return outcome
+
+
+NO_NEWLINE_MARKER = "\\ No newline at end of file\n"
+
+
+def unified_diff(old: str, new: str, fromfile: str, tofile: str) -> str:
+    """`old` -> `new` as a unified diff that `git apply` and `patch` accept.
+
+    Lines are split at "\\n" only, as git and patch read a diff (not as the parser counts
+    them): a "\\r" stays inside its line, so CR-only and mixed files round-trip exactly.
+    A last line without "\\n" is followed by git's "\\ No newline at end of file"; without
+    it the next line of the output (another file's header) would be glued onto it.
+    """
+    out = []
+    for line in difflib.unified_diff(_lf_lines(old), _lf_lines(new), fromfile=fromfile, tofile=tofile):
+        out.append(line if line.endswith("\n") else line + "\n" + NO_NEWLINE_MARKER)
+    return "".join(out)
+
+
+def _lf_lines(text: str) -> list[str]:
+    lines = text.split("\n")
+    return [line + "\n" for line in lines[:-1]] + ([lines[-1]] if lines[-1] else [])
