@@ -30,6 +30,17 @@ def split_lines(text: str) -> list[str]:
     return out
 
 
+def lf_lines(text: str):
+    """`split_lines(text)` with every ending written "\\n": what `tokenize` understands.
+
+    tokenize (CPython's pure-Python one) ends a logical line only at "\\n" and reads a
+    lone "\\r" after code as an error token, so in a CR-only file one comment would cover
+    every later line.  Line numbers and columns are unchanged.
+    """
+    for line in split_lines(text):
+        yield line[:-2] + "\n" if line.endswith("\r\n") else line[:-1] + "\n" if line.endswith("\r") else line
+
+
 def newline_of(source: str) -> str:
     """The file's line ending, judged by its first line (as libcst does): \\n, \\r\\n or \\r."""
     i = source.find("\n")

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 import tokenize
 
-from amplint.positions import split_lines
+from amplint.positions import lf_lines, split_lines
 
 # flake8's own pattern, so both front ends agree on what a noqa comment is.
 _NOQA = re.compile(r"#\s*noqa(?::[\s]?(?P<codes>[A-Z][0-9]+(?:[,\s]+)?)+)?", re.IGNORECASE)
@@ -24,9 +24,10 @@ def noqa_map(source: str) -> dict[int, frozenset[str]]:
         return {}
     out: dict[int, set[str]] = {}
     try:
-        # NB: lines as the parser counts them (a lone "\r" ends one); StringIO's readline
-        # only breaks at "\n" and would give every comment after a lone CR the wrong line.
-        tokens = list(tokenize.generate_tokens(iter(split_lines(source)).__next__))
+        # NB: lines as the parser counts them (a lone "\r" ends one), each ending in "\n":
+        # StringIO's readline would give every comment after a lone CR the wrong line, and
+        # tokenize would read a CR-only file as one logical line, all of it under one noqa.
+        tokens = list(tokenize.generate_tokens(lf_lines(source).__next__))
     except (tokenize.TokenError, IndentationError, SyntaxError):
         return _by_physical_line(source)
     logical_start: int | None = None

@@ -17,7 +17,7 @@ import re
 import tokenize
 from pathlib import Path
 
-from amplint.positions import split_lines
+from amplint.positions import lf_lines
 
 _EXPECT = re.compile(r"#\s*expect(?:\((?P<offset>[+-]\d+)\))?:\s*(?P<codes>AMP\d{3}(?:\s*,\s*AMP\d{3})*)\s*$")
 _HEADER = re.compile(r"^#\s*amplint:\s*select=(?P<codes>[A-Z0-9, ]+)\s*$", re.MULTILINE)
@@ -27,7 +27,7 @@ _TARGET_HEADER = re.compile(r"^#\s*amplint:\s*target-torch=(?P<version>[0-9.]+)\
 def expectations(source: str) -> list[tuple[int, str]]:
     """Sorted (line, code) pairs the fixture promises."""
     out: list[tuple[int, str]] = []
-    for tok in tokenize.generate_tokens(iter(split_lines(source)).__next__):
+    for tok in tokenize.generate_tokens(lf_lines(source).__next__):
         if tok.type != tokenize.COMMENT:
             continue
         m = _EXPECT.search(tok.string)

@@ -230,3 +230,16 @@ def test_git_apply_takes_the_diff_and_gets_what_fix_writes(tmp_path: Path) -> No
     for name in names:
         assert (repo / name).read_bytes() == (fixed / name).read_bytes(), name
         assert (repo / name).read_bytes() != VARIANTS[name], f"{name} was not fixed"
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "from torch.cuda.amp import autocast as autocast\n",
+        "from torch.cuda.amp import autocast\n__all__ = ['autocast']\nwith autocast():\n    pass\n",
+    ],
+    ids=["redundant-alias", "dunder-all"],
+)
+def test_a_re_exported_import_is_not_renamed(source: str) -> None:
+    """Importers of this module call `autocast(enabled)`: `torch.amp.autocast` takes the device first."""
+    assert all(d.fix is None for d in check_source(source, "t.py", select=["AMP401"]))

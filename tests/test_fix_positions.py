@@ -53,6 +53,13 @@ def test_noqa_after_a_lone_cr_suppresses_its_own_line() -> None:
     assert [d.span.line for d in check_source(source, "t.py", select=["AMP401"])] == [4]
 
 
+def test_a_noqa_in_a_cr_only_file_covers_its_own_line_only() -> None:
+    """tokenize ends a logical line only at "\\n": fed CR lines, one noqa covered the rest of the file
+    (found by the line-ending fuzz, tests/test_fuzz.py)."""
+    source = "from torch.cuda.amp import autocast\rwith autocast():  # noqa: AMP401\r    pass\rx = autocast()\r"
+    assert [d.span.line for d in check_source(source, "t.py", select=["AMP401"])] == [1, 4]
+
+
 @pytest.mark.parametrize("newline", ["\n", "\r\n", "\r"])
 def test_an_inserted_statement_takes_the_line_ending_of_its_line(newline: str) -> None:
     source = newline.join([

@@ -21,7 +21,8 @@ first parameter is `device` where the old class's is `init_scale`, and a
 `torch.amp.GradScaler` is no `torch.cuda.amp.GradScaler`.  Such a reference is reported
 without a fix, and pins the import it goes through.
 
-Annotations and version-gated fallbacks (analysis/version_gates.py) are not reported.
+Annotations, version-gated fallbacks and bindings of an imported name
+(analysis/version_gates.py) are not reported.
 """
 
 from __future__ import annotations
@@ -207,8 +208,22 @@ class Deprecations:
             ref.needs = ref.deprecation.new_since
         for merged in self._merge_by_import(groups):
             self._fix_group(merged, module_aliases)
-        return [ref for ref in refs if not self._contexts.of(ref.node).annotation
-                and not self._contexts.of(ref.node).fallback]
+        return [ref for ref in refs if not _unreported(self._contexts.of(ref.node))]
+
+    @cached_property
+    def _exported(self) -> set[str]:
+        """Names this module re-exports: in `__all__`, or imported `as` themselves (the
+        typing convention for an explicit re-export).  Renaming their import would hand
+        importers a function whose first parameter is the device."""
+        out = set()
+        for value in self.model.module_scope.assignments.get("__all__", []):
+            if isinstance(value, (cst.List, cst.Tuple)):
+                out |= {e.value.evaluated_value for e in value.elements if isinstance(e.value, cst.SimpleString)}
+        for node, _ in self.model.import_froms:
+            if not isinstance(node.names, cst.ImportStar):
+                out |= {dotted(a.name) for a in node.names
+                        if a.asname is not None and isinstance(a.asname.name, cst.Name) and a.asname.name.value == dotted(a.name)}
+        return out
 
     def _locals_bound_to_modern(self) -> set[str]:
         """Local names some import binds to a modern AMP name (`from torch.amp import GradScaler`)."""
@@ -245,7 +260,7 @@ class Deprecations:
         if ref.statement is not None or id(ref.node) in self._call_of_func:
             return False
         where = self._contexts.of(ref.node)
-        return not (where.annotation or where.decorator)
+        return not (where.annotation or where.decorator or where.binding)
 
     def _modern_call(self, call: cst.Call, new_func: cst.BaseExpression, dep: Deprecation) -> cst.Call | None:
         if dep.new == "torch.autocast" and self._autocast_defaults_changed:
@@ -294,6 +309,8 @@ class Deprecations:
                 if stmt not in statements:
                     statements.append(stmt)
         locals_ = {g.local for g in groups}
+        if locals_ & self._exported:
+            return  # other modules import the name from here and call it the old way
         for stmt in statements:
             if self._contexts.of(_first_name(stmt)).fallback:
                 return  # the import is kept for an older torch on purpose
@@ -326,8 +343,8 @@ class Deprecations:
             where = self._contexts.of(use.node)
             if where.annotation:
                 continue  # names the class and constructs nothing: the same name in torch.amp serves
-            if where.fallback:
-                return None  # kept for an older torch on purpose
+            if where.fallback or where.binding:
+                return None  # kept for an older torch on purpose, or the name is rebound here
             call = self._call_of_func.get(id(use.node))
             if call is not None:
                 new = self._modern_call(call, use.node, ref.deprecation)
@@ -369,6 +386,11 @@ class Deprecations:
         if isinstance(stmt, cst.Import) and len(stmt.names) == 1 and dotted(stmt.names[0].name) in _DEPRECATED_MODULES:
             return stmt.with_changes(names=[stmt.names[0].with_changes(name=cst.parse_expression("torch.amp"))])
         return None
+
+
+def _unreported(where) -> bool:
+    """Annotations, version-gated fallbacks and bindings reference nothing that runs."""
+    return where.annotation or where.fallback or where.binding
 
 
 def _first_name(stmt: cst.CSTNode) -> cst.CSTNode:

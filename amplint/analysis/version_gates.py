@@ -7,6 +7,8 @@ means, and none of them is visible from the reference alone:
   anything (with `from __future__ import annotations` it is not even evaluated);
 - a decorator (`@torch.cuda.amp.custom_fwd`) is called with the function, so it can be
   rewritten as a call of the modern decorator; elsewhere a bare reference cannot;
+- a binding (`def autocast(enabled=True):` in the `else` of `from torch.cuda.amp import
+  autocast`, `GradScaler = None`) reads nothing, though it rebinds the imported name;
 - a version-gated fallback is the deprecated spelling kept on purpose for an older torch,
   as libraries that support several torch versions write it::
 
@@ -54,6 +56,8 @@ class RefContext:
     annotation: bool = False
     decorator: bool = False
     fallback: bool = False
+    # a name being bound, not read: `def autocast(...)`, `GradScaler = None`
+    binding: bool = False
 
 
 class Contexts:
@@ -66,7 +70,8 @@ class Contexts:
         walk(model.module, walker)
         self._found: dict[int, RefContext] = {}
         for key, (frames, annotation, decorator) in walker.found.items():
-            self._found[key] = RefContext(annotation, decorator, any(self._gates(f) for f in frames))
+            self._found[key] = RefContext(annotation, decorator, any(self._gates(f) for f in frames),
+                                          key in walker.bound)
 
     def of(self, node: cst.CSTNode) -> RefContext:
         return self._found.get(id(node), RefContext())
@@ -111,6 +116,7 @@ class _ContextWalker(cst.CSTVisitor):
         self.tries: list[cst.CSTNode] = []
         self.annotations = 0
         self.decorators: set[int] = set()
+        self.bound: set[int] = set()
         self.found: dict[int, tuple[tuple, bool, bool]] = {}
 
     def _seen(self, node: cst.CSTNode) -> None:
@@ -132,6 +138,19 @@ class _ContextWalker(cst.CSTVisitor):
 
     def visit_Decorator(self, node: cst.Decorator) -> None:
         self.decorators.add(id(node.decorator))
+
+    # names bound here (a `def` of the same name as a deprecated import, an assignment)
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        self.bound.add(id(node.name))
+
+    def visit_ClassDef(self, node: cst.ClassDef) -> None:
+        self.bound.add(id(node.name))
+
+    def visit_AssignTarget(self, node: cst.AssignTarget) -> None:
+        self.bound.add(id(node.target))
+
+    def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
+        self.bound.add(id(node.target))
 
     # branches of an `if` and of a conditional expression
     def visit_If_body(self, node: cst.If) -> None:

@@ -62,7 +62,9 @@ class DeprecatedCudaAmp(Rule):
     `functools.partial(...)`, a `cls=` default, `isinstance`), since
     `torch.amp.GradScaler`'s first parameter is `device` where the old class's is
     `init_scale`; the constructions of a class the module also uses as a value, and an
-    import one such use goes through; `*args` passed to the legacy autocast; a module
+    import one such use goes through; an import the module re-exports (listed in
+    `__all__`, or `import autocast as autocast`), since its importers call it the old
+    way; `*args` passed to the legacy autocast; a module
     that sets autocast's global defaults (`torch.set_autocast_dtype`), which
     `torch.autocast(device)` reads where the legacy class passed float16 itself; a fix
     that would rewrite a line marked `# noqa: AMP401`; and a spelling that
