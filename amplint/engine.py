@@ -19,12 +19,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 import libcst as cst
-from libcst.metadata import MetadataWrapper, PositionProvider
 
 from amplint.analysis.model import ModuleModel
 from amplint.config import Config
 from amplint.diagnostics import Diagnostic, Fix, Span
-from amplint.edits import EditBuilder
+from amplint.edits import EditBuilder, node_ranges
 from amplint.rules._base import Report, RuleOptions
 from amplint.prefilter import package_of, rules_that_may_fire
 from amplint.sources import nesting_problem
@@ -230,10 +229,9 @@ def analyse(module: cst.Module, source: str, path: str, rules, *, crashes=None,
             continue
     if not reports:
         return []
-    wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
-    positions = wrapper.resolve(PositionProvider)
+    positions, inclusive = node_ranges(module, inclusive=any(r.fix for r in reports))
     noqa = noqa_map(source)
-    edits = EditBuilder(module, source, wrapper, positions)
+    edits = EditBuilder(module, source, positions, inclusive)
     out = []
     for r in reports:
         pos = positions.get(r.node)

@@ -153,7 +153,7 @@ class Deprecations:
 
     @cached_property
     def references(self) -> list[DeprecatedRef]:
-        """The reported references: annotations and version-gated fallbacks left out."""
+        """The reported references: annotations, version-gated fallbacks and bindings left out."""
         model = self.model
         refs: list[DeprecatedRef] = []
         groups: dict[str, _Group] = {}
