@@ -192,7 +192,7 @@ def cmd_check(args) -> int:
     if args.diff:
         for f in result.files:
             if f.diff and not args.silent:
-                sys.stdout.write(f.diff)
+                _write_diff(f.diff, f.diff_encoding)
     else:
         _emit(args, diagnostics, fixed, sources=None, unchecked=len(result.errors) + len(result.missing))
     if result.missing or result.errors or result.crashes:
@@ -277,13 +277,13 @@ def _check_stdin(args) -> int:
     """`amplint check -`: editors pipe the buffer in; `--fix` writes the fixed text to stdout."""
     from amplint import sources
     from amplint.engine import RuleCrash, SourceError, check_source
-    from amplint.fixes import fix_text
+    from amplint.fixes import fix_text, unified_diff
 
     name = args.stdin_filename or Path("-")
     lookup = args.stdin_filename if args.stdin_filename is not None else Path.cwd()
     ((config, _),) = load_config(args, [lookup])
     try:
-        text, _, _ = sources.decode(sys.stdin.buffer.read(), str(name))
+        text, encoding, bom = sources.decode(sys.stdin.buffer.read(), str(name))
     except sources.UnreadableSource as exc:
         print(f"amplint: error: {exc}", file=sys.stderr)
         return EXIT_ERROR
@@ -303,11 +303,8 @@ def _check_stdin(args) -> int:
             diagnostics = outcome.remaining
             fixed = len(outcome.applied)
             if args.diff:
-                import difflib
-
-                sys.stdout.write("".join(difflib.unified_diff(
-                    text.splitlines(keepends=True), outcome.source.splitlines(keepends=True),
-                    fromfile=f"a/{name}", tofile=f"b/{name}")))
+                mark = "\ufeff" if bom else ""
+                _write_diff(unified_diff(mark + text, mark + outcome.source, f"a/{name}", f"b/{name}"), encoding)
             else:
                 sys.stdout.write(outcome.source)
         else:
@@ -366,6 +363,17 @@ def _check_stdin_notebook(args, text: str, name: str, config) -> int:
             sys.stdout.write(text)  # an editor replaces its buffer with stdout: give it back intact
         return EXIT_ERROR
     return _finish_stdin(args, diagnostics, crashes, fixed, {name: nb.cell_sources()})
+
+
+def _write_diff(diff: str, encoding: str) -> None:
+    """A file's diff in the file's own encoding, as git prints one: `git apply` compares bytes."""
+    buffer = getattr(sys.stdout, "buffer", None)
+    if buffer is None:  # a text-only stream (tests, embedding): it chooses the encoding
+        sys.stdout.write(diff)
+        return
+    sys.stdout.flush()
+    buffer.write(diff.encode(encoding))
+    buffer.flush()
 
 
 def _report_crashes(crashes) -> None:

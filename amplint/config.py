@@ -68,6 +68,15 @@ class ConfigError(ValueError):
     """Configuration that cannot be used: the message names the key or code."""
 
 
+_TORCH_VERSION = re.compile(r"^(\d+)\.(\d+)(?:\.\d+)?$")
+
+
+def parse_torch_version(text: str) -> tuple[int, int] | None:
+    """`"2.4"` or `"2.4.1"` -> (2, 4); anything else -> None."""
+    m = _TORCH_VERSION.match(text.strip())
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
 @dataclass(frozen=True)
 class Config:
     select: tuple[str, ...] = ()
@@ -84,6 +93,8 @@ class Config:
     _gitignore: "GitIgnore" = field(default_factory=lambda: GitIgnore(), compare=False, repr=False)
 
     def __post_init__(self) -> None:
+        if self.target_torch is not None and parse_torch_version(self.target_torch) is None:
+            raise ConfigError(f'target-torch must be a torch version like "2.4", got {self.target_torch!r}')
         # Validate selectors early: an unknown code is a clear error, not silence.
         for sel in (*self.select, *self.extend_select, *self.ignore, *(c for _, cs in self.per_file_ignores for c in cs)):
             try:
@@ -95,6 +106,12 @@ class Config:
     def all_rules(cls) -> "Config":
         """Every rule, opt-in ones included (the flake8 plugin lets flake8 filter)."""
         return cls(select=tuple(r.code for r in registry.ALL_RULES))
+
+    @property
+    def torch_version(self) -> tuple[int, int] | None:
+        """The oldest torch the checked code must run on (`target-torch`), if known: a fix
+        writes only what that torch has (AMP401)."""
+        return parse_torch_version(self.target_torch) if self.target_torch is not None else None
 
     def with_overrides(self, **kwargs) -> "Config":
         return replace(self, **{k: v for k, v in kwargs.items() if v is not None})
@@ -206,11 +223,48 @@ def load(path: Path) -> Config:
         raise ConfigError(f"{path}: invalid TOML: {exc}") from None
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read: {exc.strerror}") from None
-    table = data.get("tool", {}).get("amplint", {}) if path.name == "pyproject.toml" else data
-    return from_table(table, path)
+    if path.name != "pyproject.toml":
+        return from_table(data, path)
+    return from_table(data.get("tool", {}).get("amplint", {}), path, inferred_target_torch=torch_floor(data))
 
 
-def from_table(table: dict, path: Path | None = None) -> Config:
+def torch_floor(pyproject: dict) -> str | None:
+    """The oldest torch the project itself allows, from its `[project]` requirements.
+
+    `torch>=2.1` (or `~=2.1`, `==2.1.*`, `>2.1`) -> "2.1".  The `dependencies` decide;
+    only when torch is not among them do the optional dependencies.  Several requirements
+    (per platform, per extra): the oldest of their floors.  None without a lower bound.
+    """
+    project = pyproject.get("project", {}) if isinstance(pyproject, dict) else {}
+    groups = [project.get("dependencies", [])]
+    extras = project.get("optional-dependencies", {})
+    if isinstance(extras, dict):
+        groups.append([r for reqs in extras.values() if isinstance(reqs, list) for r in reqs])
+    for reqs in groups:
+        if not isinstance(reqs, list):
+            continue
+        floors = [f for f in (_torch_requirement_floor(r) for r in reqs if isinstance(r, str)) if f is not False]
+        if floors:
+            known = [f for f in floors if f is not None]
+            return f"{min(known)[0]}.{min(known)[1]}" if known and len(known) == len(floors) else None
+    return None
+
+
+_REQUIREMENT = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*(?:\[[^\]]*\])?\s*\(?([^;@]*)")
+_SPECIFIER = re.compile(r"(~=|===|==|!=|<=|>=|<|>)\s*v?(\d+)(?:\.(\d+))?")
+
+
+def _torch_requirement_floor(requirement: str):
+    """(major, minor) lower bound of a torch requirement, None if it has none, False if not torch."""
+    m = _REQUIREMENT.match(requirement)
+    if m is None or re.sub(r"[-_.]+", "-", m.group(1)).lower() != "torch":
+        return False
+    floors = [(int(major), int(minor or 0)) for op, major, minor in _SPECIFIER.findall(m.group(2))
+              if op in ("~=", "===", "==", ">=", ">")]
+    return max(floors) if floors else None
+
+
+def from_table(table: dict, path: Path | None = None, *, inferred_target_torch: str | None = None) -> Config:
     where = f"{path}: " if path else ""
     unknown = sorted(set(table) - KNOWN_KEYS)
     if unknown:
@@ -229,8 +283,10 @@ def from_table(table: dict, path: Path | None = None) -> Config:
         raise ConfigError(f"{where}[tool.amplint] per-file-ignores must be a table of pattern = [codes]")
     per_file = tuple((pattern, tuple(codes)) for pattern, codes in pfi.items())
     target = table.get("target-torch")
-    if target is not None and not isinstance(target, str):
-        raise ConfigError(f'{where}[tool.amplint] target-torch must be a string like "2.4"')
+    if target is not None and (not isinstance(target, str) or parse_torch_version(target) is None):
+        raise ConfigError(f'{where}[tool.amplint] target-torch must be a torch version like "2.4", got {target!r}')
+    if target is None:
+        target = inferred_target_torch
     gitignore = table.get("respect-gitignore", True)
     if not isinstance(gitignore, bool):
         raise ConfigError(f"{where}[tool.amplint] respect-gitignore must be true or false")
@@ -268,7 +324,32 @@ def discover(paths: list[Path]) -> Config:
         found = find_pyproject(_resolve(p))
         if found is not None:
             return load(found)
+    return defaults_for(_resolve((paths or [Path.cwd()])[0]))
+
+
+def defaults_for(start: Path) -> Config:
+    """The defaults for files with no `[tool.amplint]` above them; `target-torch` is still the
+    project's own torch floor when the nearest pyproject.toml states one (ruff reads
+    `requires-python` the same way)."""
+    here = start if start.is_dir() else start.parent
+    for d in (here, *here.parents):
+        candidate = d / "pyproject.toml"
+        if candidate.is_file():
+            try:
+                stamp = candidate.stat().st_mtime_ns
+            except OSError:
+                stamp = None
+            return Config(root=Path.cwd(), target_torch=_torch_floor_of(candidate, stamp))
     return Config(root=Path.cwd())
+
+
+@lru_cache(maxsize=64)
+def _torch_floor_of(pyproject: Path, _mtime: int | None) -> str | None:
+    """(cached by path and modification time: a long-lived server sees edits)"""
+    try:
+        return torch_floor(tomllib.loads(pyproject.read_text(encoding="utf-8")))
+    except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError):
+        return None
 
 
 def group_by_config(paths: list[Path]) -> list[tuple[Config, list[Path]]]:
@@ -277,17 +358,21 @@ def group_by_config(paths: list[Path]) -> list[tuple[Config, list[Path]]]:
     `amplint check a/ b/x.py` where a/ and b/ are separate projects checks each with
     its own `[tool.amplint]`, in the order the paths were given.
     """
-    by_source: dict[Path | None, tuple[Config, list[Path]]] = {}
+    by_source: dict[object, tuple[Config, list[Path]]] = {}
     nearest: dict[Path, Path | None] = {}  # pre-commit passes thousands of files from few directories
+    defaults: dict[Path, Config] = {}
     for p in paths:
         resolved = _resolve(p)
         here = resolved if resolved.is_dir() else resolved.parent
         if here not in nearest:
             nearest[here] = find_pyproject(here)
         found = nearest[here]
-        if found not in by_source:
-            by_source[found] = (load(found) if found is not None else Config(root=Path.cwd()), [])
-        by_source[found][1].append(p)
+        if found is None and here not in defaults:
+            defaults[here] = defaults_for(here)
+        key = found if found is not None else ("defaults", defaults[here].target_torch)
+        if key not in by_source:
+            by_source[key] = (load(found) if found is not None else defaults[here], [])
+        by_source[key][1].append(p)
     return list(by_source.values())
 
 

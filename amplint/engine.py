@@ -20,12 +20,12 @@ from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 
 import libcst as cst
-from libcst.metadata import MetadataWrapper, PositionProvider
 
 from amplint.analysis.model import ModuleModel
 from amplint.config import Config
-from amplint.diagnostics import Diagnostic, Edit, Fix, Related, Span
-from amplint.rules._base import InsertBefore, RemoveStatement, Replace, Report
+from amplint.diagnostics import Diagnostic, Fix, Related, Span
+from amplint.edits import EditBuilder, node_ranges
+from amplint.rules._base import Report, RuleOptions
 from amplint.prefilter import package_of, rules_that_may_fire
 from amplint.project.index import AUTO, for_path as project_for
 from amplint.sources import nesting_problem
@@ -143,6 +143,7 @@ def check_source(
     elif not rules:
         syntax_check(source, path)
         return _with_unused_noqa([], source, path, suppressed, enabled) if unused_noqa_on else []
+    options = RuleOptions(target_torch=config.torch_version)
     with _cyclic_gc_paused():
         module = parse(source, path)
     # Crashes are collected per attempt, so a retry does not report them twice; without a
@@ -150,14 +151,14 @@ def check_source(
     found: list[RuleCrash] | None = [] if crashes is not None else None
     try:
         with _cyclic_gc_paused():
-            out = analyse(module, source, path, rules, crashes=found, suppressed=suppressed, project=project, reads=reads)
+            out = analyse(module, source, path, rules, crashes=found, suppressed=suppressed, project=project, reads=reads, options=options)
     except RecursionError:
         # Deep but legal code (CPython compiles ~2,900 levels; the model and the libcst
         # visitors recurse in Python, several frames per level): once more, with room.
         found = [] if crashes is not None else None
         suppressed.clear()
         try:
-            out = _with_deep_stack(lambda: analyse(module, source, path, rules, crashes=found, suppressed=suppressed, project=project, reads=reads))
+            out = _with_deep_stack(lambda: analyse(module, source, path, rules, crashes=found, suppressed=suppressed, project=project, reads=reads, options=options))
         except RecursionError:
             raise SourceError(path, 1, 0, "too deeply nested to analyse") from None
     if crashes is not None:
@@ -228,7 +229,7 @@ def _with_deep_stack(fn):
 
 
 def analyse(module: cst.Module, source: str, path: str, rules, *, crashes=None, suppressed=None, project=None,
-            reads=None) -> list[Diagnostic]:
+            reads=None, options: RuleOptions | None = None) -> list[Diagnostic]:
     """Run `rules` over one parsed module.
 
     A rule that raises is recorded in `crashes` (rule, file, error) and the others still
@@ -244,14 +245,14 @@ def analyse(module: cst.Module, source: str, path: str, rules, *, crashes=None, 
         _record_crash(crashes, "model", path, exc)
         return []
     with (project.checking(model) if project is not None else nullcontext()) as used:
-        reports = _run_rules(model, rules, path, crashes)
+        reports = _run_rules(model, rules, path, crashes, options)
     if reads is not None and used is not None:
         reads.merge(used)
     if not reports:
         return []
-    positions = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
+    positions, inclusive = node_ranges(module, inclusive=any(r.fix for r in reports))
     noqa = noqa_map(source)
-    lines = source.splitlines(keepends=True)
+    edits = EditBuilder(module, source, positions, inclusive)
     out = []
     for r in reports:
         pos = positions.get(r.node)
@@ -262,7 +263,9 @@ def analyse(module: cst.Module, source: str, path: str, rules, *, crashes=None, 
             if suppressed is not None:
                 suppressed.append((span.line, r.code))
             continue
-        fix = _to_fix(r, positions, module, lines) if r.fix else None
+        fix = edits.fix(r.fix) if r.fix else None
+        if fix is not None and _edits_suppressed_line(fix, r.code, noqa):
+            fix = None  # NB: `# noqa: AMP401` on a use keeps that line as written, so no shared fix may rewrite it
         related = tuple(filter(None, (_related(path, *item) for item in r.related)))
         notes = r.notes + tuple(f"{rel.message} ({rel.path}:{rel.span.line})" for rel in related)
         out.append(Diagnostic(r.code, r.message, path, span, fix, notes, related))
@@ -273,7 +276,7 @@ def _related(path: str, model, node, message: str) -> Related | None:
     """Where `node` of another module is, named as the checked file's path is (relative or absolute)."""
     positions = model.__dict__.get("_amplint_positions")
     if positions is None:
-        positions = MetadataWrapper(model.module, unsafe_skip_copy=True).resolve(PositionProvider)
+        positions, _ = node_ranges(model.module, inclusive=False)
         model.__dict__["_amplint_positions"] = positions
     pos = positions.get(node)
     if pos is None:
@@ -287,10 +290,10 @@ def _related(path: str, model, node, message: str) -> Related | None:
     return Related(where, Span(pos.start.line, pos.start.column, pos.end.line, pos.end.column), message)
 
 
-def _run_rules(model, rules, path: str, crashes) -> list[Report]:
+def _run_rules(model, rules, path: str, crashes, options: RuleOptions | None = None) -> list[Report]:
     reports: list[Report] = []
     for rule_cls in rules:
-        rule = rule_cls(model)
+        rule = rule_cls(model, options)
         try:
             rule.check()
             reports.extend(rule.finish())
@@ -309,41 +312,7 @@ def _record_crash(crashes, code, path, exc) -> None:
         raise exc
 
 
-def _to_fix(report: Report, positions, module: cst.Module, lines: list[str]) -> Fix | None:
-    edits = []
-    for change in report.fix.changes:
-        if isinstance(change, Replace):
-            pos = positions.get(change.node)
-            if pos is None:
-                return None
-            content = change.new
-            if not isinstance(content, str):
-                node = content.with_changes(leading_lines=()) if hasattr(content, "leading_lines") else content
-                content = module.code_for_node(node)
-            if isinstance(change.node, cst.BaseStatement):
-                content = _reindent(content.rstrip("\n"), _indent_of(lines, pos.start.line, pos.start.column))
-            edits.append(Edit((pos.start.line, pos.start.column), (pos.end.line, pos.end.column), content))
-        elif isinstance(change, InsertBefore):
-            pos = positions.get(change.statement)
-            if pos is None:
-                return None
-            indent = _indent_of(lines, pos.start.line, pos.start.column)
-            at = (pos.start.line, pos.start.column)
-            edits.append(Edit(at, at, f"{change.code}\n{indent}"))
-        elif isinstance(change, RemoveStatement):
-            pos = positions.get(change.statement)
-            if pos is None:
-                return None
-            edits.append(Edit((pos.start.line, 0), (pos.end.line + 1, 0), ""))
-    return Fix(report.fix.title, tuple(sorted(edits)), report.fix.applicability)
-
-
-def _indent_of(lines: list[str], line: int, col: int) -> str:
-    text = lines[line - 1] if 0 < line <= len(lines) else ""
-    prefix = text[:col]
-    return prefix if prefix.strip() == "" else " " * col
-
-
-def _reindent(text: str, indent: str) -> str:
-    first, *rest = text.split("\n")
-    return "\n".join([first, *((indent + l) if l.strip() else l for l in rest)])
+def _edits_suppressed_line(fix: Fix, code: str, noqa) -> bool:
+    return any(
+        is_suppressed(code, line, noqa) for e in fix.edits for line in range(e.start[0], e.end[0] + 1)
+    )

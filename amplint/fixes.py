@@ -3,14 +3,17 @@
 A fix is only kept if the text it produces still parses; a fix that breaks the parse
 is dropped and reported (`FixOutcome.rejected`), never written.  Fixes that do not
 converge within MAX_PASSES are all dropped (`converged=False`, the original text kept).
-Inserted lines use the file's own line ending.
+Edits carry their final text (amplint/edits.py chose each added line's ending); offsets
+come from `positions.LineIndex`, which counts lines as the parser does.
 """
 
 from __future__ import annotations
 
+import difflib
 from dataclasses import dataclass, field
 
 from amplint.diagnostics import Applicability, Diagnostic, Fix
+from amplint.positions import LineIndex
 
 MAX_PASSES = 10
 
@@ -28,23 +31,12 @@ def is_applicable(fix: Fix | None, unsafe: bool) -> bool:
     return fix is not None and (unsafe or fix.applicability is Applicability.SAFE)
 
 
-def _offsets(source: str) -> list[int]:
-    starts = [0]
-    for i, ch in enumerate(source):
-        if ch == "\n":
-            starts.append(i + 1)
-    return starts
-
-
 def apply_fixes(source: str, fixes: list[Fix]) -> tuple[str, list[Fix]]:
     """Apply every fix whose edits do not overlap an earlier accepted one."""
-    starts = _offsets(source)
+    index = LineIndex(source)
 
     def offset(pos: tuple[int, int]) -> int:
-        line, col = pos
-        if line - 1 >= len(starts):
-            return len(source)
-        return min(starts[line - 1] + col, len(source))
+        return index.offset(*pos)
 
     accepted: list[Fix] = []
     taken: list[tuple[int, int]] = []
@@ -61,22 +53,14 @@ def apply_fixes(source: str, fixes: list[Fix]) -> tuple[str, list[Fix]]:
         taken.extend(ranges)
         edits.extend((a, b, e.content) for (a, b), e in zip(ranges, fix.edits))
         accepted.append(fix)
-    newline = newline_of(source)
-    out = source
+    parts = []
+    end = len(source)
     for a, b, content in sorted(edits, key=lambda t: (t[0], t[1]), reverse=True):
-        if newline != "\n":  # NB: inserted lines take the file's line ending; no mixed endings
-            content = content.replace("\r\n", "\n").replace("\n", newline)
-        out = out[:a] + content + out[b:]
-    return out, accepted
-
-
-def newline_of(source: str) -> str:
-    """The file's line ending, judged by its first line (as libcst does): \\n, \\r\\n or \\r."""
-    i = source.find("\n")
-    j = source.find("\r")
-    if j == -1 or (i != -1 and i < j):
-        return "\n"
-    return "\r\n" if source.startswith("\r\n", j) else "\r"
+        parts.append(source[b:end])
+        parts.append(content)
+        end = a
+    parts.append(source[:end])
+    return "".join(reversed(parts)), accepted
 
 
 def _overlaps(a: tuple[int, int], b: tuple[int, int]) -> bool:
@@ -131,3 +115,25 @@ def fix_text(source: str, lint, *, unsafe: bool = False) -> FixOutcome:
     outcome.source = source
     outcome.remaining = lint(source)
     return outcome
+
+
+NO_NEWLINE_MARKER = "\\ No newline at end of file\n"
+
+
+def unified_diff(old: str, new: str, fromfile: str, tofile: str) -> str:
+    """`old` -> `new` as a unified diff that `git apply` and `patch` accept.
+
+    Lines are split at "\\n" only, as git and patch read a diff (not as the parser counts
+    them): a "\\r" stays inside its line, so CR-only and mixed files round-trip exactly.
+    A last line without "\\n" is followed by git's "\\ No newline at end of file"; without
+    it the next line of the output (another file's header) would be glued onto it.
+    """
+    out = []
+    for line in difflib.unified_diff(_lf_lines(old), _lf_lines(new), fromfile=fromfile, tofile=tofile):
+        out.append(line if line.endswith("\n") else line + "\n" + NO_NEWLINE_MARKER)
+    return "".join(out)
+
+
+def _lf_lines(text: str) -> list[str]:
+    lines = text.split("\n")
+    return [line + "\n" for line in lines[:-1]] + ([lines[-1]] if lines[-1] else [])

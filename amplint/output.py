@@ -16,6 +16,7 @@ from urllib.parse import quote
 
 from amplint import __version__
 from amplint.diagnostics import Applicability, Diagnostic, to_location, to_one_based
+from amplint.positions import split_lines
 
 FORMATS = ("text", "json", "json-lines", "github", "sarif")
 REPO_URL = "https://github.com/amplint/amplint"
@@ -42,8 +43,8 @@ def source_line(d: Diagnostic, sources: Sources | None) -> str | None:
     text = source_text(d, sources)
     if text is None:
         return None
-    lines = text.splitlines()
-    return lines[d.span.line - 1] if 0 < d.span.line <= len(lines) else None
+    lines = split_lines(text)  # NB: lines as the parser counts them (a lone "\r" ends one)
+    return lines[d.span.line - 1].rstrip("\r\n") if 0 < d.span.line <= len(lines) else None
 
 
 class _NoqaRows:

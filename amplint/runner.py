@@ -12,7 +12,6 @@ skips files whose bytes, amplint and configuration are unchanged (amplint/cache.
 from __future__ import annotations
 
 import concurrent.futures
-import difflib
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,7 +21,7 @@ from amplint.cache import ResultCache
 from amplint.config import Config
 from amplint.diagnostics import Diagnostic
 from amplint.engine import RuleCrash, SourceError, check_source
-from amplint.fixes import FixOutcome, fix_text
+from amplint.fixes import FixOutcome, fix_text, unified_diff
 from amplint.project.index import Reads
 
 
@@ -34,6 +33,7 @@ class FileResult:
     crashes: list[RuleCrash] = field(default_factory=list)
     fixed: FixOutcome | None = None
     diff: str = ""
+    diff_encoding: str = "utf-8"  # the file's: `git apply` compares the diff's bytes with the file's
     written: bool = False
     # Why a fix was not written (dropped, refused, raced); the findings stay reported.
     warnings: list[str] = field(default_factory=list)
@@ -153,14 +153,9 @@ def _check_file(path: Path, config: Config, *, fix: bool, unsafe: bool, diff: bo
             result.warnings.extend(fix_warnings(outcome))
             if outcome.source != src.text:
                 if diff:
-                    result.diff = "".join(
-                        difflib.unified_diff(
-                            src.text.splitlines(keepends=True),
-                            outcome.source.splitlines(keepends=True),
-                            fromfile=f"a/{rel}",
-                            tofile=f"b/{rel}",
-                        )
-                    )
+                    bom = "\ufeff" if src.bom else ""  # NB: part of line 1's bytes, so part of its context
+                    result.diff = unified_diff(bom + src.text, bom + outcome.source, f"a/{rel}", f"b/{rel}")
+                    result.diff_encoding = src.encoding
                     result.diagnostics = check_source(src.text, rel, config, crashes=[])
         else:
             result.diagnostics = check_source(src.text, rel, config, crashes=result.crashes, reads=reads)

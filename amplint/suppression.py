@@ -6,12 +6,12 @@ physical lines inside brackets) covers every physical line of it.
 
 from __future__ import annotations
 
-import io
 import re
 import tokenize
 from dataclasses import dataclass
 
 from amplint.diagnostics import Edit
+from amplint.positions import lf_lines, split_lines
 
 # flake8's own pattern (flake8/defaults.py), so both front ends agree on what a noqa
 # comment is and which codes it names.  NB: `[A-Z]+`: a one-letter `[A-Z]` read
@@ -28,7 +28,10 @@ def noqa_map(source: str) -> dict[int, frozenset[str]]:
         return {}
     out: dict[int, set[str]] = {}
     try:
-        tokens = list(tokenize.generate_tokens(io.StringIO(source).readline))
+        # NB: lines as the parser counts them (a lone "\r" ends one), each ending in "\n":
+        # StringIO's readline would give every comment after a lone CR the wrong line, and
+        # tokenize would read a CR-only file as one logical line, all of it under one noqa.
+        tokens = list(tokenize.generate_tokens(lf_lines(source).__next__))
     except (tokenize.TokenError, IndentationError, SyntaxError):
         return _by_physical_line(source)
     logical_start: int | None = None
@@ -68,7 +71,7 @@ def _split_codes(text: str) -> list[str]:
 
 def _by_physical_line(source: str) -> dict[int, frozenset[str]]:
     out = {}
-    for i, line in enumerate(source.splitlines(), start=1):
+    for i, line in enumerate(split_lines(source), start=1):
         if "#" in line:
             codes = _codes(line[line.index("#"):])
             if codes is not None:
@@ -123,7 +126,7 @@ def directives(source: str) -> list[Directive]:
             out.append(Directive(line, col + m.start(), col + m.end(), codes, covers, col, col + len(text)))
 
     try:
-        tokens = list(tokenize.generate_tokens(io.StringIO(source).readline))
+        tokens = list(tokenize.generate_tokens(lf_lines(source).__next__))
     except (tokenize.TokenError, IndentationError, SyntaxError):
         return []
     for tok in tokens:
@@ -150,7 +153,7 @@ def logical_line_ends(source: str) -> dict[int, int]:
     """
     out: dict[int, int] = {}
     try:
-        tokens = tokenize.generate_tokens(io.StringIO(source).readline)
+        tokens = tokenize.generate_tokens(lf_lines(source).__next__)
         logical_start: int | None = None
         for tok in tokens:
             if tok.type in (tokenize.NEWLINE, tokenize.ENDMARKER):
@@ -180,7 +183,7 @@ def add_noqa_edits(source: str, found: list[tuple[int, str]]) -> list[Edit]:
     comment (`# type: ignore`) is kept and the noqa follows it.
     """
     ends = logical_line_ends(source)
-    lines = source.splitlines(keepends=True)
+    lines = split_lines(source)
     existing = {d.line: d for d in directives(source)}
     wanted: dict[int, set[str]] = {}
     for line, code in found:

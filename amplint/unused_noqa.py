@@ -8,6 +8,7 @@ checks RUF100 after its noqa pass.  Only amplint's own codes (`AMP...`) are judg
 
 from __future__ import annotations
 
+from amplint.positions import split_lines
 from amplint.diagnostics import Applicability, Diagnostic, Edit, Fix, Span
 from amplint.rules.amp001_unused_noqa import UnusedNoqa
 from amplint.suppression import Directive, directives
@@ -20,7 +21,7 @@ def findings(source: str, path: str, suppressed: list[tuple[int, str]], enabled:
     from amplint.registry import BY_CODE
 
     used = set(suppressed)
-    lines = source.splitlines()
+    lines = [line.rstrip("\r\n") for line in split_lines(source)]  # as the parser counts lines
     out = []
     for d in directives(source):
         ours = [c for c in dict.fromkeys(d.codes) if c.upper().startswith("AMP")]

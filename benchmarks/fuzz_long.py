@@ -2,10 +2,14 @@
 
     python benchmarks/fuzz_long.py [--examples N] [--corpus /work/corpus/src] [--json out.json]
 
-Three campaigns: hypothesmith's grammar (valid Python), line mutations of the fixtures
+Campaigns: hypothesmith's grammar (valid Python), line mutations of the fixtures
 and of real files (AMP-heavy files of the corpus when it is there: deleted lines,
-swapped statements, inserted autocast/scaler calls), and arbitrary bytes behind
-encoding headers.  For each it prints the examples run, how they ended (findings,
+swapped statements, inserted autocast/scaler calls), arbitrary bytes behind
+encoding headers, and (issue 17) the line-ending and encoding variants of mutated
+fixtures and real files (`test_fuzz.assert_variants_hold`: same findings and fixes in
+CRLF, CR, mixed, BOM and latin-1, the diff patches into the fix, every fix on its
+finding's statement, the pre-filter changes nothing), plus one sweep of every fixture in
+every ending and encoding.  Every rule runs, the opt-in ones too.  For each it prints the examples run, how they ended (findings,
 clean, parse error) and any property violation, with the input that shows it (shrunk by
 hypothesis).  Figures go into BENCHMARKS.md "## Robustness".
 """
@@ -81,6 +85,29 @@ def bytes_holds(args) -> str:
     return outcome
 
 
+def variant_holds(args) -> str:
+    source, (ending, encoding) = args
+    return test_fuzz.assert_variants_hold(source, ending, encoding)
+
+
+def sweep_fixtures() -> dict:
+    """Every fixture (good and bad) in every line ending and encoding, no sampling."""
+    outcomes: Counter = Counter()
+    failures: list[str] = []
+    start = time.perf_counter()
+    for path, source in zip(test_fuzz.FIXTURES, test_fuzz.SEEDS):
+        for ending in test_fuzz.ENDINGS:
+            for encoding in test_fuzz.ENCODINGS:
+                try:
+                    outcomes[test_fuzz.assert_variants_hold(source, ending, encoding)] += 1
+                except Exception as exc:  # noqa: BLE001 - a property violation: record it
+                    failures.append(f"{path.parent.name}/{path.name} {ending} {encoding}: {type(exc).__name__}: {exc}"[:2000])
+    result = {"campaign": "every fixture x ending x encoding", "examples": sum(outcomes.values()) + len(failures),
+              "outcomes": dict(outcomes), "violations": failures, "seconds": round(time.perf_counter() - start, 1)}
+    print(json.dumps(result), flush=True)
+    return result
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--examples", type=int, default=500, help="examples per campaign")
@@ -101,6 +128,14 @@ def main() -> int:
                            st.sampled_from([b"", b"\xef\xbb\xbf", b"# coding: latin-1\n", b"# coding: utf-16\n",
                                             b"# -*- coding: cp1252 -*-\n"])),
                  args.examples, bytes_holds),
+    ]
+    variants = st.tuples(st.sampled_from(test_fuzz.ENDINGS), st.sampled_from(test_fuzz.ENCODINGS))
+    results += [
+        campaign("variants of mutated fixtures", st.tuples(test_fuzz.mutated(seeds=test_fuzz.FIXABLE_SEEDS), variants),
+                 args.examples, variant_holds),
+        campaign("variants of mutated real files", st.tuples(test_fuzz.mutated(seeds=real or seeds), variants),
+                 args.examples, variant_holds),
+        sweep_fixtures(),
     ]
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))

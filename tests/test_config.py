@@ -202,3 +202,79 @@ def test_gitignore_cost_is_one_git_call_per_directory(tmp_path: Path) -> None:
 def test_load_reads_pyproject_table_or_bare_file(tmp_path: Path) -> None:
     (tmp_path / "pyproject.toml").write_text('[tool.amplint]\nselect = ["AMP101"]\n')
     assert load(tmp_path / "pyproject.toml").select == ("AMP101",)
+
+
+# --- target-torch (issue 14): validated, inferred from the project's torch floor ----------------
+
+
+@pytest.mark.parametrize("value", ["banana", "2", "v2.4", "2.4.x", ""])
+def test_target_torch_must_be_a_version(value: str) -> None:
+    with pytest.raises(ConfigError, match=r'target-torch must be a torch version like "2.4", got'):
+        from_table({"target-torch": value})
+
+
+def test_target_torch_as_a_toml_number_is_refused() -> None:
+    """`target-torch = 2.10` would be the float 2.1: a string is required."""
+    with pytest.raises(ConfigError, match="target-torch"):
+        from_table({"target-torch": 2.4})
+
+
+def test_target_torch_is_read_and_parsed() -> None:
+    assert from_table({"target-torch": "2.1"}).torch_version == (2, 1)
+    assert from_table({"target-torch": "2.10.1"}).torch_version == (2, 10)
+    assert Config().torch_version is None
+
+
+@pytest.mark.parametrize(
+    "dependencies, floor",
+    [
+        (["torch>=2.1"], "2.1"),
+        (["numpy", "torch >=2.2.0, <3"], "2.2"),
+        (["torch~=2.3.1"], "2.3"),
+        (["torch==2.0.*"], "2.0"),
+        (["torch>1.13"], "1.13"),
+        (["Torch[cuda] (>=2.1)"], "2.1"),
+        (["torch>=2.2; sys_platform == 'linux'", "torch>=2.0; sys_platform == 'darwin'"], "2.0"),
+        (["torch"], None),
+        (["torch<3"], None),
+        (["torch>=2.2", "torch"], None),  # some environment takes any torch
+        (["torchvision>=0.16"], None),
+        ([], None),
+    ],
+)
+def test_the_torch_floor_of_the_dependencies(dependencies: list[str], floor: str | None) -> None:
+    from amplint.config import torch_floor
+
+    assert torch_floor({"project": {"dependencies": dependencies}}) == floor
+
+
+def test_optional_dependencies_count_only_without_a_torch_dependency() -> None:
+    from amplint.config import torch_floor
+
+    extras = {"optional-dependencies": {"torch": ["torch>=1.13"], "dev": ["pytest"]}}
+    assert torch_floor({"project": extras}) == "1.13"
+    assert torch_floor({"project": {"dependencies": ["torch>=2.2"], **extras}}) == "2.2"
+
+
+def test_target_torch_is_inferred_and_decides_the_fix(tmp_path: Path) -> None:
+    """The project says `torch>=2.1`: `torch.amp.GradScaler("cuda")` (torch 2.3) is no fix for it."""
+    (tmp_path / "a.py").write_text(DEPRECATED)
+    (tmp_path / "pyproject.toml").write_text('[project]\nname = "p"\ndependencies = ["torch>=2.1"]\n')
+    proc = amplint("check", "--no-cache", "--show-fixes", "a.py", cwd=tmp_path)  # no [tool.amplint] at all
+    assert '`torch.amp.GradScaler("cuda")` needs torch 2.3, target-torch is 2.1' in proc.stdout
+    assert "fixable" not in proc.stdout
+    (tmp_path / "pyproject.toml").write_text(
+        '[project]\nname = "p"\ndependencies = ["torch>=2.1"]\n[tool.amplint]\ntarget-torch = "2.4"\n'
+    )
+    proc = amplint("check", "--no-cache", "a.py", cwd=tmp_path)
+    assert "needs torch" not in proc.stdout and "1 fixable" in proc.stdout
+    (tmp_path / "pyproject.toml").write_text('[project]\nname = "p"\ndependencies = ["torch>=2.1"]\n[tool.amplint]\n')
+    proc = amplint("check", "--no-cache", "a.py", cwd=tmp_path)
+    assert "target-torch is 2.1" in proc.stdout
+
+
+def test_a_bad_target_torch_in_pyproject_is_exit_2(tmp_path: Path) -> None:
+    (tmp_path / "a.py").write_text(DEPRECATED)
+    (tmp_path / "pyproject.toml").write_text('[tool.amplint]\ntarget-torch = "banana"\n')
+    proc = amplint("check", "--no-cache", "a.py", cwd=tmp_path)
+    assert proc.returncode == 2 and "target-torch" in proc.stderr and "banana" in proc.stderr

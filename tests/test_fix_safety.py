@@ -60,13 +60,15 @@ def test_crlf_bom_cookie_and_mode_are_kept(tmp_path: Path) -> None:
     assert not [p for p in tmp_path.iterdir() if p.name.endswith(".amplint-tmp")]
 
 
-def test_inserted_lines_take_the_files_line_ending() -> None:
-    """An InsertBefore edit carries "\\n"; in a CRLF file it must become "\\r\\n"."""
-    source = "a = 1\r\nb = 2\r\n"
-    fix = Fix("insert", (Edit((2, 0), (2, 0), "x = 0\n"),), Applicability.SAFE)
+def test_edits_are_written_verbatim_at_offsets_counted_like_the_parser() -> None:
+    """An edit carries its final text: the edit builder chose each added line's ending
+    (tests/test_fix_positions.py); `apply_fixes` only places it, counting a lone "\\r"
+    as a line break as libcst does."""
+    source = "a = 1\r\nb = 2\rc = 3\n"
+    fix = Fix("insert", (Edit((3, 0), (3, 0), "x = 0\r"),), Applicability.SAFE)
     out, accepted = fixes.apply_fixes(source, [fix])
     assert accepted == [fix]
-    assert out == "a = 1\r\nx = 0\r\nb = 2\r\n"
+    assert out == "a = 1\r\nb = 2\rx = 0\rc = 3\n"
 
 
 def test_unsafe_insert_fix_in_a_crlf_file_has_no_mixed_endings(tmp_path: Path) -> None:

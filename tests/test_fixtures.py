@@ -10,14 +10,14 @@ from amplint.engine import check_source, parse
 from amplint.fixes import fix_text, is_applicable
 from amplint.registry import BY_CODE
 from amplint.rules._base import FixAvailability
-from amplint.testing import expectations, fixture_cases, fixture_selection
+from amplint.testing import expectations, fixture_cases, fixture_config
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 CASES = fixture_cases(FIXTURES)
 
 
 def _lint(path: Path, source: str):
-    return check_source(source, str(path), select=fixture_selection(path, source))
+    return check_source(source, str(path), fixture_config(path, source))
 
 
 @pytest.mark.parametrize("path", CASES, ids=lambda p: f"{p.parent.name}/{p.stem}")

@@ -111,21 +111,24 @@ class Deprecation:
     # How the device moves into the call: an inserted first positional argument, or a keyword.
     device_argument: str | None
     device: str
+    # The first torch with the modern spelling as a fix writes it: `torch.autocast(device)`
+    # 1.10, `torch.amp.GradScaler(device)` 2.3, `torch.amp.custom_fwd(device_type=)` 2.4.
+    new_since: tuple[int, int] = (1, 10)
 
 
 DEPRECATIONS: dict[str, Deprecation] = {
     d.old: d
     for d in (
         Deprecation("torch.cuda.amp.autocast", "torch.autocast", "positional", "cuda"),
-        Deprecation("torch.cuda.amp.GradScaler", "torch.amp.GradScaler", "positional", "cuda"),
-        Deprecation("torch.cuda.amp.custom_fwd", "torch.amp.custom_fwd", "device_type", "cuda"),
-        Deprecation("torch.cuda.amp.custom_bwd", "torch.amp.custom_bwd", "device_type", "cuda"),
+        Deprecation("torch.cuda.amp.GradScaler", "torch.amp.GradScaler", "positional", "cuda", (2, 3)),
+        Deprecation("torch.cuda.amp.custom_fwd", "torch.amp.custom_fwd", "device_type", "cuda", (2, 4)),
+        Deprecation("torch.cuda.amp.custom_bwd", "torch.amp.custom_bwd", "device_type", "cuda", (2, 4)),
         Deprecation("torch.cpu.amp.autocast", "torch.autocast", "positional", "cpu"),
-        Deprecation("torch.cpu.amp.GradScaler", "torch.amp.GradScaler", "positional", "cpu"),
+        Deprecation("torch.cpu.amp.GradScaler", "torch.amp.GradScaler", "positional", "cpu", (2, 3)),
         Deprecation("torch.cuda.amp.autocast_mode.autocast", "torch.autocast", "positional", "cuda"),
-        Deprecation("torch.cuda.amp.grad_scaler.GradScaler", "torch.amp.GradScaler", "positional", "cuda"),
+        Deprecation("torch.cuda.amp.grad_scaler.GradScaler", "torch.amp.GradScaler", "positional", "cuda", (2, 3)),
         Deprecation("torch.cpu.amp.autocast_mode.autocast", "torch.autocast", "positional", "cpu"),
-        Deprecation("torch.cpu.amp.grad_scaler.GradScaler", "torch.amp.GradScaler", "positional", "cpu"),
+        Deprecation("torch.cpu.amp.grad_scaler.GradScaler", "torch.amp.GradScaler", "positional", "cpu", (2, 3)),
     )
 }
 
@@ -134,3 +137,20 @@ DEPRECATIONS: dict[str, Deprecation] = {
 # evaluation, not training, whatever autocast it enters.
 NO_GRAD_CONTEXTS = frozenset({"torch.no_grad", "torch.inference_mode", "torch.autograd.no_grad",
                               "torch.autograd.grad_mode.no_grad", "torch.autograd.grad_mode.inference_mode"})
+
+# The same names imported from `torch.amp` (the import rewrite of `from torch.cuda.amp import X`):
+# torch.amp.autocast exists since 1.13, the others since their own table entry.
+TORCH_AMP_NAME_SINCE = {"autocast": (1, 13), "GradScaler": (2, 3), "custom_fwd": (2, 4), "custom_bwd": (2, 4)}
+# The modern spellings, as qualified names: a branch that uses one of them is the modern
+# half of a version-gated fallback (analysis/version_gates.py).
+MODERN_AMP = frozenset(
+    {d.new for d in DEPRECATIONS.values()}
+    | {"torch.amp", "torch.amp.autocast", "torch.amp.autocast_mode.autocast", "torch.amp.grad_scaler.GradScaler",
+       "torch.GradScaler", "torch.amp.autocast_mode.custom_fwd", "torch.amp.autocast_mode.custom_bwd"}
+)
+# Global autocast defaults: `torch.autocast(device)` reads them where the legacy classes
+# passed float16/bfloat16 and cache_enabled=True explicitly.
+AUTOCAST_DEFAULT_SETTERS = frozenset(
+    {"torch.set_autocast_dtype", "torch.set_autocast_gpu_dtype", "torch.set_autocast_cpu_dtype",
+     "torch.set_autocast_cache_enabled"}
+)

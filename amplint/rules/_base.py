@@ -62,6 +62,15 @@ class FixSpec:
     applicability: Applicability
 
 
+@dataclass(frozen=True)
+class RuleOptions:
+    """What the configuration tells rules (`self.options`)."""
+
+    # `target-torch`: the oldest torch the code must run on; None when unknown (then a
+    # fix may write any modern spelling).
+    target_torch: tuple[int, int] | None = None
+
+
 @dataclass(eq=False)
 class Report:
     code: str
@@ -137,8 +146,9 @@ class Rule:
         if not cls.requires_any:
             raise TypeError(f"{cls.__name__}: declare requires_any tokens for the pre-filter")
 
-    def __init__(self, model) -> None:
+    def __init__(self, model, options: RuleOptions | None = None) -> None:
         self.model = model
+        self.options = options or RuleOptions()
         self.reports: list[Report] = []
 
     def check(self) -> None:  # pragma: no cover - abstract

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from amplint.analysis.bindings import Bindings
 from amplint.analysis.names import dotted
+from amplint.analysis.scaler_protocol import event_is, search, training_loop
 from amplint.analysis.steps import Kind
 from amplint.diagnostics import Applicability
 from amplint.prefilter import Attr
@@ -47,10 +48,15 @@ class ClipBeforeUnscale(Rule):
     ```
 
     ## Fix safety
-    Unsafe: inserts `scaler.unscale_(optimizer)` before the clip, naming the
-    optimizer that the following `scaler.step` receives. It is offered only when both
-    names are visible in the same function; it would be wrong if another code path
-    already unscales that optimizer in this iteration (`unscale_` twice raises).
+    Unsafe: inserts `scaler.unscale_(optimizer)` before the clip for every optimizer
+    that the following `scaler.step` calls of this iteration receive (a clip over the
+    parameters of two optimizers needs both unscaled). `step` would unscale each of
+    them anyway, so unscaling first changes only what the clip sees. It is offered only
+    when every one of those steps runs on every path from the clip, in the same
+    function and loop, and nothing unscales this scaler's optimizers in the iteration
+    already (`unscale_` twice raises); alternating steps (a GAN that steps one
+    optimizer per iteration) get no fix. It is still wrong if an optimizer unscales
+    internally or a caller already unscaled.
 
     ## Runtime confirmation
     `amplint verify` reads the scaler's per-optimizer stage at the clip call: READY
@@ -64,7 +70,7 @@ class ClipBeforeUnscale(Rule):
     code = "AMP101"
     name = "clip-before-unscale"
     message = "`{clip}` runs on gradients still multiplied by the loss scale"
-    fix_title = "Call `{scaler}.unscale_({optimizer})` before clipping"
+    fix_title = "Call {unscales} before clipping"
     fix_availability = FixAvailability.SOMETIMES
     safety = Applicability.UNSAFE
     # Pre-filter: every clip spelling contains `clip_grad` (CLIP_FUNCTIONS, CLIP_METHODS);
@@ -87,20 +93,47 @@ class ClipBeforeUnscale(Rule):
                         continue
                     clip_name = dotted(event.node.func) or event.qualname or "clip_grad_norm_"
                     scaler = Bindings.text_of(backward.scaler) or "scaler"
-                    optimizer = self._stepped_optimizer(graph, event)
+                    optimizers = self._stepped_optimizers(graph, backward, event)
                     changes = None
-                    if optimizer and not backward.inlined and backward.scope is event.scope and event.statement is not None:
-                        changes = [InsertBefore(event.statement, f"{scaler}.unscale_({optimizer})")]
-                    self.report_event(
-                        event, changes=changes, clip=clip_name, scaler=scaler, optimizer=optimizer or "optimizer"
-                    )
+                    if optimizers:
+                        code = "\n".join(f"{scaler}.unscale_({o})" for o in optimizers)
+                        changes = [InsertBefore(event.statement, code)]
+                    unscales = " and ".join(f"`{scaler}.unscale_({o})`" for o in optimizers or ["optimizer"])
+                    self.report_event(event, changes=changes, clip=clip_name, unscales=unscales)
 
     @staticmethod
-    def _stepped_optimizer(graph, clip) -> str | None:
-        """The optimizer text of the first `scaler.step(opt)` after the clip, if one is certain."""
-        found = {
-            Bindings.text_of(e.optimizer)
-            for e in graph.reachable(clip, stop=lambda e: e.kind in (Kind.SCALER_STEP, Kind.UPDATE))
-            if e.kind is Kind.SCALER_STEP and e.optimizer and e.scope is clip.scope and not e.inlined
-        }
-        return found.pop() if len(found) == 1 else None
+    def _stepped_optimizers(graph, backward, clip) -> list[str] | None:
+        """The optimizers (as written) that this scaler steps after the clip in this iteration,
+        when unscaling all of them before the clip is exactly what the steps would do anyway.
+
+        That holds when every one of those steps runs on every path from the clip to the
+        end of the iteration (alternating GAN steps do not), in the clip's own loop and
+        function, and nothing unscales this scaler's optimizers in the iteration already
+        (a second `unscale_` raises).  None otherwise: no fix.
+        """
+        if backward.inlined or backward.scope is not clip.scope or clip.statement is None:
+            return None
+        ends = lambda e: e.kind is Kind.UPDATE or (e.kind is Kind.BACKWARD and e.scaled)  # noqa: E731
+        if any(e.kind is Kind.UNSCALE for e in graph.reachable(backward, stop=ends)):
+            return None
+        loop = training_loop(graph, clip)
+        header = loop.header if loop is not None else None
+        start = graph.point(clip)
+        end_of_iteration = lambda p: p is graph.exit or p is header or event_is(p, ends)  # noqa: E731
+        steps = [
+            e for e in graph.reachable(clip, stop=ends)
+            if e.kind is Kind.SCALER_STEP and search(start, found=lambda p, t=graph.point(e): p is t,
+                                                      blocked=lambda p: p is header or event_is(p, ends))
+        ]
+        names: list[str] = []
+        for step in steps:
+            name = Bindings.text_of(step.optimizer)
+            if (name is None or step.inlined or step.scope is not clip.scope or step.scaler != backward.scaler
+                    or [id(loop) for loop in step.loops] != [id(loop) for loop in clip.loops]):
+                return None
+            target = graph.point(step)
+            if search(start, found=end_of_iteration, blocked=lambda p, t=target: p is t):
+                return None  # some path from the clip skips this step
+            if name not in names:
+                names.append(name)
+        return names or None

@@ -15,6 +15,13 @@ class DeprecatedCudaAmp(Rule):
     and `torch.cpu.amp.GradScaler`: imports, calls, decorators, assignments and
     arguments, one finding per reference, whatever alias reaches them.
 
+    Not flagged: annotations (`def f(s: torch.cuda.amp.GradScaler)`), which construct
+    nothing, and version-gated fallbacks, the deprecated spelling kept on purpose for
+    an older torch: one branch of a torch-version check (`if is_torch_version(">=",
+    "2.4"):`, `... if _TORCH_GREATER_EQUAL_2_4 else ...`, `hasattr(torch.amp, ...)`)
+    whose other branch uses the modern spelling, or the `except` (AttributeError,
+    ImportError, TypeError, or anything) of a `try` that uses it.
+
     ## Why is this bad?
     These spellings have emitted a `FutureWarning` on every call since PyTorch 2.4 and
     will be removed. The device-generic replacements (`torch.autocast(device_type)`,
@@ -40,12 +47,30 @@ class DeprecatedCudaAmp(Rule):
     ```
 
     ## Fix safety
-    Safe: every argument is kept (legacy positional `autocast(enabled, dtype)`
-    arguments become keywords), the device the old API implied is passed explicitly,
-    and `from torch.cuda.amp import autocast` becomes `from torch.amp import autocast`
-    together with all of its uses, so no name is left unbound or unused. References
-    that have no drop-in modern spelling (a bare `torch.cuda.amp.autocast` stored in
-    a variable) are reported without a fix.
+    Safe, and offered only where the new code builds the same object from the same
+    arguments: a call keeps every argument (legacy positional `autocast(enabled,
+    dtype, cache_enabled)` arguments become keywords, `**kwargs` and what follows stay)
+    and passes the device the old class implied; a decorator becomes a call of the
+    modern decorator; `from torch.cuda.amp import autocast` becomes `from torch.amp
+    import autocast` together with all of its uses, so no name is left unbound; an
+    annotation needs no change. The object built is a `torch.amp.GradScaler` (or
+    `torch.autocast`) rather than its deprecated subclass: the same state and methods,
+    told apart only by an `isinstance` test against the deprecated class.
+
+    No fix, the finding alone, where that cannot be shown: a bare reference to the
+    class or function (a base class, `Scaler = torch.cuda.amp.GradScaler`,
+    `functools.partial(...)`, a `cls=` default, `isinstance`), since
+    `torch.amp.GradScaler`'s first parameter is `device` where the old class's is
+    `init_scale`; the constructions of a class the module also uses as a value, and an
+    import one such use goes through; an import the module re-exports (listed in
+    `__all__`, or `import autocast as autocast`), since its importers call it the old
+    way; `*args` passed to the legacy autocast; a module
+    that sets autocast's global defaults (`torch.set_autocast_dtype`), which
+    `torch.autocast(device)` reads where the legacy class passed float16 itself; a fix
+    that would rewrite a line marked `# noqa: AMP401`; and a spelling that
+    `target-torch` does not have (`torch.amp.GradScaler("cuda")` needs torch 2.3,
+    `torch.amp.custom_fwd(device_type=...)` 2.4, `from torch.amp import autocast` 1.13),
+    where the message says which torch it needs.
 
     ## Runtime confirmation
     `amplint verify` records the FutureWarning PyTorch raises at that line.
@@ -56,7 +81,7 @@ class DeprecatedCudaAmp(Rule):
 
     code = "AMP401"
     name = "deprecated-cuda-amp"
-    message = "`{old}` is deprecated since PyTorch 2.4"
+    message = "`{old}` is deprecated since PyTorch 2.4{why_no_fix}"
     fix_title = "Use `{new}`"
     fix_availability = FixAvailability.SOMETIMES
     safety = Applicability.SAFE
@@ -68,7 +93,18 @@ class DeprecatedCudaAmp(Rule):
     and_requires_any = ((Word("amp"),), (Word("cuda"), Word("cpu")))
 
     def check(self) -> None:
+        target = self.options.target_torch
         for ref in self.model.deprecations.references:
             dep = ref.deprecation
             new = f'{dep.new}("{dep.device}")' if dep.device_argument == "positional" else f'{dep.new}(device_type="{dep.device}")'
-            self.report(ref.node, changes=ref.changes, old=dep.old, new=new)
+            changes, why_no_fix = ref.changes, ""
+            if changes and target is not None and target < ref.needs:
+                # NB: the modern spelling would not run on the oldest torch the project supports.
+                changes = None
+                what = f"`{new}`" if ref.needs == dep.new_since else "its fixed import"
+                why_no_fix = f"; {what} needs torch {_version(ref.needs)}, target-torch is {_version(target)}"
+            self.report(ref.node, changes=changes, old=dep.old, new=new, why_no_fix=why_no_fix)
+
+
+def _version(v: tuple[int, int]) -> str:
+    return f"{v[0]}.{v[1]}"

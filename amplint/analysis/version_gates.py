@@ -1,0 +1,256 @@
+"""Where a reference to a deprecated AMP symbol sits: annotation, decorator, version-gated fallback.
+
+AMP401 is about references that run and warn.  Three places change what a reference
+means, and none of them is visible from the reference alone:
+
+- an annotation (`def f(s: torch.cuda.amp.GradScaler)`) never constructs or calls
+  anything (with `from __future__ import annotations` it is not even evaluated);
+- a decorator (`@torch.cuda.amp.custom_fwd`) is called with the function, so it can be
+  rewritten as a call of the modern decorator; elsewhere a bare reference cannot;
+- a binding (`def autocast(enabled=True):` in the `else` of `from torch.cuda.amp import
+  autocast`, `GradScaler = None`) reads nothing, though it rebinds the imported name;
+- a version-gated fallback is the deprecated spelling kept on purpose for an older torch,
+  as libraries that support several torch versions write it::
+
+      if is_torch_version(">=", "2.4"):          try:
+          from torch.amp import GradScaler            self.scaler = torch.amp.GradScaler(device=device)
+      else:                                       except (AttributeError, TypeError):
+          from torch.cuda.amp import GradScaler       self.scaler = torch.cuda.amp.GradScaler()
+
+  A reference is such a fallback when it sits in one branch of an `if` (or a conditional
+  expression) whose test reads the torch version, or probes torch with `hasattr`, while
+  the other branch uses the modern spelling; or in an `except` that catches what an older
+  torch raises there (AttributeError, ImportError, TypeError, or anything) for a `try`
+  that uses the modern spelling.  Both halves are required: `if device == "cuda":` is no
+  version check, and a version check whose other branch does something else is no
+  fallback.
+
+One walk of the module, made only when it holds a deprecated reference.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import libcst as cst
+
+from amplint.analysis.names import dotted, module_name_of
+from amplint.analysis.torch_api import MODERN_AMP
+from amplint.analysis.walk import walk
+
+# What an older torch raises on the modern spelling: AttributeError (no torch.amp.GradScaler),
+# TypeError (no `device` parameter), ImportError (`from torch.amp import GradScaler`).
+_OLD_TORCH_ERRORS = frozenset(
+    {"AttributeError", "ImportError", "ModuleNotFoundError", "TypeError", "Exception", "BaseException"}
+)
+# An identifier that reads a version: `is_torch_version`, `TORCH_VERSION`, `version.parse`,
+# `_TORCH_GREATER_EQUAL_2_4`, `is_torch_greater_or_equal`, `torch_ge_2_4`, `TORCH_2_4`.
+_VERSIONISH = re.compile(r"version|greater|less|newer|older|at_?least|(?:^|_)(?:ge|gt|le|lt|geq|leq)(?:_|$)|\d", re.I)
+_MODERN_MODULES = frozenset({"torch.amp", "torch.amp.autocast_mode", "torch.amp.grad_scaler"})
+_MODERN_FROM_TORCH = frozenset({"amp", "autocast", "GradScaler"})
+
+
+@dataclass
+class RefContext:
+    annotation: bool = False
+    decorator: bool = False
+    fallback: bool = False
+    # a name being bound, not read: `def autocast(...)`, `GradScaler = None`
+    binding: bool = False
+
+
+class Contexts:
+    """The context of each node in `targets` (ids of nodes of `model.module`)."""
+
+    def __init__(self, model, targets: set[int]) -> None:
+        self.model = model
+        self._modern: dict[int, bool] = {}
+        walker = _ContextWalker(targets)
+        walk(model.module, walker)
+        self._found: dict[int, RefContext] = {}
+        for key, (frames, annotation, decorator) in walker.found.items():
+            self._found[key] = RefContext(annotation, decorator, any(self._gates(f) for f in frames),
+                                          key in walker.bound)
+
+    def of(self, node: cst.CSTNode) -> RefContext:
+        return self._found.get(id(node), RefContext())
+
+    # --- one enclosing branch -----------------------------------------------------------------
+    def _gates(self, frame: tuple) -> bool:
+        kind, node, which = frame
+        if kind == "except":
+            handler, try_node = node, which
+            return _catches_old_torch_errors(handler) and self._uses_modern(try_node.body)
+        other = node.orelse if which == "body" else node.body
+        return other is not None and is_torch_version_check(node.test, self.model) and self._uses_modern(other)
+
+    def _uses_modern(self, node: cst.CSTNode) -> bool:
+        key = id(node)
+        if key not in self._modern:
+            finder = _ModernFinder(self.model)
+            walk(node, finder)
+            self._modern[key] = finder.found
+        return self._modern[key]
+
+
+def is_torch_version_check(test: cst.BaseExpression, model) -> bool:
+    """`test` reads torch's version (`is_torch_version(">=", "2.4")`, `_TORCH_GREATER_EQUAL_2_4`,
+    `version.parse(torch.__version__) >= ...`) or probes torch (`hasattr(torch.amp, "GradScaler")`)."""
+    reader = _TestReader(model)
+    walk(test, reader)
+    return reader.probes_torch or (reader.mentions_torch and reader.versionish)
+
+
+def _catches_old_torch_errors(handler: cst.ExceptHandler) -> bool:
+    if handler.type is None:
+        return True  # a bare `except:`
+    types = [e.value for e in handler.type.elements] if isinstance(handler.type, cst.Tuple) else [handler.type]
+    return any((dotted(t) or "").split(".")[-1] in _OLD_TORCH_ERRORS for t in types)
+
+
+class _ContextWalker(cst.CSTVisitor):
+    def __init__(self, targets: set[int]) -> None:
+        self.targets = targets
+        self.frames: list[tuple] = []
+        self.tries: list[cst.CSTNode] = []
+        self.annotations = 0
+        self.decorators: set[int] = set()
+        self.bound: set[int] = set()
+        self.found: dict[int, tuple[tuple, bool, bool]] = {}
+
+    def _seen(self, node: cst.CSTNode) -> None:
+        key = id(node)
+        if key in self.targets:
+            self.found[key] = (tuple(self.frames), self.annotations > 0, key in self.decorators)
+
+    def visit_Name(self, node: cst.Name) -> None:
+        self._seen(node)
+
+    def visit_Attribute(self, node: cst.Attribute) -> None:
+        self._seen(node)
+
+    def visit_Annotation(self, node: cst.Annotation) -> None:
+        self.annotations += 1
+
+    def leave_Annotation(self, original_node: cst.Annotation) -> None:
+        self.annotations -= 1
+
+    def visit_Decorator(self, node: cst.Decorator) -> None:
+        self.decorators.add(id(node.decorator))
+
+    # names bound here (a `def` of the same name as a deprecated import, an assignment)
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        self.bound.add(id(node.name))
+
+    def visit_ClassDef(self, node: cst.ClassDef) -> None:
+        self.bound.add(id(node.name))
+
+    def visit_AssignTarget(self, node: cst.AssignTarget) -> None:
+        self.bound.add(id(node.target))
+
+    def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
+        self.bound.add(id(node.target))
+
+    # branches of an `if` and of a conditional expression
+    def visit_If_body(self, node: cst.If) -> None:
+        self.frames.append(("if", node, "body"))
+
+    def leave_If_body(self, node: cst.If) -> None:
+        self.frames.pop()
+
+    def visit_If_orelse(self, node: cst.If) -> None:
+        self.frames.append(("if", node, "orelse"))
+
+    def leave_If_orelse(self, node: cst.If) -> None:
+        self.frames.pop()
+
+    def visit_IfExp_body(self, node: cst.IfExp) -> None:
+        self.frames.append(("if", node, "body"))
+
+    def leave_IfExp_body(self, node: cst.IfExp) -> None:
+        self.frames.pop()
+
+    def visit_IfExp_orelse(self, node: cst.IfExp) -> None:
+        self.frames.append(("if", node, "orelse"))
+
+    def leave_IfExp_orelse(self, node: cst.IfExp) -> None:
+        self.frames.pop()
+
+    # handlers of a `try`
+    def visit_Try(self, node: cst.Try) -> None:
+        self.tries.append(node)
+
+    def leave_Try(self, original_node: cst.Try) -> None:
+        self.tries.pop()
+
+    def visit_ExceptHandler(self, node: cst.ExceptHandler) -> None:
+        self.frames.append(("except", node, self.tries[-1]))
+
+    def leave_ExceptHandler(self, original_node: cst.ExceptHandler) -> None:
+        self.frames.pop()
+
+
+class _ModernFinder(cst.CSTVisitor):
+    """Does a subtree spell the modern API (a reference, or an import from torch.amp)?"""
+
+    def __init__(self, model) -> None:
+        self.model = model
+        self.found = False
+
+    def visit_ImportFrom(self, node: cst.ImportFrom) -> bool:
+        module = module_name_of(node, self.model.imports.package)
+        if not isinstance(node.names, cst.ImportStar):
+            names = {dotted(a.name) for a in node.names}
+            if module in _MODERN_MODULES or (module == "torch" and names & _MODERN_FROM_TORCH):
+                self.found = True
+        return False
+
+    def visit_Attribute(self, node: cst.Attribute) -> bool:
+        return self._reference(node)
+
+    def visit_Name(self, node: cst.Name) -> None:
+        self._reference(node)
+
+    def _reference(self, node) -> bool:
+        text = dotted(node)
+        if text is None:
+            return True
+        qual = self.model.imports.qualify_text(text)
+        if qual is not None and (qual in MODERN_AMP or qual.startswith("torch.amp.")):
+            self.found = True
+        return False
+
+
+class _TestReader(cst.CSTVisitor):
+    """What a branch condition mentions: torch, a version, a `hasattr` probe of torch."""
+
+    def __init__(self, model) -> None:
+        self.model = model
+        self.mentions_torch = False
+        self.versionish = False
+        self.probes_torch = False
+
+    def _word(self, word: str) -> None:
+        if "torch" in word.lower():
+            self.mentions_torch = True
+        if _VERSIONISH.search(word):
+            self.versionish = True
+
+    def visit_Name(self, node: cst.Name) -> None:
+        self._word(node.value)
+        if self.model.imports.qualify_text(node.value) == "torch":
+            self.mentions_torch = True
+
+    def visit_Attribute(self, node: cst.Attribute) -> None:
+        self._word(node.attr.value)
+
+    def visit_SimpleString(self, node: cst.SimpleString) -> None:
+        if "torch" in node.value.lower():
+            self.mentions_torch = True
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if dotted(node.func) in ("hasattr", "getattr") and node.args:
+            head = (dotted(node.args[0].value) or "").split(".")[0]
+            if head and self.model.imports.qualify_text(head) == "torch":
+                self.probes_torch = True

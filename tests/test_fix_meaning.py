@@ -1,0 +1,245 @@
+"""A fix never changes what code means, and what `--fix` and `--diff` promise holds (issue 17, items 2-4).
+
+The fixtures under fixtures/AMP401 and fixtures/AMP101 hold the shapes; tests/test_fix_semantics.py
+runs the safe fixes with torch.  Here: the issue's own examples, one by one, and the
+properties that make the class of defect impossible (every advertised fix applies on its
+own; a `--diff` is a patch that `git apply` takes).
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from amplint import fixes
+from amplint.engine import SourceError, check_source, parse
+from amplint.registry import ALL_RULES
+from amplint.testing import fixture_cases
+
+ROOT = Path(__file__).resolve().parent.parent
+EVERY_RULE = [r.code for r in ALL_RULES]
+
+
+def fixes_of(source: str, code: str = "AMP401") -> list[tuple[int, str | None]]:
+    """(line, fixed text of that line, or None when no fix) per finding."""
+    out = []
+    for d in check_source(source, "t.py", select=[code]):
+        if d.fix is None:
+            out.append((d.span.line, None))
+            continue
+        fixed, _ = fixes.apply_fixes(source, [d.fix])
+        out.append((d.span.line, fixed.splitlines()[d.span.line - 1]))
+    return out
+
+
+# --- item 2: "safe" AMP401 fixes that changed behaviour --------------------------------------
+
+
+def test_enabled_false_after_kwargs_is_kept() -> None:
+    source = "import torch\nwith torch.cuda.amp.autocast(**kw, enabled=False):\n    pass\n"
+    assert fixes_of(source) == [(2, 'with torch.autocast("cuda", **kw, enabled=False):')]
+
+
+def test_cache_enabled_after_kwargs_is_kept() -> None:
+    source = "from torch.cuda.amp import autocast\nwith autocast(True, **kw, cache_enabled=False):\n    pass\n"
+    assert fixes_of(source)[1] == (2, 'with autocast("cuda", enabled=True, **kw, cache_enabled=False):')
+
+
+def test_star_args_to_the_legacy_autocast_get_no_fix() -> None:
+    """`*args` fills `enabled, dtype, cache_enabled` positionally: nothing knows which."""
+    assert fixes_of("import torch\nctx = torch.cuda.amp.autocast(*args)\n") == [(2, None)]
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "import torch\nclass S(torch.cuda.amp.GradScaler):\n    def __init__(self, scale):\n        super().__init__(scale)\n",
+        "import torch\nScaler = torch.cuda.amp.GradScaler\ns = Scaler(4.0)\n",
+        "import functools, torch\nmake = functools.partial(torch.cuda.amp.GradScaler, 2.0)\n",
+        "import torch\ndef build(cls=torch.cuda.amp.GradScaler):\n    return cls(8.0)\n",
+        "import torch\ndef is_scaler(s):\n    return isinstance(s, torch.cuda.amp.GradScaler)\n",
+    ],
+    ids=["subclass", "alias", "partial", "cls-default", "isinstance"],
+)
+def test_a_bare_class_reference_is_reported_without_a_fix(source: str) -> None:
+    """`torch.amp.GradScaler(4.0)` is a scaler with `device=4.0`: no drop-in spelling exists."""
+    found = check_source(source, "t.py", select=["AMP401"])
+    assert found and all(d.fix is None for d in found)
+
+
+def test_a_subclassed_imported_class_pins_its_import() -> None:
+    source = "from torch.cuda.amp import GradScaler\nclass S(GradScaler):\n    pass\nscaler = GradScaler(64.0)\n"
+    found = check_source(source, "t.py", select=["AMP401"])
+    assert [d.span.line for d in found] == [1, 2, 4] and all(d.fix is None for d in found)
+
+
+def test_constructions_of_a_class_the_module_tests_against_stay() -> None:
+    """After `s = torch.amp.GradScaler("cuda")`, `isinstance(s, torch.cuda.amp.GradScaler)` is False."""
+    source = "import torch\ns = torch.cuda.amp.GradScaler()\nassert isinstance(s, torch.cuda.amp.GradScaler)\n"
+    assert fixes_of(source) == [(2, None), (3, None)]
+    # the other device's class is another class: its constructions are still fixed
+    source += "c = torch.cpu.amp.GradScaler()\n"
+    assert fixes_of(source)[-1] == (4, 'c = torch.amp.GradScaler("cpu")')
+
+
+def test_a_module_that_sets_autocast_defaults_keeps_its_autocast() -> None:
+    """`torch.autocast("cuda")` reads the global default dtype; the legacy class passes float16."""
+    source = "import torch\ntorch.set_autocast_dtype('cuda', torch.bfloat16)\nctx = torch.cuda.amp.autocast()\n"
+    assert fixes_of(source) == [(3, None)]
+
+
+def test_a_decorator_is_rewritten_and_a_bare_function_reference_is_not() -> None:
+    source = (
+        "import torch\n"
+        "class F(torch.autograd.Function):\n"
+        "    @staticmethod\n"
+        "    @torch.cuda.amp.custom_fwd\n"
+        "    def forward(ctx, x):\n"
+        "        return x\n"
+        "wrap = torch.cuda.amp.custom_fwd\n"
+    )
+    assert fixes_of(source) == [(4, '    @torch.amp.custom_fwd(device_type="cuda")'), (7, None)]
+
+
+# --- item 3: the unsafe AMP101 fix names every optimizer the clip covers -----------------------
+
+
+def test_the_clip_fix_unscales_every_optimizer_stepped_after_it() -> None:
+    source = (
+        "import torch\n"
+        "def step(scaler, loss, params, opt_a, opt_b):\n"
+        "    scaler.scale(loss).backward()\n"
+        "    torch.nn.utils.clip_grad_norm_(params, 1.0)\n"
+        "    scaler.step(opt_a)\n"
+        "    scaler.step(opt_b)\n"
+        "    scaler.update()\n"
+    )
+    (d,) = check_source(source, "t.py", select=["AMP101"])
+    assert d.fix.title == "Call `scaler.unscale_(opt_a)` and `scaler.unscale_(opt_b)` before clipping"
+    fixed, _ = fixes.apply_fixes(source, [d.fix])
+    assert fixed.splitlines()[3:6] == [
+        "    scaler.unscale_(opt_a)", "    scaler.unscale_(opt_b)", "    torch.nn.utils.clip_grad_norm_(params, 1.0)",
+    ]
+
+
+@pytest.mark.parametrize(
+    "steps",
+    [
+        "    if flag:\n        scaler.step(opt_a)\n    scaler.step(opt_b)\n",  # one step is conditional
+        "    for opt in (opt_a, opt_b):\n        scaler.step(opt)\n",  # the name exists only in the loop
+        "    scaler.unscale_(opt_a)\n    scaler.step(opt_a)\n",  # a second unscale_ raises
+    ],
+    ids=["conditional-step", "loop-variable", "unscaled-later"],
+)
+def test_no_clip_fix_where_unscaling_first_is_not_what_the_steps_do(steps: str) -> None:
+    source = (
+        "import torch\n"
+        "def step(scaler, loss, params, opt_a, opt_b, flag):\n"
+        "    scaler.scale(loss).backward()\n"
+        "    torch.nn.utils.clip_grad_norm_(params, 1.0)\n"
+        f"{steps}"
+        "    scaler.update()\n"
+    )
+    (d,) = check_source(source, "t.py", select=["AMP101"])
+    assert d.fix is None
+
+
+# --- item 4: what `--fix` advertises applies; `--diff` is a patch --------------------------------
+
+
+def test_a_semicolon_one_liner_is_fixed_without_doubling_the_semicolon() -> None:
+    source = "from torch.cuda.amp import autocast; x = autocast()\n"
+    (a, b) = check_source(source, "t.py", select=["AMP401"])
+    assert a.fix == b.fix
+    fixed, _ = fixes.apply_fixes(source, [a.fix])
+    assert fixed == 'from torch.amp import autocast; x = autocast("cuda")\n'
+
+
+def test_a_noqa_line_is_never_rewritten_by_a_shared_fix() -> None:
+    source = "from torch.cuda.amp import autocast\nwith autocast():  # noqa: AMP401\n    pass\nx = autocast()\n"
+    found = check_source(source, "t.py", select=["AMP401"])
+    assert [(d.span.line, d.fix) for d in found] == [(1, None), (4, None)]
+
+
+@pytest.mark.parametrize("path", fixture_cases(ROOT / "fixtures"), ids=lambda p: f"{p.parent.name}/{p.stem}")
+def test_every_advertised_fix_applies_on_its_own(path: Path) -> None:
+    """A `[*]` that cannot apply (its text does not parse) is a broken promise, whatever the rule."""
+    source = path.read_text(encoding="utf-8")
+    for d in check_source(source, str(path), select=EVERY_RULE):
+        if d.fix is not None:
+            fixed, accepted = fixes.apply_fixes(source, [d.fix])
+            assert accepted == [d.fix]
+            try:
+                parse(fixed, str(path))
+            except SourceError as exc:  # pragma: no cover - the failure message
+                pytest.fail(f"{d.code} at line {d.span.line} ({d.fix.title}) does not parse: {exc}")
+
+
+def test_a_diff_marks_a_missing_final_newline() -> None:
+    diff = fixes.unified_diff("x = 1\ny = 2", "x = 1\ny = 3", "a/t.py", "b/t.py")
+    assert diff.endswith("-y = 2\n\\ No newline at end of file\n+y = 3\n\\ No newline at end of file\n")
+    assert fixes.unified_diff("a\n", "a\n", "a/t.py", "b/t.py") == ""
+
+
+def test_a_diff_keeps_carriage_returns_inside_lines() -> None:
+    """git and patch split a diff at LF only: a CR-only file is one line to them."""
+    diff = fixes.unified_diff("a = 1\rb = 2\r", "a = 1\rb = 3\r", "a/t.py", "b/t.py")
+    assert diff == (
+        "--- a/t.py\n+++ b/t.py\n@@ -1 +1 @@\n"
+        "-a = 1\rb = 2\r\n\\ No newline at end of file\n"
+        "+a = 1\rb = 3\r\n\\ No newline at end of file\n"
+    )
+
+
+VARIANTS = {
+    "no_final_newline.py": b"import torch\nscaler = torch.cuda.amp.GradScaler()",
+    "crlf.py": b"import torch\r\nscaler = torch.cuda.amp.GradScaler()\r\n",
+    "cr_only.py": b"import torch\rs = torch.cuda.amp.GradScaler()\rt = torch.cuda.amp.GradScaler(2.0)\r",
+    "mixed.py": b"import torch\n# a\rs1 = torch.cuda.amp.GradScaler(1.0)\r\ns2 = torch.cuda.amp.GradScaler(2.0)\n",
+    "bom.py": b"\xef\xbb\xbfimport torch\nscaler = torch.cuda.amp.GradScaler()\n",
+    "latin1.py": b"# -*- coding: latin-1 -*-\n# caf\xe9\nimport torch\nscaler = torch.cuda.amp.GradScaler()\n",
+}
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
+def test_git_apply_takes_the_diff_and_gets_what_fix_writes(tmp_path: Path) -> None:
+    """One `--diff` over files of every line ending, a BOM and a latin-1 file, one after
+    another (a missing newline must not glue the next header on): `git apply` accepts it
+    and leaves exactly what `--fix` writes."""
+    repo, fixed = tmp_path / "repo", tmp_path / "fixed"
+    for d in (repo, fixed):
+        d.mkdir()
+        for name, data in VARIANTS.items():
+            (d / name).write_bytes(data)
+    git = ["git", "-c", "core.autocrlf=false", "-c", "core.safecrlf=false"]
+    subprocess.run([*git, "init", "-q"], cwd=repo, check=True)
+    cli = [sys.executable, "-m", "amplint", "check", "--isolated", "--no-cache", "--jobs", "1"]
+    names = sorted(VARIANTS)
+    diff = subprocess.run([*cli, "--diff", *names], cwd=repo, capture_output=True, timeout=300)
+    assert diff.returncode == 1, diff.stderr
+    patch = tmp_path / "fix.patch"
+    patch.write_bytes(diff.stdout)
+    check = subprocess.run([*git, "apply", "--check", "-v", str(patch)], cwd=repo, capture_output=True, text=True)
+    assert check.returncode == 0, check.stderr
+    subprocess.run([*git, "apply", str(patch)], cwd=repo, check=True)
+    subprocess.run([*cli, "--fix", *names], cwd=fixed, capture_output=True, timeout=300)
+    for name in names:
+        assert (repo / name).read_bytes() == (fixed / name).read_bytes(), name
+        assert (repo / name).read_bytes() != VARIANTS[name], f"{name} was not fixed"
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "from torch.cuda.amp import autocast as autocast\n",
+        "from torch.cuda.amp import autocast\n__all__ = ['autocast']\nwith autocast():\n    pass\n",
+    ],
+    ids=["redundant-alias", "dunder-all"],
+)
+def test_a_re_exported_import_is_not_renamed(source: str) -> None:
+    """Importers of this module call `autocast(enabled)`: `torch.amp.autocast` takes the device first."""
+    assert all(d.fix is None for d in check_source(source, "t.py", select=["AMP401"]))
