@@ -39,6 +39,8 @@ EXTERNAL_ROOTS = frozenset(getattr(sys, "stdlib_module_names", ())) | frozenset(
      "pytorch_lightning", "deepspeed", "transformers", "diffusers", "timm", "peft", "einops", "tqdm",
      "wandb", "tensorboard", "pandas", "PIL", "cv2", "sklearn", "matplotlib", "yaml", "omegaconf", "hydra"}
 )
+# Class names of training engines (see steps.MANAGED_RECEIVER_WORDS).
+_ENGINE_WORDS = ("accelerator", "fabric", "engine", "deepspeed", "trainer", "strategy")
 # How far a class's bases are followed (`class A(B)`, `class B(C)` ...).
 _MAX_BASE_DEPTH = 6
 
@@ -105,8 +107,15 @@ def _by_name(name: str, scope) -> Callee | None:
 
 
 def _callee_of_symbol(symbol) -> Callee | None:
-    """A function (or a class's constructor) of another module, parsed only if relevant."""
+    """A function (or a class's constructor) of another module, parsed only if relevant.
+
+    The constructor of a training engine of the project (a DeepSpeed engine, a Trainer,
+    an Accelerator) is not read: building one sets up a whole run, the largest code of a
+    framework, and no rule judges a step by it (AMP105 counts a new engine as a new run).
+    """
     if symbol.kind == "class":
+        if any(word in symbol.name.lower() for word in _ENGINE_WORDS):
+            return None
         return method_of(ForeignClass(symbol), "__init__")
     if symbol.kind != "function" or not symbol.relevant():
         return None

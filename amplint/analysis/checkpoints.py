@@ -14,7 +14,10 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from amplint.analysis.bindings import call_arg
+import re
+
+from amplint.analysis.bindings import _returned_values, call_arg
+from amplint.analysis.callees import resolve_call
 from amplint.analysis.names import dotted
 from amplint.analysis.steps import Kind
 from amplint.analysis.walk import walk
@@ -61,6 +64,47 @@ def _key_part(key: str) -> str | None:
     if any(w in k for w in ("model", "state_dict", "net", "weights", "params")):
         return MODEL
     return None
+
+
+# A payload part (and an event qualname) meaning "judged by the helper's name and its
+# arguments": the helper's code could not be read (a module outside the project).
+BY_NAME = "by-name"
+_SAVER = re.compile(r"^_*(?:save|write|dump)_?(?:checkpoint|ckpt|training_state|train_state|state)s?$|^checkpoint_?save$", re.I)
+_BUILDER = re.compile(r"^_*(?:create|make|build|get|prepare)_?(?:checkpoint|ckpt|training_state|train_state)(?:_dict|_state)?$", re.I)
+
+
+def saves_checkpoint_by_name(call: cst.Call) -> bool:
+    """`save_checkpoint(...)`, `utils.save_ckpt(...)`: a function (not a method of an object) so named."""
+    return _function_name_matches(call, _SAVER)
+
+
+def builds_checkpoint_by_name(call: cst.Call) -> bool:
+    return _function_name_matches(call, _BUILDER)
+
+
+def _function_name_matches(call: cst.Call, pattern: re.Pattern) -> bool:
+    func = call.func
+    if isinstance(func, cst.Name):
+        return pattern.match(func.value) is not None
+    return False
+
+
+def unresolvable(call: cst.Call, scope) -> bool:
+    """The callee's code cannot be had: a name imported from a module that is not in the
+    project (or not found there), not one of the libraries amplint knows."""
+    from amplint.analysis.callees import is_external, project_symbol
+
+    model = scope.model
+    func = call.func
+    name = func.value if isinstance(func, cst.Name) else None
+    if name is None or name in model.functions or name in model.classes or scope.binds(name):
+        return False
+    qual = model.imports.qualify_text(name)
+    if qual is None:
+        return False  # not imported at all: a builtin or a star import; nothing to judge by
+    if is_external(qual, model.path):
+        return False
+    return model.project is None or project_symbol(qual, model) is None
 
 
 class _Mutations(cst.CSTVisitor):
@@ -112,10 +156,37 @@ class Checkpoints:
         self._order_cache: dict[int, int] | None = None
 
     def payload(self, event) -> Payload:
-        """What the `torch.save` of a SAVE event writes."""
+        """What the `torch.save` of a SAVE event writes (for a helper judged by its name,
+        what its arguments hold)."""
+        if event.qualname == BY_NAME:
+            return Payload(frozenset(self._arguments(event.node, event.scope)))
         expr = call_arg(event.node, 0, "obj")
         parts = self._describe(expr, event.scope, 0, event)
         return Payload(frozenset(parts))
+
+    def _arguments(self, call: cst.Call, scope) -> set[str]:
+        """The state a call's arguments carry: `save_checkpoint(model, optimizer, epoch, path)`."""
+        out: set[str] = set()
+        for a in call.args:
+            if a.star:
+                return {UNKNOWN}  # `**state`: may hold anything, the scaler included
+            value = a.value
+            if a.keyword is not None:
+                part = _key_part(a.keyword.value)
+                if part is not None:
+                    out.add(part)
+            if isinstance(value, (cst.Dict, cst.Call)):
+                out |= self._describe(value, scope, 1) - {UNKNOWN}
+            elif isinstance(value, (cst.Name, cst.Attribute)):
+                if self.b.is_scaler(value, scope):
+                    out.add(SCALER)
+                elif self.b.is_optimizer(value, scope):
+                    out.add(OPTIMIZER)
+                else:
+                    part = _key_part((dotted(value) or "").split(".")[-1])
+                    if part is not None:
+                        out.add(part)
+        return out
 
     # --- describing expressions ----------------------------------------------------------
     def _describe(self, expr, scope, depth: int, event=None) -> set[str]:
@@ -179,6 +250,20 @@ class Checkpoints:
                 else:
                     out |= self._describe(a.value, scope, depth + 1, event)
             return out
+        callee = resolve_call(call, scope)
+        if callee is not None and callee.scope is not None:
+            # `ckpt = build_checkpoint(model, optimizer, epoch)` of the project: what it returns
+            returned = _returned_values(callee.fn)
+            if not returned:
+                return {UNKNOWN}
+            out = set()
+            for value in returned:
+                out |= self._describe(value, callee.scope, depth + 1)
+            return out
+        if builds_checkpoint_by_name(call) and unresolvable(call, scope):
+            # yolov5's `ckpt = create_checkpoint(epoch, model, optimizer, ...)` from a module
+            # amplint cannot read: judged by its arguments (AMP106 says so in a note).
+            return self._arguments(call, scope) | {BY_NAME}
         return {UNKNOWN}
 
     def _name(self, expr, scope, depth: int, event) -> set[str]:

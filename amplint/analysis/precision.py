@@ -331,20 +331,23 @@ def runs_autocast(model) -> bool:
     return view.enabled_scaler or any(info.may_be_enabled for _, _, info in view.autocast_sites)
 
 
-def autocast_from_importers(model) -> str | None:
-    """A project module that imports this one (directly or through others) and runs
-    autocast: the code of this module then runs under it (`layers.py` applied in
-    `model.py`'s forward, inside `engine.py`'s autocast).  Its path, or None."""
+def autocast_from_importers(model) -> tuple[str, bool] | None:
+    """Where the code of this module may run under autocast entered elsewhere in the
+    project: (path, True) for a module that imports it, directly or through others
+    (`layers.py` applied in `model.py`'s forward, inside `engine.py`'s autocast);
+    else (path, False) for any other module of the project that runs autocast (a
+    library's training loop runs the models users plug in: speechbrain's `Brain`).
+    None when nothing in the project does."""
     project = model.project
     if project is None:
         return None
-    for path in project.importers(model.path):
-        entry = project.raw_text(path)
-        if entry is None or ("autocast" not in entry and "gradscaler" not in entry):
-            continue  # neither can be there: not worth parsing
-        other = project.model_at(path)
-        if other is not None and runs_autocast(other):
-            return path
+    importers = project.importers(model.path)
+    for path in importers:
+        if project.runs_autocast(path):
+            return path, True
+    for path in project.project_files(model.path):
+        if path not in importers and project.runs_autocast(path):
+            return path, False
     return None
 
 

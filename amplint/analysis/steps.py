@@ -604,6 +604,12 @@ class _Builder:
             return self.make_event(Kind.SCALER_NEW, call, qualname=qual, enabled=enabled)
         if qual == "torch.save":
             return self.make_event(Kind.SAVE, call, qualname=qual)
+        from amplint.analysis.checkpoints import BY_NAME, saves_checkpoint_by_name, unresolvable
+
+        if saves_checkpoint_by_name(call) and unresolvable(call, scope):
+            # `save_checkpoint(model, optimizer, epoch, path)` from a module amplint cannot
+            # read (not in the project): judged by its name and arguments, and said so.
+            return self.make_event(Kind.SAVE, call, qualname=BY_NAME)
         if qual is None and isinstance(func, cst.Name) and func.value in CLIP_METHODS and func.value not in self.model.functions:
             # `from torch.nn.utils import *` leaves the name unresolved; the spelling is unique enough.
             return self.make_event(Kind.CLIP, call, qualname=func.value)

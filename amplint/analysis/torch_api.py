@@ -154,3 +154,15 @@ AUTOCAST_DEFAULT_SETTERS = frozenset(
     {"torch.set_autocast_dtype", "torch.set_autocast_gpu_dtype", "torch.set_autocast_cpu_dtype",
      "torch.set_autocast_cache_enabled"}
 )
+
+# Ops whose dtype autocast decides (its float16 list and its float32 list): a custom
+# autograd Function that runs them sees autocast in its forward but not in its backward.
+# Spelled as the last part of the qualified name (torch.matmul, F.linear) or as a method.
+AUTOCAST_SENSITIVE_OPS = frozenset(
+    {"matmul", "mm", "bmm", "addmm", "addbmm", "baddbmm", "addmv", "addr", "chain_matmul", "einsum", "linear",
+     "bilinear", "conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d", "prelu",
+     "scaled_dot_product_attention", "softmax", "log_softmax", "layer_norm", "group_norm", "batch_norm",
+     "cross_entropy", "nll_loss", "mse_loss", "cosine_similarity", "cdist", "pdist", "cumprod", "cumsum", "erfinv",
+     "exp", "expm1", "log", "log10", "log2", "log1p", "pow", "reciprocal", "rsqrt", "sinh", "tan", "acos", "asin",
+     "cosh", "norm", "renorm", "dist", "logsumexp", "gelu", "silu"}
+)

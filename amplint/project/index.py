@@ -37,6 +37,8 @@ MODEL_BUDGET_BYTES = 1_500_000
 MAX_DEPENDENCY_BYTES = 400_000
 # How many levels of imports the pre-filter follows (train.py -> engine.py -> utils.py).
 IMPORT_TEXT_DEPTH = 3
+# A method that sets the state other methods read (`self.scaler = ...`): kept with them.
+_SETS_STATE = re.compile(r"self\.\w*(?:scaler|optim|autocast|dtype|fp16|amp)\w*\s*=(?!=)", re.IGNORECASE)
 # `class Trainer(BaseTrainer):` : a base class's code runs for the subclass too.
 _CLASS_BASES = re.compile(r"^[ \t]*class[ \t]+\w+[ \t]*\(([^)]*)\)", re.MULTILINE)
 # How many levels of importers are searched (layers.py <- model.py <- engine.py <- main.py).
@@ -73,7 +75,9 @@ class Symbol:
 
     @property
     def model(self):
-        need = self.name.split(".")[0] if self.kind in ("function", "class") else None
+        # A method needs its class's own statements and that method (`Cls.fit`); a
+        # function or a class itself is needed whole.
+        need = self.name if self.kind in ("function", "class") else None
         return self.index.model_at(self.path, need)
 
     @property
@@ -136,6 +140,11 @@ class ProjectIndex:
         self._texts: dict[str, tuple] = {}
         self._closures: dict = {}
         self._raw: dict = {}
+        self._autocast_memo: dict = {}
+        self._reverse: dict = {}
+        self._raw_tokens: dict = {}
+        self._closure_memo: dict = {}
+        self._setters: dict = {}
         self._target_memo: dict = {}
         self._segments: dict = {}
 
@@ -168,7 +177,7 @@ class ProjectIndex:
             reads.missing.update(str(p) for p in paths)
 
     # --- modules -------------------------------------------------------------------------
-    def model_at(self, path: Path | str, need: str | None = None):
+    def model_at(self, path: Path | str, need: str | frozenset[str] | None = None):
         """The ModuleModel of the project file at `path`, or None if it cannot be had.
 
         `need`: the top-level name the caller wants (a function or class): then only it,
@@ -187,11 +196,14 @@ class ProjectIndex:
         entry = self._entries.get(key)
         stale = entry is None or entry.size != st.st_size or entry.mtime_ns != st.st_mtime_ns
         keep = None
-        if not stale and entry.kept is not None and (need is None or need not in entry.kept):
-            keep = None if need is None else entry.kept | self._same_module_closure(key, need)
-            stale = True  # a partial model that lacks what is asked for now
-        elif stale and need is not None:
-            keep = self._same_module_closure(key, need)
+        needs = frozenset({need}) if isinstance(need, str) else need
+        if not stale and entry.kept is not None and (needs is None or not needs <= entry.kept):
+            # A partial model that lacks what is asked for now: parse the whole module
+            # once, rather than again and again as each caller needs one more method.
+            keep = None
+            stale = True
+        elif stale and needs is not None:
+            keep = self._same_module_closure(key, needs)
         if stale:
             if entry is not None:
                 self._drop(key)
@@ -206,25 +218,56 @@ class ProjectIndex:
         self._note_used(key, entry.size, entry.mtime_ns)
         return entry.model
 
-    def _same_module_closure(self, key: str, need: str) -> frozenset[str]:
-        """`need` and the top-level names of the same file its text uses, transitively
-        (helpers it calls, base classes, module-level values are always kept)."""
+    def _same_module_closure(self, key: str, needs: frozenset[str]) -> frozenset[str]:
+        """The names in `needs` and the definitions of the same file their text uses,
+        transitively: helpers it calls, base classes, and for a method (`Cls.fit`) the
+        class's `__init__`, the methods it calls on `self` and those that set a scaler or
+        optimizer attribute.  Module-level statements are always kept."""
         from amplint.project.text_index import used_names
 
         text = self._text_module(Path(key))
         if text is None:
-            return frozenset({need})
-        keep = {need}
-        todo = [need]
+            return frozenset(needs)
+        memo = self._closure_memo.get((key, needs))
+        if memo is not None and memo[0] is text:
+            return memo[1]
+        keep = set(needs)
+        todo = list(needs)
         while todo:
             name = todo.pop()
+            cls, _, method = name.partition(".")
+            if method:
+                methods = text.methods(cls)
+                segment = methods.get(method, "")
+                wanted = {"__init__", *self._state_setters(key, text, cls)}
+                wanted |= {a for a in used_names(segment).get("self", ()) if a in methods}
+                for m in wanted:
+                    if f"{cls}.{m}" not in keep:
+                        keep.add(f"{cls}.{m}")
+                        todo.append(f"{cls}.{m}")
+                for base in text.bases(cls):
+                    base = base.split(".")[0]
+                    if base in text.segments and base not in keep:
+                        keep.add(base)
+                        todo.append(base)
+                continue
             segment = text.segments.get(name, "")
             for used in (*used_names(segment), *text.bases(name)):
                 used = used.split(".")[0]
                 if used in text.segments and used not in keep:
                     keep.add(used)
                     todo.append(used)
-        return frozenset(keep)
+        found = frozenset(keep)
+        self._closure_memo[(key, needs)] = (text, found)
+        return found
+
+    def _state_setters(self, key: str, text, cls: str) -> tuple[str, ...]:
+        """Methods of `cls` that set a scaler, optimizer or precision attribute."""
+        memo = self._setters.get((key, cls))
+        if memo is None or memo[0] is not text:
+            memo = (text, tuple(m for m, body in text.methods(cls).items() if _SETS_STATE.search(body)))
+            self._setters[(key, cls)] = memo
+        return memo[1]
 
     def _load(self, path: str, size: int, keep: frozenset | None = None):
         """(model or None, "full" / "partial" / None, bytes parsed): the module, whole or in part."""
@@ -496,7 +539,7 @@ class ProjectIndex:
     # --- looking upward: who imports a module ---------------------------------------------
     def importers(self, path: str, depth: int = IMPORTER_DEPTH) -> list[str]:
         """Project files that import the module at `path`, directly or through others
-        (breadth first, nearest first), found by reading the project's files as text."""
+        (breadth first, nearest first), from the project's import graph read as text."""
         from amplint.project import census
 
         key = _abs(path)
@@ -505,29 +548,40 @@ class ProjectIndex:
             reads.folders.update(listing.folders)
         if not listing.complete:
             return []
+        reverse = self._reverse_imports(listing)
         level = {key}
         seen = {key}
         found: list[str] = []
         for _ in range(depth):
-            words = {_module_word(p) for p in level}
-            following: set[str] = set()
-            for f in listing.files:
-                if f in seen:
-                    continue
-                entry = self._raw_imports(f)
-                if entry is None:
-                    continue
-                lowered, imports = entry
-                if not any(w in lowered for w in words):
-                    continue
-                if level.intersection(imports):
-                    following.add(f)
+            following = {f for p in level for f in reverse.get(p, ()) if f not in seen}
             if not following:
                 break
             found.extend(sorted(following))
             seen |= following
             level = following
         return found
+
+    def _reverse_imports(self, listing) -> dict[str, set[str]]:
+        """module file -> the project files that import it; built once per listing, from
+        each file's text (stat-cached), and every file noted as read."""
+        reverse = self._reverse.get(id(listing))
+        if reverse is None or reverse[0] is not listing:
+            graph: dict[str, set[str]] = {}
+            stats: dict[str, tuple[int, int]] = {}
+            for f in listing.files:
+                entry = self._raw_imports(f)
+                stat = self._raw.get(f, (None,))[0]
+                if stat is not None:
+                    stats[f] = stat
+                if entry is not None:
+                    for imported in entry[1]:
+                        graph.setdefault(imported, set()).add(f)
+            reverse = (listing, graph, stats)
+            self._reverse[id(listing)] = reverse
+        else:
+            for reads in self._reads:  # the answer depends on every file: note them all
+                reads.used.update(reverse[2])
+        return reverse[1]
 
     def importer_tokens(self, path: str, tokens, reads: Reads | None = None) -> frozenset:
         """Which of `tokens` the files that import `path` (directly or not) contain."""
@@ -538,14 +592,52 @@ class ProjectIndex:
         self._reads.append(reads if reads is not None else Reads())
         try:
             for importer in self.importers(path):
-                text = self.raw_text(importer)
-                if text is not None:
-                    present |= tokens_in(text, tokens)
+                key = (importer, tokens)
+                stat = self._raw.get(importer, (None,))[0]
+                memo = self._raw_tokens.get(key)
+                if memo is None or memo[0] != stat:
+                    text = self.raw_text(importer)
+                    memo = (stat, tokens_in(text, tokens) if text is not None else frozenset())
+                    self._raw_tokens[key] = memo
+                present |= memo[1]
                 if present == tokens:
                     break
         finally:
             self._reads.pop()
         return frozenset(present)
+
+    def project_files(self, path: str) -> tuple[str, ...]:
+        """Every file of the project `path` belongs to (empty when it is too large to list)."""
+        from amplint.project import census
+
+        listing = census.list_project(str(layout.boundary(Path(_abs(path)))))
+        for reads in self._reads:
+            reads.folders.update(listing.folders)
+        return listing.files if listing.complete else ()
+
+    def runs_autocast(self, path: str) -> bool:
+        """The module enters autocast that may be enabled, or builds an enabled scaler;
+        its text is looked at first, and it is parsed only if it names either."""
+        from amplint.analysis.precision import runs_autocast
+
+        key = _abs(path)
+        text = self.raw_text(key)
+        if text is None or ("autocast" not in text and "gradscaler" not in text):
+            return False
+        stat = self._raw.get(key, (None,))[0]
+        memo = self._autocast_memo.get(key)
+        if memo is not None and memo[0] == stat:
+            return memo[1]
+        # Only the definitions that spell either need parsing (and the module's own code).
+        module_text = self._text_module(Path(key))
+        needs = frozenset(
+            name for name, segment in (module_text.segments.items() if module_text is not None else ())
+            if "autocast" in segment.lower() or "gradscaler" in segment.lower()
+        )
+        other = self.model_at(key, needs if module_text is not None and module_text.segments else None)
+        found = other is not None and runs_autocast(other)
+        self._autocast_memo[key] = (stat, found)
+        return found
 
     def raw_text(self, path: str) -> str | None:
         """A project file's text, lowercased (cached by stat; noted as read)."""

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from amplint.analysis.checkpoints import Checkpoints
+from amplint.analysis.checkpoints import BY_NAME, Checkpoints
 from amplint.analysis.scaler_protocol import SCALER_TOKENS, protocol
 from amplint.analysis.steps import Kind
 from amplint.rules._base import Rule
@@ -94,7 +94,11 @@ class ScalerNotCheckpointed(Rule):
                     f"{part} state" for part in ("model", "optimizer") if part in payload.parts
                 ) or "training state"
                 what = f"`{code(ev.anchor.func)}(...)`"
-                self.report_event(ev, what=what, held=held)
+                notes = ()
+                if ev.qualname == BY_NAME or BY_NAME in payload.parts:
+                    helper = code(ev.node.func) if ev.qualname == BY_NAME else "the checkpoint helper"
+                    notes = (f"judged by the name and the arguments of `{helper}`: its code could not be read (not in the project)",)
+                self.report_event(ev, what=what, held=held, notes=notes)
         self._loads(ckpt, code)
 
     def _loads(self, ckpt: Checkpoints, code) -> None:

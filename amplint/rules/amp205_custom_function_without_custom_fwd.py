@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import re
+
 import libcst as cst
 
 from amplint.analysis.names import dotted
 from amplint.analysis.bindings import autocast_entered_in
+from amplint.analysis.function_body import autocast_sensitive, called_parameters, upcasts_inputs
 from amplint.analysis.precision import autocast_from_importers, precision_of, runs_autocast
 from amplint.analysis.scaler_protocol import SCALER_USE_TOKENS
-from amplint.prefilter import CodeWord
+from amplint.analysis.torch_api import AUTOCAST_SENSITIVE_OPS
+from amplint.prefilter import CodeWord, Word
 from amplint.rules._base import Rule
 
 _FUNCTION_BASES = ("torch.autograd.Function", "torch.autograd.function.Function")
@@ -22,15 +26,29 @@ def _decorated_with(fn: cst.FunctionDef, suffix: str) -> bool:
     return False
 
 
+_MATMUL_OPERATOR = re.compile(r"[\w)\]][ \t]*@=?[ \t]*[\w(]")
+_CTX_CALL = re.compile(r"ctx\.(?!save_for_backward|mark_|set_materialize)\w+[ \t]*\(")
+
+
 class CustomFunctionWithoutCustomFwd(Rule):
     """
     ## What it does
     Flags a `torch.autograd.Function` subclass whose `forward` lacks
-    `@torch.amp.custom_fwd` or whose `backward` lacks `@torch.amp.custom_bwd`, in a
-    module that runs code under autocast (it enters an autocast context that may be
-    enabled, or builds an enabled GradScaler). A `forward` that switches autocast off
-    itself (`with torch.autocast(..., enabled=False)`) is not reported. The diagnostic
-    points at the `class` line.
+    `@torch.amp.custom_fwd` or whose `backward` lacks `@torch.amp.custom_bwd`, when it
+    runs under autocast: its module enters an autocast context that may be enabled (or
+    builds an enabled GradScaler), or a module of the project that imports it, directly
+    or through others, does (the Function of `layers.py`, applied in `model.py`'s
+    forward, inside `engine.py`'s autocast).
+
+    Only Functions whose forward or backward computes something autocast decides the
+    dtype of: an op of autocast's float16 or float32 lists (`@`, `matmul`, `linear`,
+    convolutions, softmax, norms, losses), a compiled kernel (a CUDA extension, a
+    Triton launch, `torch.ops`), or a function handed over (`ctx.run_function`). One
+    that only moves, gathers or communicates tensors computes the same in any autocast
+    state. Not reported either: a `forward` that switches autocast off itself
+    (`with torch.autocast(..., enabled=False)`) or turns its inputs into float32
+    (`x.float()`), and a `backward` that re-enters the autocast state the forward
+    recorded (a hand-written `custom_bwd`). The diagnostic points at the `class` line.
 
     ## Why is this bad?
     Autocast does not know a custom Function's forward: its inputs arrive in whatever
@@ -46,11 +64,14 @@ class CustomFunctionWithoutCustomFwd(Rule):
     class ScaledSoftmax(torch.autograd.Function):
         @staticmethod
         def forward(ctx, x):
-            ...
+            y = torch.softmax(x, dim=-1)
+            ctx.save_for_backward(y)
+            return y
 
         @staticmethod
         def backward(ctx, grad):
-            ...
+            (y,) = ctx.saved_tensors
+            return y * (grad - (grad * y).sum(dim=-1, keepdim=True))
 
     with torch.autocast("cuda", dtype=torch.float16):
         y = ScaledSoftmax.apply(x)
@@ -62,12 +83,15 @@ class CustomFunctionWithoutCustomFwd(Rule):
         @staticmethod
         @torch.amp.custom_fwd(device_type="cuda", cast_inputs=torch.float32)
         def forward(ctx, x):
-            ...
+            y = torch.softmax(x, dim=-1)
+            ctx.save_for_backward(y)
+            return y
 
         @staticmethod
         @torch.amp.custom_bwd(device_type="cuda")
         def backward(ctx, grad):
-            ...
+            (y,) = ctx.saved_tensors
+            return y * (grad - (grad * y).sum(dim=-1, keepdim=True))
 
     with torch.autocast("cuda", dtype=torch.float16):
         y = ScaledSoftmax.apply(x)
@@ -80,10 +104,18 @@ class CustomFunctionWithoutCustomFwd(Rule):
     code = "AMP205"
     name = "custom-function-without-custom-fwd"
     message = "autograd.Function `{cls}` runs under autocast without `{missing}`"
-    requires_any = (CodeWord("function"),)  # a base's last part: `Function`, not `functional`
+    # A class with `Function` among its bases (`torch.autograd.Function`, or imported): the
+    # word inside a class statement's parentheses, not any `function` of the code.
+    requires_any = (re.compile(r"class[\s\\]+\w+[\s\\]*\((?:[^()]|\([^()]*\))*\bfunction\b"),)
     # NB: the module must enter autocast (a word, as in AMP201) or build or use a
     # GradScaler (`enabled_scaler`: a scaler handed in is found by its use alone).
-    and_requires_any = ((CodeWord("autocast"), "GradScaler", *SCALER_USE_TOKENS),)
+    and_requires_any = (
+        (CodeWord("autocast"), "GradScaler", *SCALER_USE_TOKENS),
+        # and something autocast decides the dtype of (analysis/function_body.py): an op of
+        # its lists, a matmul operator (`x @ w`, not a decorator), or a function run again
+        # through ctx (`ctx.run_function(...)`)
+        (*(Word(op) for op in sorted(AUTOCAST_SENSITIVE_OPS)), _MATMUL_OPERATOR, _CTX_CALL),
+    )
     importer_tokens = (1,)  # the autocast may be entered by a module that uses this one
 
     def check(self) -> None:
@@ -96,8 +128,15 @@ class CustomFunctionWithoutCustomFwd(Rule):
             if forward is None or self._disables_autocast(forward):
                 continue
             backward = cls.methods.get("backward")
+            if backward is not None and _only_raises(backward):
+                continue  # an inference-only Function: no backward to run in another precision
             if backward is not None and autocast_entered_in(backward, model):
                 continue  # custom_bwd by hand: backward re-enters the autocast state forward saw
+            rerun = called_parameters(forward)
+            if not any(autocast_sensitive(fn, model, rerun) for fn in (forward, backward) if fn is not None):
+                continue  # communication, indexing, copies: the autocast state changes nothing
+            if upcasts_inputs(forward, model):
+                continue  # it computes in float32 by itself, as custom_fwd(cast_inputs=float32) would
             missing = []
             if not _decorated_with(forward, "custom_fwd"):
                 missing.append("custom_fwd")
@@ -111,10 +150,13 @@ class CustomFunctionWithoutCustomFwd(Rule):
         if not runs_autocast(model):
             # The module may be applied under autocast entered elsewhere in the project
             # (a model's forward, inside the training loop's autocast of engine.py).
-            origin = autocast_from_importers(model)
-            if origin is None:
+            found = autocast_from_importers(model)
+            if found is None:
                 return
-            notes = (f"runs under the autocast of {_relative(origin, model.path)}, which imports this module",)
+            origin, imports_it = found
+            where = _relative(origin, model.path)
+            notes = (f"runs under the autocast of {where}, which imports this module",) if imports_it else (
+                f"the project runs autocast ({where}), and the code it trains may apply this Function",)
         for cls, missing in undecorated:
             self.report(cls.node, cls=cls.name, missing="` / `".join(missing), notes=notes)
 
@@ -130,3 +172,10 @@ def _relative(path: str, beside: str) -> str:
         return os.path.relpath(path, os.path.dirname(os.path.abspath(beside)))
     except ValueError:
         return path
+
+
+def _only_raises(fn: cst.FunctionDef) -> bool:
+    """The body (docstring aside) is one `raise`: `backward` of an inference-only Function."""
+    body = [st for st in fn.body.body if not (isinstance(st, cst.SimpleStatementLine) and all(
+        isinstance(x, cst.Expr) and isinstance(x.value, (cst.SimpleString, cst.ConcatenatedString)) for x in st.body))]
+    return len(body) == 1 and isinstance(body[0], cst.SimpleStatementLine) and isinstance(body[0].body[0], cst.Raise)
