@@ -112,7 +112,9 @@ class Session:
         if self.sink.meta["emulated"]:
             from amplint.runtime import emulation
 
-            self._add(emulation.install())
+            log: dict = {}
+            self.sink.put("emulation", log)
+            self._add(emulation.install(log))
         self._add(interception.install(bus))
         self._add(self.budget.install(bus))
         wanted = os.environ.get("AMPLINT_PROBES", "all")
