@@ -46,3 +46,8 @@ def probe_classes(nan_guard: bool = False) -> list[type]:
 
 def probed_codes() -> set[str]:
     return {cls.code for cls in probe_classes(nan_guard=True)}
+
+
+def probe_needs() -> dict[str, frozenset[str]]:
+    """{code: what must be on in the run for its probe to see anything} (see Probe.needs)."""
+    return {cls.code: cls.needs for cls in probe_classes(nan_guard=True)}

@@ -16,6 +16,10 @@ class Probe:
     """
 
     code: ClassVar[str]
+    # What must be on in the run for the probe to be able to see its problem at all: "scaler" (an
+    # enabled GradScaler), "autocast" (an enabled autocast region).  Without it, a line that ran is
+    # NOT CONFIRMED for that reason, not because it behaved (correlate.py).
+    needs: ClassVar[frozenset[str]] = frozenset()
 
     def __init__(self, sink: Observations) -> None:
         self.sink = sink
@@ -31,6 +35,12 @@ class Probe:
 
     def finish(self) -> None:
         """End-of-run judgements; default: nothing."""
+
+    @property
+    def ended_abnormally(self) -> bool:
+        """True in `finish()` when the process ended in an error or a signal: the iteration in
+        flight never finished, so an end-of-run judgement must not count what it left undone."""
+        return bool(self.sink.meta.get("ended_abnormally"))
 
     def __enter__(self) -> "Probe":
         self._handles = list(self.install())

@@ -13,6 +13,7 @@ class ClipBeforeUnscaleProbe(Probe):
     norm/scale (the true norm) and max_norm."""
 
     code = "AMP101"
+    needs = frozenset({"scaler"})
 
     def install(self):
         yield self.on("clip_pre", self._pre)
