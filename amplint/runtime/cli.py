@@ -267,6 +267,7 @@ def render_table(report: dict, findings, runtime) -> str:
                 lines.append(f"{'':<{w[0]}}  {'':<{w[1]}}  {'':<{w[2]}}  hint: {hints[i]}")
     if report["emulated"]:
         lines.append("note: CPU emulation; CPU autocast casts differently from CUDA (see the report's notes)")
+        lines += [f"note: {n}" for n in report["notes"][1:]]
     lines.append(f"amplint verify: {report['status']}: {report['reason']} (exit {report['verify_exit']})")
     return "\n".join(lines)
 

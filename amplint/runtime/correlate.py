@@ -186,6 +186,9 @@ def _switched_off(needs: frozenset, facts: RunFacts) -> tuple[str, dict] | None:
     where = ", ".join(f"{_rel(f)}:{a}" for f, a, _ in facts.autocast_disabled_at[:2])
     autocast_how = "no autocast region was entered" if facts.autocast_entered == 0 else (
         f"autocast was entered with enabled=False at {where}" if where else "autocast was entered disabled")
+    # Either component the probe needs is off; if the other is off too, AMP as a whole was.
+    scaler_off = scaler_off or (autocast_off and facts.scalers_enabled == 0)
+    autocast_off = autocast_off or (scaler_off and facts.autocast_enabled == 0)
     if scaler_off and autocast_off:
         absent = facts.scalers_built == 0 and facts.autocast_entered == 0
         reason, values = ("no-amp" if absent else "amp-switched-off"), {"how": f"{scaler_how}; {autocast_how}"}
@@ -256,7 +259,8 @@ def _unconfirmed(d, file: str, line: int, end: int, ran: bool, probes: dict, fac
     raised = _raised_here(facts, file, line, end)
     if raised is not None:
         ev["raised"] = raised["error"]
-        return Finding(d.code, d.path, line, "not-confirmed", ev, d.message, "call-raised", _why("call-raised", error=raised["error"]))
+        error = raised["error"] if len(raised["error"]) <= 100 else raised["error"][:97] + "..."
+        return Finding(d.code, d.path, line, "not-confirmed", ev, d.message, "call-raised", _why("call-raised", error=error))
     off = _switched_off(probes[d.code], facts)
     if off is not None:
         reason, values = off

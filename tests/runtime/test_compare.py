@@ -182,7 +182,7 @@ def test_cli_correct_script_passes_and_the_png_shows_both_curves(tmp_path):
                          "--device", "cpu", "--", sys.executable, str(SCRIPTS / "amp_correct.py")])
     data = json.loads(report.read_text())
     assert code == 0, data["comparisons"]
-    assert set(data["runs"]) == {"fp32", "as_written", "bf16"}
+    assert set(data["runs"]) == {"fp32", "as_written", "bf16", "fp32_nudged"}
     assert all(len(r["losses"]) == 13 for r in data["runs"].values())  # after 0..12 updates
     assert data["runs"]["fp32"]["losses"][0] == pytest.approx(data["runs"]["as_written"]["losses"][0], rel=1e-3)
     assert data["diverged"] is False and data["emulated"] is True
@@ -200,8 +200,10 @@ def test_cli_broken_script_exits_1_with_the_divergence_step(tmp_path):
     assert code == 1
     v = data["comparisons"]["as_written"]
     assert v["diverged"] and 1 <= v["first_step_beyond_tolerance"] <= 8
-    assert v["max_relative_deviation"] > 1.0
-    assert len(v["relative_deviation"]) == len(data["runs"]["fp32"]["losses"]) == 11
+    assert v["max_relative_deviation"] > 0.5
+    # one point per applied update: the steps GradScaler skipped are a lag, not compared points
+    assert len(data["runs"]["fp32"]["losses"]) == 11
+    assert len(v["relative_deviation"]) == len(v["aligned_losses"]) == 11 - v["updates_lost"]
     assert _columns_with(png, compare.COLORS["fp32"]) > 0.6
     assert _columns_with(png, compare.COLORS["as_written"]) > 0.6
     assert _columns_with(png, compare.COLORS["bf16"]) == 0.0  # not asked for: not drawn
