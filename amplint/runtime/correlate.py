@@ -32,7 +32,7 @@ REASONS = {
     "observed": "seen at this line",
     "observed-in-call": "seen in a call made from this line ({where})",
     "warned": "torch warned about it in this file ({where})",
-    "behaved": "the line ran with {active} on and the probe saw nothing wrong",
+    "behaved": "the line ran{active} and the probe saw nothing wrong",
     "no-scaler": "the line ran, but no GradScaler was built, so there was nothing to observe",
     "scaler-disabled": "the line ran, but every GradScaler was built disabled ({how})",
     "autocast-not-entered": "the line ran, but no autocast region was entered",
@@ -208,7 +208,8 @@ def _raised_here(facts: RunFacts, file: str, line: int, end: int) -> dict | None
 
 
 def _active(needs: frozenset) -> str:
-    return " and ".join(sorted({"scaler": "loss scaling", "autocast": "autocast"}[n] for n in needs)) or "the run"
+    on = " and ".join(sorted({"scaler": "loss scaling", "autocast": "autocast"}[n] for n in needs))
+    return f" with {on} on" if on else ""
 
 
 def correlate(diagnostics, observations: list[dict], reached: set[tuple[str, int, int]], probes: dict[str, frozenset],

@@ -56,9 +56,9 @@ class Supervisor:
     """One supervised run: `start()`, then `wait()` returns an `Ending`."""
 
     def __init__(self, command: list[str], *, env: dict[str, str], cwd: str | None = None,
-                 timeout: float | None = None, grace: float = GRACE_S) -> None:
+                 timeout: float | None = None, grace: float | None = None) -> None:
         self.command, self.env, self.cwd = command, env, cwd
-        self.timeout, self.grace = timeout, grace
+        self.timeout, self.grace = timeout, GRACE_S if grace is None else grace
         self.proc: subprocess.Popen | None = None
         self._signal: int | None = None
         self._sent: int | None = None  # the last signal sent to the group
