@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.util
 import json
 import math
 import os
@@ -103,9 +104,9 @@ def verify(argv: list[str]) -> int:
     script = launch.script_of(args.command)
     if script is not None and not Path(script).is_file():
         return _usage_error(f"no such script: {script}")
-    try:
-        import torch  # noqa: F401
-    except ImportError:
+    # NB: looked up, not imported: importing torch here would cost every run a second or two in
+    # verify's own process, and only the command's processes need it.
+    if importlib.util.find_spec("torch") is None:
         return _usage_error("torch is not installed (pip install 'amplint[runtime]')")
 
     from amplint.runtime.agenda import static_agenda
@@ -182,7 +183,13 @@ def run_verdict(outcome, report: dict) -> tuple[str, str, int]:
     found = sum(r["status"] == "found" for r in report["runtime_findings"])
     if confirmed or found:
         return "findings", f"{confirmed} confirmed, {found} found at run time", EXIT_FINDINGS
-    return "clean", "nothing confirmed or found at run time", EXIT_CLEAN
+    unchecked = [f["reason"] for f in report["findings"] if f["status"] == "not-confirmed" and f["reason"] not in ("behaved",)]
+    unchecked += [f["reason"] for f in report["findings"] if f["status"] in ("not-reached", "no-probe")]
+    tail = ""
+    if unchecked:
+        counts = {r: unchecked.count(r) for r in dict.fromkeys(unchecked)}
+        tail = "; not checked by this run: " + ", ".join(f"{n} ({r})" for r, n in counts.items())
+    return "clean", "nothing confirmed or found at run time" + tail, EXIT_CLEAN
 
 
 def exit_code_for(report: dict) -> int:

@@ -179,3 +179,23 @@ def test_progress_is_throttled_but_its_last_count_is_always_drawn():
         bar.update(step)
     bar.close()
     assert stream.getvalue() == "amplint verify: 0 steps\namplint verify: 9 steps\n"
+
+
+def test_probed_codes_are_the_probe_modules_codes_without_importing_them():
+    from amplint.runtime import probes
+
+    assert probes.probed_codes() == {cls.code for cls in probes.probe_classes(nan_guard=True)}
+    assert set(probes.NEEDS) <= probes.probed_codes()
+
+
+def test_verify_itself_never_imports_torch(tmp_path):
+    import subprocess
+    import sys
+
+    script = tmp_path / "nostep.py"
+    script.write_text("print('no torch here')\n")
+    code = ("import sys\nfrom amplint.runtime.cli import verify\n"
+            f"rc = verify(['--no-progress', {str(script)!r}])\n"
+            "print('torch' in sys.modules, rc)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120).stdout
+    assert out.strip().splitlines()[-1] == "False 3"  # ran, took no step (exit 3), torch never imported

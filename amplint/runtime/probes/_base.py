@@ -16,10 +16,13 @@ class Probe:
     """
 
     code: ClassVar[str]
-    # What must be on in the run for the probe to be able to see its problem at all: "scaler" (an
-    # enabled GradScaler), "autocast" (an enabled autocast region).  Without it, a line that ran is
-    # NOT CONFIRMED for that reason, not because it behaved (correlate.py).
-    needs: ClassVar[frozenset[str]] = frozenset()
+
+    @property
+    def needs(self) -> frozenset[str]:
+        """What must be on in the run for this probe to see anything (probes.NEEDS)."""
+        from amplint.runtime.probes import NEEDS
+
+        return NEEDS.get(self.code, frozenset())
 
     def __init__(self, sink: Observations) -> None:
         self.sink = sink

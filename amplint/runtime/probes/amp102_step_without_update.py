@@ -15,7 +15,6 @@ class StepWithoutUpdateProbe(Probe):
     short before its update proves nothing."""
 
     code = "AMP102"
-    needs = frozenset({"scaler"})
 
     def install(self):
         self.steps: dict[int, int] = {}

@@ -15,7 +15,6 @@ class BackwardNotScaledProbe(Probe):
     scale, and scaler.step divides them by it.  Evidence: scale, the backward API."""
 
     code = "AMP103"
-    needs = frozenset({"scaler"})
 
     def install(self):
         self.pending: list = []

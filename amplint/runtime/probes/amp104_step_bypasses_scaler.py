@@ -12,7 +12,6 @@ class StepBypassesScalerProbe(Probe):
     is STEPPED, the optimizer steps twice.  Evidence: stage, scale, optimizer."""
 
     code = "AMP104"
-    needs = frozenset({"scaler"})
 
     _PROBLEM = {
         "READY": "gradients still multiplied by the scale",

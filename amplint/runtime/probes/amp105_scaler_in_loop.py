@@ -13,7 +13,6 @@ class ScalerInLoopProbe(Probe):
     scaler per independent run (a fold, an experiment: a new optimizer too) is fine."""
 
     code = "AMP105"
-    needs = frozenset({"scaler"})
 
     def install(self):
         self.sites: dict = {}

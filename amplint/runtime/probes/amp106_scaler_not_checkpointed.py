@@ -54,7 +54,6 @@ class ScalerNotCheckpointedProbe(Probe):
     enabled scaler is live.  Evidence: what the payload holds, its top-level keys, the scale."""
 
     code = "AMP106"
-    needs = frozenset({"scaler"})
 
     def install(self):
         self.opt_loads: list = []

@@ -12,7 +12,6 @@ class UpdatePerMicrobatchProbe(Probe):
     Evidence: updates and steps so far."""
 
     code = "AMP107"
-    needs = frozenset({"scaler"})
 
     def install(self):
         self.steps_since: dict[int, int] = {}

@@ -10,7 +10,6 @@ class UnscaleTwiceProbe(Probe):
     """Before unscale_: the stage is already UNSCALED (torch raises right after) or STEPPED."""
 
     code = "AMP108"
-    needs = frozenset({"scaler"})
 
     def install(self):
         yield self.on("unscale_pre", self._pre)

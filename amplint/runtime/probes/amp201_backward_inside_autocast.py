@@ -12,7 +12,6 @@ class BackwardInsideAutocastProbe(Probe):
     and custom_bwd legitimately re-enter autocast inside backward."""
 
     code = "AMP201"
-    needs = frozenset({"autocast"})
 
     def install(self):
         yield self.on("backward", self._check)

@@ -10,7 +10,6 @@ class StepInsideAutocastProbe(Probe):
     """Autocast enabled at scaler.step or in the optimizer step pre-hook."""
 
     code = "AMP202"
-    needs = frozenset({"autocast"})
 
     def install(self):
         yield self.on("scaler_step_pre", lambda scaler, opt: self._check("scaler.step", opt))

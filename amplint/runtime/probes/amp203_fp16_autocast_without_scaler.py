@@ -26,7 +26,6 @@ class Fp16AutocastWithoutScalerProbe(Probe):
     figure and says so."""
 
     code = "AMP203"
-    needs = frozenset({"autocast"})
 
     def install(self):
         self.fp16_site = None

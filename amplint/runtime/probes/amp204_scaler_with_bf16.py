@@ -14,7 +14,6 @@ class ScalerWithBf16Probe(Probe):
     scaler only adds work (and bf16 grads fail to unscale on CUDA)."""
 
     code = "AMP204"
-    needs = frozenset({"scaler", "autocast"})
 
     def install(self):
         yield self.on("scale", self._scale)
