@@ -6,7 +6,6 @@ bundled scripts (tests/runtime/scripts/) under `amplint verify --device cpu`.
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import time
