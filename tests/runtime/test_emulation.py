@@ -76,6 +76,13 @@ def test_the_script_sees_a_cuda_machine_with_streams_events_and_memory(emulated,
     torch.backends.cuda.matmul.allow_tf32 = True  # accepted; there is no TF32 here (LIMITS says so)
 
 
+def test_a_pinned_dataloader_builds_without_a_warning(emulated, recwarn):
+    data = torch.utils.data.TensorDataset(torch.randn(4, 2))
+    batches = list(torch.utils.data.DataLoader(data, batch_size=2, pin_memory=True))
+    assert len(batches) == 2
+    assert not [w for w in recwarn if "pin_memory" in str(w.message)]
+
+
 def test_torch_itself_gets_the_real_answers(emulated):
     """Only the script is told "CUDA": torch's own checks (the optimizer's graph-capture health
     check, DataLoader's pinning, checkpoint's default device) must not take CUDA paths."""

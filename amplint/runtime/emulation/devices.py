@@ -6,6 +6,8 @@ on a CPU-only build fails with "Cannot access accelerator device when none is av
 
 Covered: torch's factories (`torch.zeros(..., device=...)` and the others in `FACTORIES`),
 `Tensor.new_*`, `Tensor.to/.cuda/.pin_memory/.record_stream`, `Module.to/.cuda`, `torch.Generator`,
+`DataLoader(pin_memory=True)` (built without pinning: there is no device to pin for, and torch
+would warn about it on every loader),
 and `torch.load(map_location=...)` (a CUDA location, a dict of them, a callable, or None all load
 onto the CPU: a checkpoint written on a GPU box loads here too).
 
@@ -125,6 +127,20 @@ class EmulatedGenerator(_Generator, metaclass=_GeneratorType):
         return super().__new__(cls, device=on_cpu(device))
 
 
+def _dataloader_init(original: Callable) -> Callable:
+    import inspect
+
+    signature = inspect.signature(original)
+
+    def init(self, *args, **kwargs):
+        bound = signature.bind_partial(self, *args, **kwargs)
+        if bound.arguments.get("pin_memory"):
+            bound.arguments["pin_memory"] = False
+        return original(*bound.args, **bound.kwargs)
+
+    return init
+
+
 def install() -> Iterator[Any]:
     """Yield one handle per patch (see the module docstring for what is covered)."""
     for name in FACTORIES:
@@ -139,6 +155,7 @@ def install() -> Iterator[Any]:
     yield wrap(torch.nn.Module, "to", _to)
     yield wrap(torch.nn.Module, "cuda", _stay)
     yield Patch(torch, "Generator", EmulatedGenerator)
+    yield wrap(torch.utils.data.DataLoader, "__init__", _dataloader_init)
     import torch.serialization as serialization
 
     yield wrap(torch, "load", _load)
