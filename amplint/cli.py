@@ -66,13 +66,17 @@ def build_parser() -> argparse.ArgumentParser:
     rules = sub.add_parser("rules", help="list every rule")
     rules.add_argument("--format", default="text", choices=("text", "json"))
 
-    explain = sub.add_parser("explain", help="print a rule's documentation")
+    explain = sub.add_parser("explain", help="print a rule's documentation (AMP9xx: verify's runtime findings)")
     explain.add_argument("rule", help="code (AMP101) or name (clip-before-unscale)")
 
     version = sub.add_parser("version", help="print amplint's version")
     version.add_argument("--output-format", default="text", choices=("text", "json"))
 
     sub.add_parser("server", help="run the language server on stdin/stdout (needs amplint[server])")
+    # Listed for --help only: main() hands these to amplint.runtime before parsing (they take a
+    # command line of their own after `--`); `amplint verify --help` prints their options.
+    sub.add_parser("verify", add_help=False, help="run the training command under probes; confirm findings with evidence (needs torch)")
+    sub.add_parser("compare", add_help=False, help="run the training in fp32 and in mixed precision; compare the loss curves (needs torch)")
     return parser
 
 
@@ -479,6 +483,12 @@ def _summary_line(rule) -> str:
 def cmd_explain(args) -> int:
     from amplint.docs import rule_page
 
+    from amplint.runtime.runtime_findings import lookup
+
+    found = lookup(args.rule)  # AMP9xx: found only by verify, documented next to the runtime
+    if found is not None:
+        print(found.page())
+        return EXIT_CLEAN
     try:
         (rule,) = registry.expand(args.rule) if args.rule.upper() in registry.BY_CODE or args.rule in registry.BY_NAME else ()
     except ValueError:

@@ -59,7 +59,10 @@ def rule_table() -> str:
 
 def expected_files(root: Path = ROOT) -> dict[Path, str]:
     """Every generated file and the content it must have."""
+    from amplint.runtime.runtime_findings import ALL as RUNTIME_FINDINGS
+
     files = {root / "rules" / f"{r.code}.md": rule_page(r) for r in _rules()}
+    files.update({root / "rules" / f"{f.code}.md": f.page() for f in RUNTIME_FINDINGS})
     readme = root / "README.md"
     text = readme.read_text(encoding="utf-8")
     if START not in text or END not in text or text.index(START) > text.index(END):

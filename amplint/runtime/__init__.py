@@ -3,11 +3,15 @@
 Layout (interception separate from judging, STYLE.md 2.8):
 - `launch.py` runs the user's command with `_boot/sitecustomize.py` first on PYTHONPATH, so
   `bootstrap.py` installs itself in every Python process of the command, and merges the
-  per-process evidence files;
+  per-process evidence files; `supervise.py` runs the command as a process group that a
+  timeout or a signal to verify ends whole;
+- `emulation/` makes a CUDA script run on the CPU (`--device cpu`); `reach.py` tracks which
+  agenda lines ran;
 - `interception.py` patches torch's AMP entry points once and publishes events;
 - `probes/ampNNN_*.py` subscribe to those events and record `Observation`s (they never print
   and never raise into the training loop);
-- `correlate.py` turns static diagnostics x observations into verdicts; `cli.py` reports them.
+- `correlate.py` turns static diagnostics x observations into verdicts with reasons; `cli.py`
+  reports them; `runtime_findings.py` documents AMP9xx (torch-free, for `amplint explain`).
 
 Nothing here is imported by `amplint check`.
 """

@@ -112,7 +112,9 @@ class Session:
         if self.sink.meta["emulated"]:
             from amplint.runtime import emulation
 
-            self._add(emulation.install())
+            log: dict = {}
+            self.sink.put("emulation", log)
+            self._add(emulation.install(log))
         self._add(interception.install(bus))
         self._add(self.budget.install(bus))
         wanted = os.environ.get("AMPLINT_PROBES", "all")
@@ -134,6 +136,16 @@ class Session:
                     self._add([result] if hasattr(result, "remove") else result)
             except Exception as exc:  # noqa: BLE001
                 self.sink.error(f"extension {spec}", exc)
+        from amplint.runtime import reach
+
+        try:
+            tracker = reach.from_environment()
+        except Exception as exc:  # noqa: BLE001 - lines then come from intercepted calls only
+            self.sink.error("reach", exc)
+            tracker = None
+        if tracker is not None:
+            self.sink.reach = tracker
+            self.handles.append(tracker)
         self._hook_exits()
 
     def _add(self, handles) -> None:
@@ -196,11 +208,19 @@ class Session:
         self.sink.path = self._path()
         self.sink.meta.update(pid=self.pid, is_script=False, forked=True)
 
+    def _ended_abnormally(self) -> bool:
+        if self.budget.stopped or self.ended is None:
+            return False
+        return self.ended.startswith(("raised", "interrupted", "terminated"))
+
     # --- finish ------------------------------------------------------------------------
     def finish(self) -> None:
         if self.finished:
             return
         self.finished = True
+        # NB: before the probes' end-of-run judgements: an iteration cut short by an error (or a
+        # signal) proves nothing about what its unfinished calls would have done.
+        self.sink.meta["ended_abnormally"] = self._ended_abnormally()
         for probe in self.probes:
             try:
                 probe.finish()

@@ -1,39 +1,47 @@
 """`amplint verify` (and the `compare` hand-off): run the training command under probes.
 
-    amplint verify [--steps N] [--device cpu] [--nan-guard] [--report FILE] -- COMMAND...
+    amplint verify [--steps N] [--device cpu] [--nan-guard] [--timeout S] [--report FILE] -- COMMAND...
     amplint verify train.py [ARGS...]          # shorthand for `python train.py ARGS...`
 
 Order: static check of the script and the project files it imports (the agenda), the run with the
 bootstrap in every Python process, merge, correlate, a table on stdout, the JSON report.
-Exit code: the script's own when it failed, else 1 when anything is confirmed or found at runtime,
-else 0; 2 for a usage error.
+
+Exit codes (`EXIT_*`; the README lists them too):
+  0  the run took at least one optimizer step and nothing was confirmed or found
+  1  a finding was confirmed, or something was found at run time
+  2  usage error: a bad option, no command, a script that does not exist, no torch
+  3  the run took no optimizer step (nothing was verified), though the command exited 0
+  124  --timeout expired (the report is still written)
+  128+N  verify itself received signal N (130 SIGINT, 143 SIGTERM); the command was ended and
+       the report is still written
+  else the command's own non-zero exit status, passed through
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.util
 import json
 import math
 import os
+import signal
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
+EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR, EXIT_NO_STEP, EXIT_TIMEOUT = 0, 1, 2, 3, 124
+
+STATUS_LABEL = {"confirmed": "CONFIRMED", "not-confirmed": "NOT CONFIRMED", "not-reached": "NOT REACHED",
+                "no-probe": "NO PROBE", "found": "RUNTIME", "suppressed": "SUPPRESSED"}
 
 
 def main(argv: list[str]) -> int:
     argv = list(argv)
     if argv and argv[0] == "compare":
-        try:
-            compare = importlib.import_module("amplint.runtime.compare")
-        except ModuleNotFoundError as exc:
-            if exc.name != "amplint.runtime.compare":
-                raise
-            print("amplint: error: `amplint compare` is not available in this build (amplint.runtime.compare is missing)", file=sys.stderr)
-            return EXIT_ERROR
+        from amplint.runtime import compare
+
         return compare.main(argv)
     if argv and argv[0] == "verify":
         argv = argv[1:]
@@ -45,14 +53,17 @@ def build_parser() -> argparse.ArgumentParser:
         prog="amplint verify",
         description="Run a training command under probes; confirm static findings with evidence.",
         usage="amplint verify [options] -- COMMAND...  |  amplint verify [options] train.py [ARGS...]",
+        epilog="exit: 0 clean, 1 findings, 2 usage error, 3 no optimizer step taken, 124 timed out, "
+               "128+N verify got signal N; a failed command's own status passes through",
     )
     p.add_argument("--steps", type=int, default=None, help="stop cleanly after N optimizer steps")
     p.add_argument("--device", choices=("cpu",), default=None, help="emulate a CUDA script on the CPU")
     p.add_argument("--nan-guard", action="store_true", help="find the first module producing NaN/Inf (AMP901)")
+    p.add_argument("--timeout", type=float, metavar="SECONDS", help="end the whole run after SECONDS (exit 124)")
     p.add_argument("--report", type=Path, help="write the JSON report here")
-    p.add_argument("--profile", type=Path, help="profile the run into DIR (needs amplint.runtime.profiling)")
+    p.add_argument("--profile", type=Path, help="profile the run into DIR (CPU activity only with --device cpu)")
     p.add_argument("--evidence-dir", type=Path, help="keep the per-process evidence files here")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    p.add_argument("--no-progress", action="store_true", help="no progress lines on stderr")
     p.add_argument("command", nargs=argparse.REMAINDER, help="the training command")
     return p
 
@@ -72,30 +83,38 @@ def parse(argv: list[str]):
     return args
 
 
+def _usage_error(message: str) -> int:
+    print(f"amplint verify: error: {message}", file=sys.stderr)
+    return EXIT_ERROR
+
+
 def verify(argv: list[str]) -> int:
     try:
         args = parse(argv)
     except SystemExit as exc:
         return EXIT_ERROR if exc.code not in (0, None) else EXIT_CLEAN
     if not args.command:
-        print("amplint verify: error: no command (use `amplint verify -- python train.py` or `amplint verify train.py`)", file=sys.stderr)
-        return EXIT_ERROR
+        return _usage_error("no command (use `amplint verify -- python train.py` or `amplint verify train.py`)")
     if args.steps is not None and args.steps < 1:
-        print("amplint verify: error: --steps must be at least 1", file=sys.stderr)
-        return EXIT_ERROR
-    try:
-        import torch  # noqa: F401
-    except ImportError:
+        return _usage_error("--steps must be at least 1")
+    if args.timeout is not None and not args.timeout > 0:
+        return _usage_error("--timeout must be a positive number of seconds")
+    from amplint.runtime import launch
+
+    script = launch.script_of(args.command)
+    if script is not None and not Path(script).is_file():
+        return _usage_error(f"no such script: {script}")
+    # NB: looked up, not imported: importing torch here would cost every run a second or two in
+    # verify's own process, and only the command's processes need it.
+    if importlib.util.find_spec("torch") is None:
         from amplint.runtime import TORCH_INSTALL_HINT
 
-        print(f"amplint verify: error: {TORCH_INSTALL_HINT}", file=sys.stderr)
-        return EXIT_ERROR
+        return _usage_error(TORCH_INSTALL_HINT)
 
-    from amplint.runtime import launch
     from amplint.runtime.agenda import static_agenda
-    script = launch.script_of(args.command)
+
     diagnostics, errors = [], []
-    if script and Path(script).is_file():
+    if script:
         diagnostics, _files, errors = static_agenda(Path(script))
     for e in errors:
         print(f"amplint verify: static check: {e}", file=sys.stderr)
@@ -104,18 +123,17 @@ def verify(argv: list[str]) -> int:
     if args.nan_guard:
         extra_env["AMPLINT_NAN_GUARD"] = "1"
     if args.profile is not None:
-        ext = _profiling_extension(args.profile)
-        if ext is None:
-            print("amplint verify: error: --profile needs amplint.runtime.profiling, which is missing", file=sys.stderr)
-            return EXIT_ERROR
-        extra_env.update(ext)
+        from amplint.runtime import profiling
+
+        extra_env.update(profiling.verify_env(args.profile))
 
     out_dir = args.evidence_dir or Path(tempfile.mkdtemp(prefix="amplint-verify-"))
     bar = None if args.no_progress else Progress(args.steps)
+    spans = [(d.path, d.span.line, max(d.span.end_line, d.span.line)) for d in diagnostics]
     try:
         outcome = launch.run_instrumented(
             args.command, steps=args.steps, device=args.device, out_dir=out_dir, extra_env=extra_env,
-            on_progress=bar.update if bar else None,
+            on_progress=bar.update if bar else None, timeout=args.timeout, agenda=spans,
         )
     finally:
         if bar:
@@ -124,51 +142,64 @@ def verify(argv: list[str]) -> int:
             launch.clean(out_dir)
 
     report, findings, runtime = make_report(outcome, diagnostics)
-    print(render_table(report, findings, runtime))
     if args.profile is not None:  # summary computed from the trace JSON (compare/profile side)
         from amplint.runtime import trace_summary
 
         report["profile"] = trace_summary.summarize_dir(args.profile)
+    print(render_table(report, findings, runtime))
+    if args.profile is not None:
+        from amplint.runtime import trace_summary
+
         print("\n".join(trace_summary.render(s) for s in report["profile"]) or f"profile: no trace written to {args.profile}")
     if args.report is not None:
         args.report.parent.mkdir(parents=True, exist_ok=True)
         args.report.write_text(json.dumps(_clean(report), indent=2, allow_nan=False) + "\n", encoding="utf-8")
-    return exit_code_for(report)
+    return report["verify_exit"]
 
 
 def make_report(outcome, diagnostics):
     """(report dict, findings, runtime findings) for a finished run and its static agenda."""
-    from amplint.runtime.correlate import correlate
-    from amplint.runtime.probes import probed_codes
+    from amplint.runtime.correlate import NoqaLookup, RunFacts, correlate
+    from amplint.runtime.probes import probe_needs
 
     reached = {tuple(r) for p in outcome.processes for r in p.get("reached", [])}
-    findings, runtime = correlate(diagnostics, outcome.observations, reached, probed_codes())
-    return build_report(outcome, findings, runtime), findings, runtime
+    facts = RunFacts.from_processes(outcome.processes, emulated=outcome.emulated, steps=outcome.steps, ended=outcome.ended)
+    findings, runtime = correlate(diagnostics, outcome.observations, reached, probe_needs(), facts, NoqaLookup())
+    report = build_report(outcome, findings, runtime)
+    report["status"], report["reason"], report["verify_exit"] = run_verdict(outcome, report)
+    return report, findings, runtime
+
+
+def run_verdict(outcome, report: dict) -> tuple[str, str, int]:
+    """(status, reason, verify's exit code) of the whole run (see the module docstring)."""
+    if getattr(outcome, "timed_out", False):
+        return "timed-out", outcome.ended, EXIT_TIMEOUT
+    signame = getattr(outcome, "interrupted_by", None)
+    if signame:
+        return "interrupted", f"{signame} sent to verify: the command was ended", 128 + int(signal.Signals[signame])
+    if report["exit_code"] != 0:
+        return "command-failed", f"the command exited {report['exit_code']} ({outcome.ended})", report["exit_code"]
+    if report["steps"] == 0:
+        return "no-step", f"the run took no optimizer step, so nothing was verified ({outcome.ended})", EXIT_NO_STEP
+    confirmed = sum(f["status"] == "confirmed" for f in report["findings"])
+    found = sum(r["status"] == "found" for r in report["runtime_findings"])
+    if confirmed or found:
+        return "findings", f"{confirmed} confirmed, {found} found at run time", EXIT_FINDINGS
+    unchecked = [f["reason"] for f in report["findings"] if f["status"] == "not-confirmed" and f["reason"] not in ("behaved",)]
+    unchecked += [f["reason"] for f in report["findings"] if f["status"] in ("not-reached", "no-probe")]
+    tail = ""
+    if unchecked:
+        counts = {r: unchecked.count(r) for r in dict.fromkeys(unchecked)}
+        tail = "; not checked by this run: " + ", ".join(f"{n} ({r})" for r, n in counts.items())
+    return "clean", "nothing confirmed or found at run time" + tail, EXIT_CLEAN
 
 
 def exit_code_for(report: dict) -> int:
-    if report["exit_code"] != 0:
-        return report["exit_code"]
-    if any(f["status"] == "confirmed" for f in report["findings"]) or report["runtime_findings"]:
-        return EXIT_FINDINGS
-    return EXIT_CLEAN
-
-
-def _profiling_extension(directory: Path) -> dict[str, str] | None:
-    """Environment that turns profiling on, from amplint.runtime.profiling (the compare/profile side).
-
-    Contract: that module exposes `verify_env(directory) -> dict[str, str]` (typically
-    AMPLINT_EXTENSIONS plus its own settings)."""
-    try:
-        mod = importlib.import_module("amplint.runtime.profiling")
-    except ModuleNotFoundError:
-        return None
-    fn = getattr(mod, "verify_env", None)
-    return dict(fn(directory)) if fn else None
+    return report["verify_exit"]
 
 
 def build_report(outcome, findings, runtime) -> dict:
-    from amplint.runtime.emulation import NOTES
+    from amplint.runtime.emulation import LIMITS, NOTES
 
     device = "cpu" if outcome.emulated else _native_device(outcome)
     report = {
@@ -182,9 +213,14 @@ def build_report(outcome, findings, runtime) -> dict:
         # Beyond the issue's schema: why the run ended, the ranks seen, emulation caveats.
         "ended": outcome.ended,
         "ranks": [p.get("label") for p in outcome.processes],
+        "wall_s": round(outcome.wall_s, 3),
     }
     if outcome.emulated:
         report["notes"] = [NOTES]
+        report["emulation_limits"] = list(LIMITS)
+        eager = sum((v or {}).get("compile_ran_eagerly", 0) for v in (outcome.extras.get("emulation") or {}).values())
+        if eager:
+            report["notes"].append(f"torch.compile was called {eager} time(s) and ran eagerly (CPU emulation)")
     if outcome.errors:
         report["probe_errors"] = outcome.errors[:20]
     return report
@@ -216,22 +252,32 @@ def _fmt(v) -> str:
 
 
 def evidence_line(ev: dict, width: int = 110) -> str:
-    text = " ".join(f"{k}={_fmt(v)}" for k, v in ev.items() if k not in ("scale_history",))
+    text = " ".join(f"{k}={_fmt(v)}" for k, v in ev.items() if k not in ("scale_history", "zero_grad_share_note"))
     return text if len(text) <= width else text[: width - 3] + "..."
 
 
 def render_table(report: dict, findings, runtime) -> str:
     where = "CPU emulation of a CUDA run" if report["emulated"] else report["device"]
     lines = [f"amplint verify: {len(findings)} static finding(s) on the agenda, {where}, {report['steps']} step(s); {report['ended']}"]
-    rows = [(f.code, f"{_rel(f.filename)}:{f.line}", f.status.upper().replace("-", " "), evidence_line(f.evidence)) for f in findings]
-    rows += [(r.code, f"{_rel(r.filename)}:{r.line}", "RUNTIME", f"{r.message}; {evidence_line(r.evidence, 70)}") for r in runtime]
+    rows, hints = [], {}
+    for f in findings:
+        detail = evidence_line(f.evidence) if f.status == "confirmed" else f.why
+        rows.append((f.code, f"{_rel(f.filename)}:{f.line}", STATUS_LABEL[f.status], detail))
+    for r in runtime:
+        rows.append((r.code, f"{_rel(r.filename)}:{r.line}", STATUS_LABEL[r.status], f"{r.message}; {evidence_line(r.evidence, 70)}"))
+        if r.hint:
+            hints[len(rows) - 1] = r.hint
     if rows:
         w = [max(len(r[i]) for r in rows) for i in range(3)]
-        lines.append(f"{'code':<{w[0]}}  {'location':<{w[1]}}  {'status':<{w[2]}}  evidence")
-        for r in rows:
+        lines.append(f"{'code':<{w[0]}}  {'location':<{w[1]}}  {'status':<{w[2]}}  detail")
+        for i, r in enumerate(rows):
             lines.append(f"{r[0]:<{w[0]}}  {r[1]:<{w[1]}}  {r[2]:<{w[2]}}  {r[3]}")
+            if i in hints:
+                lines.append(f"{'':<{w[0]}}  {'':<{w[1]}}  {'':<{w[2]}}  hint: {hints[i]}")
     if report["emulated"]:
         lines.append("note: CPU emulation; CPU autocast casts differently from CUDA (see the report's notes)")
+        lines += [f"note: {n}" for n in report["notes"][1:]]
+    lines.append(f"amplint verify: {report['status']}: {report['reason']} (exit {report['verify_exit']})")
     return "\n".join(lines)
 
 
@@ -244,38 +290,40 @@ def _rel(path: str) -> str:
 
 
 class Progress:
-    """`[#####.....] 3/10 steps` on stderr: redrawn in place on a terminal, sparse lines otherwise."""
+    """`amplint verify [#####.....] 3/10 steps` on stderr, always a whole line of its own.
 
-    def __init__(self, total: int | None, stream=None) -> None:
+    The training command writes to the same terminal, so a bar redrawn in place would be glued to
+    the script's next output (`...1/8 stepsiter 1: loss`).  Instead each update is one line, drawn
+    only when the step count changed and at most every `every` seconds (2 on a terminal, 10 in a
+    log), plus a last line at the end.  On a terminal the line starts by clearing the current one,
+    so a bar the script draws in place (tqdm) is replaced rather than glued to.
+    """
+
+    def __init__(self, total: int | None, stream=None, every: float | None = None) -> None:
         self.total, self.stream = total, stream or sys.stderr
         self.tty = hasattr(self.stream, "isatty") and self.stream.isatty()
-        self.last_line = 0.0
-        self.drawn = False
+        self.every = every if every is not None else (2.0 if self.tty else 10.0)
         self.value = -1
         self.printed = -1
+        self.last_line = float("-inf")
 
-    def update(self, steps: int) -> None:
-        if steps == self.value:
-            return
-        self.value = steps
+    def text(self, steps: int) -> str:
         if self.total:
             filled = int(20 * min(steps, self.total) / self.total)
-            text = f"amplint verify [{'#' * filled}{'.' * (20 - filled)}] {steps}/{self.total} steps"
-        else:
-            text = f"amplint verify: {steps} steps"
-        if self.tty:
-            self.stream.write("\r" + text)
-            self.drawn = True
-        elif time.monotonic() - self.last_line > 5.0:
-            self.last_line = time.monotonic()
-            self.printed = steps
-            self.stream.write(text + "\n")
-        self.text = text
+            return f"amplint verify [{'#' * filled}{'.' * (20 - filled)}] {steps}/{self.total} steps"
+        return f"amplint verify: {steps} steps"
+
+    def update(self, steps: int) -> None:
+        self.value = steps
+        if steps == self.printed or time.monotonic() - self.last_line < self.every:
+            return
+        self._draw(steps)
+
+    def _draw(self, steps: int) -> None:
+        self.last_line, self.printed = time.monotonic(), steps
+        self.stream.write(("\r\033[K" if self.tty else "") + self.text(steps) + "\n")
         self.stream.flush()
 
     def close(self) -> None:
-        if self.drawn:
-            self.stream.write("\n")
-        elif self.value >= 0 and self.printed != self.value:
-            self.stream.write(self.text + "\n")
-        self.stream.flush()
+        if self.value >= 0 and self.printed != self.value:
+            self._draw(self.value)

@@ -1,29 +1,39 @@
 """`amplint compare`: the same training steps in fp32 and in mixed precision, loss curves side by side.
 
     amplint compare [--steps N] [--bf16] [--tolerance T] [--window W] [--plot FILE.png]
-                    [--report FILE.json] [--device cpu] -- COMMAND...
+                    [--report FILE.json] [--device cpu] [--timeout S] [--no-noise-run] -- COMMAND...
     amplint compare [options] train.py [ARGS...]      # shorthand for `python train.py ARGS...`
 
 "Measure, always": if the fp32 curve and the mixed-precision curve lie on top of each other, the
 precision setup is fine; when they drift apart there is a problem that no single number shows
 (updates lost in fp16 weights, gradients underflowing without a scaler, clipping scaled gradients).
 
-How: the command runs N optimizer steps three ways under the verify launcher (`run_instrumented`,
+How: the command runs N optimizer steps several ways under the verify launcher (`run_instrumented`,
 so `--device cpu` emulation, torchrun and accelerate work the same): as a reference with autocast,
 GradScaler and reduced-precision casts turned into fp32 from outside (`fp32_mode:install`), as
-written, and with `--bf16` in bf16 without a scaler (`fp32_mode:install_bf16`). Every run is seeded
-the same (`AMPLINT_SEED`) and records its per-iteration loss (`loss_capture:install`, the unscaled
-loss at `scaler.scale()` or `backward()`). No probe runs: a comparison wants plain runs.
+written, with `--bf16` in bf16 without a scaler (`fp32_mode:install_bf16`), and (unless
+`--no-noise-run`) the fp32 reference again with bf16-sized noise on its gradients (`perturb.py`),
+which measures how much this training amplifies rounding. Every run is seeded the same
+(`AMPLINT_SEED`) and records its per-iteration loss (`loss_capture:install`, the unscaled loss at
+`scaler.scale()` or `backward()`). No probe runs: a comparison wants plain runs.
 
-Divergence: per step, the relative deviation of the run from the reference, |run - fp32| /
-max(|fp32|, 1e-3 * max|fp32|), computed on trailing means over `--window` steps (default 5). The
-mean matters: a correct fp16 run skips a step or two while its loss scale calibrates, which shifts
-its curve by one step; with mini-batch noise the per-step difference can then reach the per-step
-change of the loss (5-7% on the bundled correct script), while a mean over a few steps shows what
-persists. The run diverges at the first step whose deviation exceeds `--tolerance` (default 0.1), or
-where its loss is NaN/Inf and the reference's is not, or where it stopped (crashed) before the
-reference. Exit status: 0 all within tolerance, 1 a run diverged (or crashed where the reference ran),
-2 usage error or the fp32 reference itself failed.
+Alignment: a step GradScaler skips applies no update, so a correct fp16 run whose scaler skips its
+first steps while calibrating lags fp32 by those steps; on a fast-falling loss that lag alone used
+to read as divergence. Each run is aligned by applied updates (`align_by_updates`: its loss after
+j updates against fp32's after j) and the lag is reported on its own ("GradScaler skipped steps 0-9
+while calibrating: 10 updates lost").
+
+Divergence: after j updates, the relative deviation of the run from the reference, |run - fp32| /
+max(|fp32|, 1e-3 * max|fp32|), computed on trailing means over `--window` updates (default 5, so
+one noisy batch does not decide). The allowed deviation is the largest of `--tolerance` (default
+0.1), NOISE_FACTOR (2) x the noise run's deviation so far, and, once skipped steps have shifted the
+run's batches against fp32's, NOISE_FACTOR x the mini-batch noise of a trailing mean
+(`batch_noise`). The run diverges where it exceeds that, where its loss is NaN/Inf and the
+reference's is not, where it stopped (crashed) before the reference, when GradScaler skipped every
+step, or when it skipped at least 3 steps after calibrating and at least half of them.
+Exit status: 0 all within tolerance, 1 a run diverged (or crashed where the reference ran), 2 usage
+error (including `--plot` without matplotlib, said before any run) or the fp32 reference itself
+failed, 124 `--timeout` expired, 128+N compare got signal N (the run in progress is ended).
 """
 
 from __future__ import annotations
@@ -31,16 +41,21 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import signal
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any, Sequence
 
-EXIT_CLEAN, EXIT_DIVERGED, EXIT_ERROR = 0, 1, 2
+EXIT_CLEAN, EXIT_DIVERGED, EXIT_ERROR, EXIT_TIMEOUT = 0, 1, 2, 124
+NOISE_RUN = "fp32_nudged"  # the second fp32 run (perturb.py)
 
 DEFAULT_STEPS = 50
 DEFAULT_TOLERANCE = 0.1
 DEFAULT_WINDOW = 5
+# A run may deviate from fp32 by this many times what fp32 deviates from itself under another seed.
+NOISE_FACTOR = 2.0
 
 # Plot colours: fixed, so tests can find each curve's pixels.
 COLORS = {"fp32": "#1f77b4", "as_written": "#ff7f0e", "bf16": "#2ca02c"}
@@ -50,6 +65,7 @@ EXTENSIONS = {
     "fp32": "amplint.runtime.fp32_mode:install,amplint.runtime.loss_capture:install",
     "as_written": "amplint.runtime.loss_capture:install",
     "bf16": "amplint.runtime.fp32_mode:install_bf16,amplint.runtime.loss_capture:install",
+    "fp32_nudged": "amplint.runtime.fp32_mode:install,amplint.runtime.perturb:install,amplint.runtime.loss_capture:install",
 }
 
 
@@ -92,41 +108,141 @@ def relative_deviation(
     return smoothed, raw
 
 
+def align_by_updates(run: Sequence[float], skipped: Sequence[int]) -> list[float]:
+    """The run's loss after 0, 1, 2... applied updates (what fp32's point j is after j updates).
+
+    A step GradScaler skipped applied no update, so the loss of the iteration after it was
+    computed from the same weights: the skipped iterations are dropped and every later point
+    moves back by one.  The first point (no update yet) is the run's first loss."""
+    skip = set(skipped)
+    aligned, applied = [], 0
+    for k, value in enumerate(run):
+        if k == 0 or (k - 1) not in skip:
+            if k:
+                applied += 1
+            if applied == len(aligned):
+                aligned.append(value)
+    return aligned
+
+
+def skip_summary(skipped: Sequence[int], points: int) -> dict[str, Any]:
+    """Calibration skips (leading: the scale coming down from init_scale) and the others."""
+    skipped = sorted(k for k in skipped if k < points)
+    lead = 0
+    while lead < len(skipped) and skipped[lead] == lead:
+        lead += 1
+    later = skipped[lead:]
+    text = ""
+    if lead:
+        text = (f"GradScaler skipped step {0} while calibrating: 1 update lost" if lead == 1 else
+                f"GradScaler skipped steps 0-{lead - 1} while calibrating: {lead} updates lost")
+    if later:
+        text += ("; " if text else "") + f"skipped {len(later)} later step(s) {later[:10]}"
+    return {"calibration_skips": lead, "later_skips": later, "updates_lost": len(skipped), "lag": text}
+
+
+def noise_envelope(reference: Sequence[float], nudged: Sequence[float], *, window: int = DEFAULT_WINDOW) -> list[float]:
+    """fp32's own run-to-run deviation, as a non-decreasing envelope over steps (0 where unknown).
+
+    `nudged` is a second fp32 run whose weights were nudged by a rounding-sized amount before its
+    first update (perturb.py): the deviation a correct run may show without a precision problem.  Non-decreasing, because two runs drift apart as they go."""
+    smoothed, _ = relative_deviation(reference, nudged, window=window)
+    out, top = [], 0.0
+    for d in smoothed:
+        if _finite(d):
+            top = max(top, d)
+        out.append(top)
+    return out
+
+
+def batch_noise(reference: Sequence[float]) -> float:
+    """The reference's own step-to-step (mini-batch) noise, relative to the loss: a robust estimate.
+
+    From second differences, which a smooth trend barely moves: for white noise of standard
+    deviation sigma, y[j-1] - 2 y[j] + y[j+1] has standard deviation sqrt(6) sigma; the median of
+    its size over the loss, / 0.6745 (normal MAD), / sqrt(6), is sigma relative to the loss."""
+    ys = [v for v in reference if _finite(v)]
+    ratios = [abs(ys[j - 1] - 2 * ys[j] + ys[j + 1]) / abs(ys[j]) for j in range(1, len(ys) - 1) if ys[j]]
+    if len(ratios) < 3:
+        return 0.0
+    ratios.sort()
+    median = ratios[len(ratios) // 2] if len(ratios) % 2 else (ratios[len(ratios) // 2 - 1] + ratios[len(ratios) // 2]) / 2
+    return median / 0.6745 / math.sqrt(6)
+
+
 def judge(
-    reference: Sequence[float], run: Sequence[float], *, tolerance: float, window: int = DEFAULT_WINDOW
+    reference: Sequence[float], run: Sequence[float], *, tolerance: float, window: int = DEFAULT_WINDOW,
+    skipped: Sequence[int] = (), noise: Sequence[float] | None = None,
 ) -> dict[str, Any]:
-    """The verdict on one run against the reference (JSON-ready apart from non-finite floats)."""
-    smoothed, raw = relative_deviation(reference, run, window=window)
+    """The verdict on one run against the reference (JSON-ready apart from non-finite floats).
+
+    The run is first aligned by applied updates (`align_by_updates`), so steps GradScaler skipped
+    while calibrating are a lag, reported on its own, not a deviation.  A step diverges where the
+    trailing-mean deviation exceeds max(`tolerance`, NOISE_FACTOR x the fp32 noise envelope, and
+    where skips shifted the batches, NOISE_FACTOR x the mini-batch noise of a trailing mean).
+    Also diverged: every step skipped, or at least 3 skipped after calibrating and at least half of
+    those steps (the same rule as AMP902), or a run that stopped before the reference did."""
+    aligned = align_by_updates(run, skipped)
+    skips = skip_summary(skipped, len(run))
+    stopped = len(run) < len(reference)
+    compared = list(reference[: len(aligned)])
+    smoothed, raw = relative_deviation(compared, aligned, window=window)
+    noise = list(noise or [])
+    allowed = [max(tolerance, NOISE_FACTOR * (noise[j] if j < len(noise) else (noise[-1] if noise else 0.0)))
+               for j in range(len(compared))]
+    shifted = 0.0
+    if skips["updates_lost"]:
+        # Skipped steps shift the run's batches against fp32's: after alignment, point j of the run
+        # saw a later batch than fp32's point j, so mini-batch noise no longer cancels.  A
+        # difference of two independent `window`-step means has sqrt(2 / window) of its noise.
+        shifted = NOISE_FACTOR * batch_noise(reference) * math.sqrt(2 / max(1, int(window)))
+        since = skip_marks(skipped)[0] + 1  # aligned points up to the first skip saw fp32's batches
+        allowed = [a if j < since else max(a, shifted) for j, a in enumerate(allowed)]
     judged = [(k, d) for k, d in enumerate(smoothed) if not math.isnan(d)]
     worst = max(judged, key=lambda kd: kd[1], default=(None, math.nan))
-    first = next((k for k, d in judged if d > tolerance), None)
-    if first is None:
-        reason = "within tolerance"
-    elif first >= len(run):
+    first = next((k for k, d in judged if d > allowed[k]), None)
+    after = len(run) - skips["calibration_skips"]
+    later = len(skips["later_skips"])
+    if first is not None:
+        if not _finite(aligned[first]):
+            reason = f"loss is {aligned[first]} after {first} updates while the fp32 loss is {compared[first]:.6g}"
+        else:
+            reason = f"relative deviation {smoothed[first]:.3g} > {allowed[first]:.3g} after {first} updates"
+    elif stopped:
+        first = len(aligned)
         reason = f"the run stopped after {len(run)} steps, the reference ran {len(reference)}"
-    elif not _finite(run[first]):
-        reason = f"loss is {run[first]} at step {first} while the fp32 loss is {reference[first]:.6g}"
+    elif run and skips["calibration_skips"] >= len(run):
+        first = 0
+        reason = "GradScaler skipped every step: no update was applied"
+    elif later >= 3 and later * 2 >= after:
+        first = skips["later_skips"][0]
+        reason = f"GradScaler skipped {later} of {after} steps after calibrating"
     else:
-        reason = f"relative deviation {smoothed[first]:.3g} > {tolerance:g} at step {first}"
+        reason = "within tolerance"
     return {
         "relative_deviation": smoothed,
         "raw_relative_deviation": raw,
+        "allowed_deviation": allowed,
         "max_relative_deviation": worst[1],
         "max_at_step": worst[0],
         "first_step_beyond_tolerance": first,
         "diverged": first is not None,
         "reason": reason,
         "identical": list(reference) == list(run),
+        "aligned_losses": aligned,
+        "batch_shift_allowance": shifted,
+        **skips,
     }
 
 
 # --- plotting ----------------------------------------------------------------------------------
 def plot(path: Path, series: dict[str, list[float]], verdicts: dict[str, dict[str, Any]], *,
-         tolerance: float, title: str, skipped: dict[str, list[int]] | None = None) -> None:
-    """Loss curves overlaid (top) and their relative deviation from fp32 (bottom, log scale).
+         tolerance: float, title: str, marks: dict[str, list[int]] | None = None,
+         labels: dict[str, str] | None = None) -> None:
+    """Loss curves overlaid against applied updates (top) and their deviation from fp32 (bottom, log).
 
-    Steps GradScaler skipped are marked with a small triangle on the run's curve: they explain
-    a one-step lag of a correct fp16 run."""
+    `series` are the aligned curves (`align_by_updates`); `marks` are the update counts at which
+    GradScaler skipped a step, drawn as triangles: they explain a correct fp16 run's lag."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -145,11 +261,12 @@ def plot(path: Path, series: dict[str, list[float]], verdicts: dict[str, dict[st
             # NB: drawn as nested stripes (fp32 widest at the bottom, bf16 narrower above it, the
             # run as written thinnest on top), so curves lying exactly on each other stay visible.
             style = {"fp32": dict(lw=5.5, zorder=1), "bf16": dict(lw=3.0, zorder=2)}.get(name, dict(lw=1.4, zorder=3))
-            top.plot(steps, ys, color=COLORS[name], label=LABELS[name], solid_capstyle="butt", **style)
-            marks = [k for k in (skipped or {}).get(name, []) if k < len(values) and _finite(values[k])]
-            if marks:
-                top.plot(marks, [values[k] for k in marks], "v", color=COLORS[name], mec="black", ms=9, zorder=4,
-                         label=f"{name}: step skipped by GradScaler")
+            label = (labels or {}).get(name) or LABELS.get(name, name)
+            top.plot(steps, ys, color=COLORS.get(name, "#7f7f7f"), label=label, solid_capstyle="butt", **style)
+            at = sorted({k for k in (marks or {}).get(name, []) if k < len(values) and _finite(values[k])})
+            if at:
+                top.plot(at, [values[k] for k in at], "v", color=COLORS[name], mec="black", ms=9, zorder=4,
+                         label=f"{name}: GradScaler skipped a step here")
             bad = [k for k, v in enumerate(values) if not _finite(v)]
             if bad and finite:
                 top.plot(bad, [max(finite)] * len(bad), "x", color=COLORS[name], ms=7, zorder=4)
@@ -167,12 +284,15 @@ def plot(path: Path, series: dict[str, list[float]], verdicts: dict[str, dict[st
             first = verdict["first_step_beyond_tolerance"]
             if first is not None:
                 bottom.axvline(first, color=COLORS[name], ls=":", lw=1.2)
-                bottom.annotate(f"diverges at step {first}", (first, tolerance), xytext=(4, 6),
+                bottom.annotate(f"diverges after {first} updates", (first, tolerance), xytext=(4, 6),
                                 textcoords="offset points", fontsize=8, color=COLORS[name])
+        allowed = max((v.get("allowed_deviation") or [tolerance] for v in verdicts.values()), key=len, default=[tolerance])
+        if any(a > tolerance for a in allowed):
+            bottom.plot(range(len(allowed)), allowed, color="#d62728", ls=":", lw=1.0, label="allowed (fp32 and batch noise)")
         bottom.axhline(tolerance, color="#d62728", ls="--", lw=1.0, label=f"tolerance {tolerance:g}")
         bottom.set_yscale("log")
         bottom.set_ylabel("relative deviation")
-        bottom.set_xlabel("optimizer step (iteration)")
+        bottom.set_xlabel("updates applied (GradScaler's skipped steps do not count)")
         bottom.legend(loc="lower right", fontsize=8)
         bottom.grid(alpha=0.3)
         fig.tight_layout()
@@ -180,6 +300,12 @@ def plot(path: Path, series: dict[str, list[float]], verdicts: dict[str, dict[st
         fig.savefig(path)
     finally:
         plt.close(fig)
+
+
+def skip_marks(skipped: Sequence[int]) -> list[int]:
+    """Where each skipped iteration sits on the aligned curve: the updates applied before it."""
+    skip = sorted(skipped)
+    return [k - i for i, k in enumerate(skip)]
 
 
 # --- running -----------------------------------------------------------------------------------
@@ -198,18 +324,18 @@ def _series_of(outcome: Any, loss_dir: Path) -> tuple[list[float], list[int]]:
 
 
 def run_variant(name: str, command: list[str], *, steps: int, device: str | None, work: Path,
-                seed: int) -> dict[str, Any]:
+                seed: int, timeout: float | None = None, extensions: str | None = None) -> dict[str, Any]:
     from amplint.runtime.launch import run_instrumented
     from amplint.runtime.loss_capture import LOSS_DIR_ENV, SEED_ENV
 
     out_dir, loss_dir = work / name / "evidence", work / name / "losses"
     env = {
-        "AMPLINT_EXTENSIONS": EXTENSIONS[name],
+        "AMPLINT_EXTENSIONS": extensions or EXTENSIONS[name],
         "AMPLINT_PROBES": "none",
         SEED_ENV: str(seed),
         LOSS_DIR_ENV: str(loss_dir),
     }
-    outcome = run_instrumented(command, steps=steps, device=device, out_dir=out_dir, extra_env=env)
+    outcome = run_instrumented(command, steps=steps, device=device, out_dir=out_dir, extra_env=env, timeout=timeout)
     losses, skipped = _series_of(outcome, loss_dir)
     # The step budget stops the run at the start of step N+1, after that iteration's backward:
     # N+1 losses (after 0..N updates). Keep the N+1 points when present, the same in every run.
@@ -220,6 +346,9 @@ def run_variant(name: str, command: list[str], *, steps: int, device: str | None
         "losses": losses[: steps + 1],
         "skipped_steps": [k for k in skipped if k <= steps],
         "errors": list(getattr(outcome, "errors", []))[:5],
+        "seed": seed,
+        "timed_out": outcome.timed_out,
+        "interrupted_by": outcome.interrupted_by,
     }
 
 
@@ -240,6 +369,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--report", type=Path, help="write the series and the verdict to this JSON file")
     p.add_argument("--device", choices=("cpu",), default=None, help="emulate a CUDA script on the CPU")
     p.add_argument("--seed", type=int, default=0, help="seed set in every run before the script starts (default 0)")
+    p.add_argument("--no-noise-run", dest="noise_run", action="store_false",
+                   help="skip the second fp32 run (bf16-sized gradient noise) that measures fp32's own noise")
+    p.add_argument("--timeout", type=float, metavar="SECONDS", help="end the whole comparison after SECONDS (exit 124)")
     p.add_argument("command", nargs=argparse.REMAINDER, help="the training command")
     return p
 
@@ -268,6 +400,11 @@ def _json_clean(value: Any) -> Any:
     return value
 
 
+def _error(message: str) -> int:
+    print(f"amplint compare: error: {message}", file=sys.stderr)
+    return EXIT_ERROR
+
+
 def main(argv: list[str]) -> int:
     argv = list(argv)
     if argv and argv[0] == "compare":
@@ -277,28 +414,46 @@ def main(argv: list[str]) -> int:
     except SystemExit as exc:
         return EXIT_ERROR if exc.code not in (0, None) else EXIT_CLEAN
     if not args.command:
-        print("amplint compare: error: no command (use `amplint compare -- python train.py`)", file=sys.stderr)
-        return EXIT_ERROR
+        return _error("no command (use `amplint compare -- python train.py`)")
     if args.steps < 1 or args.tolerance <= 0 or args.window < 1:
-        print("amplint compare: error: --steps and --window must be >= 1, --tolerance > 0", file=sys.stderr)
-        return EXIT_ERROR
+        return _error("--steps and --window must be >= 1, --tolerance > 0")
+    if args.timeout is not None and not args.timeout > 0:
+        return _error("--timeout must be a positive number of seconds")
+    if args.plot is not None:
+        # NB: before any run: finding out after minutes of training that the plot cannot be drawn
+        # wastes them all.
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            return _error("--plot needs matplotlib: pip install 'amplint[plot]' (or pip install matplotlib)")
+    from amplint.runtime.launch import script_of
+
+    script_path = script_of(args.command)
+    if script_path is not None and not Path(script_path).is_file():
+        return _error(f"no such script: {script_path}")
     try:
         import torch  # noqa: F401
     except ImportError:
         from amplint.runtime import TORCH_INSTALL_HINT
 
-        print(f"amplint compare: error: {TORCH_INSTALL_HINT}", file=sys.stderr)
-        return EXIT_ERROR
+        return _error(TORCH_INSTALL_HINT)
 
-    names = ["fp32", "as_written"] + (["bf16"] if args.bf16 else [])
+    plan = [(n, n) for n in ["fp32", "as_written"] + (["bf16"] if args.bf16 else [])]
+    if args.noise_run:
+        plan.append((NOISE_RUN, NOISE_RUN))
     runs: dict[str, dict[str, Any]] = {}
+    stopped: dict[str, Any] | None = None
+    deadline = None if args.timeout is None else time.monotonic() + args.timeout
     with tempfile.TemporaryDirectory(prefix="amplint-compare-") as tmp:
-        for name in names:
+        for name, variant in plan:
+            left = None if deadline is None else max(0.1, deadline - time.monotonic())
             print(f"amplint compare: running {name} ({args.steps} steps)...", file=sys.stderr)
-            runs[name] = run_variant(name, args.command, steps=args.steps, device=args.device,
-                                     work=Path(tmp), seed=args.seed)
+            runs[name] = run_variant(name, args.command, steps=args.steps, device=args.device, work=Path(tmp),
+                                     seed=args.seed, timeout=left, extensions=EXTENSIONS[variant])
+            if runs[name]["timed_out"] or runs[name]["interrupted_by"]:
+                stopped = runs[name]
+                break
 
-    ref = runs["fp32"]
     report: dict[str, Any] = {
         "command": args.command,
         "device": args.device or "native",
@@ -310,28 +465,72 @@ def main(argv: list[str]) -> int:
         "runs": runs,
         "comparisons": {},
     }
+    if stopped is not None:
+        return _stopped(args, report, stopped)
+    ref = runs["fp32"]
     if not ref["losses"]:
         why = f"the fp32 reference run recorded no loss ({ref['ended']}, exit {ref['exit_code']})"
-        report.update(diverged=None, error=why)
+        report.update(diverged=None, error=why, status="reference-failed")
         _write_report(args.report, report)
-        print(f"amplint compare: error: {why}", file=sys.stderr)
-        return EXIT_ERROR
+        return _error(why)
 
-    verdicts = {n: judge(ref["losses"], runs[n]["losses"], tolerance=args.tolerance, window=args.window)
-                for n in names[1:]}
+    noise = _noise(report, runs, args.window)
+    verdicts = {n: judge(ref["losses"], runs[n]["losses"], tolerance=args.tolerance, window=args.window,
+                         skipped=runs[n]["skipped_steps"], noise=noise)
+                for n, _ in plan[1:] if n != NOISE_RUN}
     report["comparisons"] = verdicts
     report["diverged"] = any(v["diverged"] for v in verdicts.values())
-    script = next((Path(a).name for a in args.command if a.endswith(".py")), " ".join(args.command)[:40])
+    report["status"] = "diverged" if report["diverged"] else "within-tolerance"
     if args.plot is not None:
-        worst = [f"{n}: diverges at step {v['first_step_beyond_tolerance']}"
-                 for n, v in verdicts.items() if v["diverged"]]
-        title = f"{script}: " + ("; ".join(worst) if worst else f"within tolerance {args.tolerance:g}")
-        plot(args.plot, {n: runs[n]["losses"] for n in names}, verdicts, tolerance=args.tolerance, title=title,
-             skipped={n: runs[n]["skipped_steps"] for n in names})
-        report["plot"] = str(args.plot)
+        _plot(args, report, verdicts)
     _write_report(args.report, report)
     print(render(report))
     return EXIT_DIVERGED if report["diverged"] else EXIT_CLEAN
+
+
+def _noise(report: dict[str, Any], runs: dict[str, dict[str, Any]], window: int) -> list[float] | None:
+    """fp32's run-to-run noise envelope from the nudged run, and what the report says of it."""
+    other = runs.get(NOISE_RUN)
+    if other is None:
+        report["noise"] = {"measured": False, "why": "--no-noise-run"}
+        return None
+    ref = runs["fp32"]["losses"]
+    if not other["losses"]:
+        report["noise"] = {"measured": False, "why": f"the nudged fp32 run recorded no loss ({other['ended']})"}
+        return None
+    if other["losses"] == ref:
+        report["noise"] = {"measured": False, "why": "the nudged fp32 run was identical (no optimizer step ran?)"}
+        return None
+    envelope = noise_envelope(ref, other["losses"], window=window)
+    report["noise"] = {"measured": True, "nudge": "every gradient x (1 + 2**-8 N(0,1)) before each step", "envelope": envelope, "factor": NOISE_FACTOR,
+                       "max": max(envelope, default=0.0)}
+    return envelope
+
+
+def _stopped(args, report: dict[str, Any], run: dict[str, Any]) -> int:
+    """A run timed out or verify's process got a signal: report what exists and stop."""
+    if run["timed_out"]:
+        report.update(status="timed-out", diverged=None, error=f"timed out after {args.timeout:g} s ({run['ended']})")
+        code = EXIT_TIMEOUT
+    else:
+        signame = run["interrupted_by"]
+        report.update(status="interrupted", diverged=None, error=f"{signame} sent to compare: the run was ended")
+        code = 128 + int(signal.Signals[signame])
+    _write_report(args.report, report)
+    print(f"amplint compare: {report['error']}", file=sys.stderr)
+    return code
+
+
+def _plot(args, report: dict[str, Any], verdicts: dict[str, dict[str, Any]]) -> None:
+    runs = report["runs"]
+    script = next((Path(a).name for a in args.command if a.endswith(".py")), " ".join(args.command)[:40])
+    worst = [f"{n}: diverges after {v['first_step_beyond_tolerance']} updates" for n, v in verdicts.items() if v["diverged"]]
+    title = f"{script}: " + ("; ".join(worst) if worst else f"within tolerance {args.tolerance:g}")
+    series = {"fp32": runs["fp32"]["losses"], **{n: v["aligned_losses"] for n, v in verdicts.items()}}
+    labels = {n: f"{LABELS[n]}; {v['updates_lost']} update(s) lost to skips" for n, v in verdicts.items() if v["updates_lost"]}
+    plot(args.plot, series, verdicts, tolerance=args.tolerance, title=title, labels=labels,
+         marks={n: skip_marks(runs[n]["skipped_steps"]) for n in verdicts})
+    report["plot"] = str(args.plot)
 
 
 def _write_report(path: Path | None, report: dict[str, Any]) -> None:
@@ -345,15 +544,21 @@ def render(report: dict[str, Any]) -> str:
     where = "CPU emulation" if report["emulated"] else report["device"]
     ref = report["runs"]["fp32"]["losses"]
     lines = [f"amplint compare: {len(ref)} losses per run, {where}, tolerance {report['tolerance']:g} "
-             f"on {report['window']}-step means"]
+             f"on {report['window']}-step means, runs aligned by applied updates"]
+    noise = report.get("noise") or {}
+    if noise.get("measured"):
+        lines.append(f"  fp32 noise: fp32 with bf16-sized gradient noise deviates up to {noise['max']:.3g}; "
+                     f"allowed deviation is max(tolerance, {noise['factor']:g} x that envelope)")
+    elif noise:
+        lines.append(f"  fp32 noise: not measured ({noise['why']}); the tolerance alone applies")
     for name, v in report["comparisons"].items():
         run = report["runs"][name]
         worst = v["max_relative_deviation"]
         status = "DIVERGED" if v["diverged"] else "ok"
-        lines.append(f"  {name:<10} {status:<8} max deviation {worst:.3g} (step {v['max_at_step']}); {v['reason']}"
-                     f"; run {run['ended']}")
-        if run["skipped_steps"]:
-            lines.append(f"  {'':<10} GradScaler skipped step(s) {run['skipped_steps'][:10]}")
+        at = "" if v["max_at_step"] is None else f" (after {v['max_at_step']} updates)"
+        lines.append(f"  {name:<10} {status:<8} max deviation {worst:.3g}{at}; {v['reason']}; run {run['ended']}")
+        if v.get("lag"):
+            lines.append(f"  {'':<10} {v['lag']}")
         if v["identical"]:
             lines.append(f"  {'':<10} note: identical to fp32, the command may not use mixed precision at all")
     if report.get("plot"):

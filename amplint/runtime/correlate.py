@@ -1,14 +1,21 @@
-"""Static diagnostics x runtime observations -> verdicts (confirmed | not-reached | not-confirmed).
+"""Static diagnostics x runtime observations -> verdicts, each with a reason.
 
+Statuses (what the table prints in capitals):
 - confirmed: a probe of the same code recorded an observation at the diagnostic's line (the
   observation's own call, or one of its user frames, so a finding anchored at a helper's call site
   matches an observation made inside the helper);
-- not-confirmed: the line ran (some intercepted call happened there) and nothing was observed;
-- not-reached: the line never ran in the steps given.
+- not-confirmed: the line ran and the probe saw nothing wrong, or could not have seen it (AMP was
+  off, the call raised): the `reason` says which;
+- not-reached: the line never ran in the steps given;
+- no-probe: the line ran, and the rule has no runtime probe (the static finding stands as it is).
+
+Every verdict carries `reason`, a slug from `REASONS`, and `why`, one sentence for people.
 AMP401 also confirms an import line when torch warned about the same symbol elsewhere in the file.
 
-Observations with no static diagnostic are runtime findings: AMP9xx by design, and any other code
-is a static false negative (turn it into a `bad_` fixture).
+Observations with no static diagnostic are runtime findings: AMP9xx by design; any other code was
+found at run time although `check` did not report it (a miss to report, or a line whose finding is
+suppressed with `# noqa`, which verify honours: such a finding is listed as suppressed and does not
+count).
 """
 
 from __future__ import annotations
@@ -20,6 +27,30 @@ from typing import Any
 
 RUNTIME_ONLY = {"AMP901", "AMP902", "AMP903"}
 
+# reason slug -> the sentence the table and the JSON `why` give (formatted with the facts).
+REASONS = {
+    "observed": "seen at this line",
+    "observed-in-call": "seen in a call made from this line ({where})",
+    "warned": "torch warned about it in this file ({where})",
+    "behaved": "the line ran{active} and the probe saw nothing wrong",
+    "no-scaler": "the line ran, but no GradScaler was built, so there was nothing to observe",
+    "scaler-disabled": "the line ran, but every GradScaler was built disabled ({how})",
+    "autocast-not-entered": "the line ran, but no autocast region was entered",
+    "autocast-disabled": "the line ran, but {where}",
+    "amp-switched-off": "the line ran, but the script switched AMP off ({how})",
+    "no-amp": "the line ran, but the run used no AMP at all ({how})",
+    "call-raised": "the call at this line raised ({error}): nothing is concluded from it",
+    "not-run": "this line did not run{during}",
+    "not-seen": "no intercepted call ran at this line{during} (line tracking was {mode})",
+    "no-probe": "the line ran; {code} has no runtime probe, so the static finding stands as reported",
+}
+
+# Under CPU emulation, the usual way a script switches AMP off without meaning to.
+EMULATION_HINT = (
+    "under --device cpu tensors are really on the CPU, and a script that decides AMP from a "
+    "tensor's device (`x.device.type == 'cuda'`) turns it off: emulation cannot fake that"
+)
+
 
 @dataclass
 class Finding:
@@ -29,9 +60,12 @@ class Finding:
     status: str
     evidence: dict[str, Any] = field(default_factory=dict)
     message: str = ""
+    reason: str = ""
+    why: str = ""
 
     def as_json(self) -> dict[str, Any]:
-        return {"code": self.code, "filename": self.filename, "line": self.line, "status": self.status, "evidence": self.evidence}
+        return {"code": self.code, "filename": self.filename, "line": self.line, "status": self.status,
+                "reason": self.reason, "why": self.why, "evidence": self.evidence}
 
 
 @dataclass
@@ -41,21 +75,74 @@ class RuntimeFinding:
     line: int
     message: str
     evidence: dict[str, Any] = field(default_factory=dict)
+    status: str = "found"  # found | suppressed (a `# noqa` for this code on that line)
+    reason: str = "runtime-only"  # runtime-only (AMP9xx) | missed-by-check | noqa
+    hint: str = ""
 
     def as_json(self) -> dict[str, Any]:
-        return {"code": self.code, "filename": self.filename, "line": self.line, "message": self.message, "evidence": self.evidence}
+        out = {"code": self.code, "filename": self.filename, "line": self.line, "message": self.message,
+               "status": self.status, "reason": self.reason, "evidence": self.evidence}
+        if self.hint:
+            out["hint"] = self.hint
+        return out
+
+
+@dataclass
+class RunFacts:
+    """What the whole run (every process) says about AMP being on: built from the evidence."""
+
+    scalers_built: int = 0
+    scalers_enabled: int = 0
+    scalers_disabled_by_script: int = 0
+    scalers_disabled_by_torch: int = 0
+    autocast_entered: int = 0
+    autocast_enabled: int = 0
+    autocast_disabled_at: list = field(default_factory=list)
+    raised: list = field(default_factory=list)
+    emulated: bool = False
+    steps: int = 0
+    ended: str = ""
+    reach_mode: str = "calls"
+
+    @classmethod
+    def from_processes(cls, processes: list[dict[str, Any]], *, emulated: bool = False, steps: int = 0, ended: str = "") -> "RunFacts":
+        facts = cls(emulated=emulated, steps=steps, ended=ended)
+        modes = set()
+        for p in processes:
+            amp = (p.get("extra") or {}).get("amp_facts") or {}
+            s, a = amp.get("scalers") or {}, amp.get("autocast") or {}
+            facts.scalers_built += s.get("built", 0)
+            facts.scalers_enabled += s.get("enabled", 0)
+            facts.scalers_disabled_by_script += s.get("disabled_by_script", 0)
+            facts.scalers_disabled_by_torch += s.get("disabled_by_torch", 0)
+            facts.autocast_entered += a.get("entered", 0)
+            facts.autocast_enabled += a.get("enabled", 0)
+            facts.autocast_disabled_at += [x for x in a.get("disabled_at", []) if x not in facts.autocast_disabled_at]
+            facts.raised += amp.get("raised", [])
+            modes.add(p.get("reach_mode", "calls"))
+        if modes:
+            facts.reach_mode = "lines" if modes == {"lines"} else sorted(modes)[0]
+        return facts
 
 
 def _real(path: str) -> str:
     return os.path.realpath(path)
 
 
+def _rel(path: str) -> str:
+    try:
+        rel = os.path.relpath(path)
+    except ValueError:
+        return path
+    return path if rel.startswith("..") else rel
+
+
+def _frames(obs: dict) -> list:
+    return [[obs["file"], obs["line"], obs.get("end_line", obs["line"])], *obs.get("stack", [])]
+
+
 def _covers(obs: dict, file: str, line: int, end_line: int) -> bool:
-    frames = [[obs["file"], obs["line"], obs.get("end_line", obs["line"])], *obs.get("stack", [])]
-    for f, a, b in frames:
-        if f == file and a <= end_line and line <= b:
-            return True
-    return False
+    return any(f == file and a <= end_line and line <= b for f, a, b in _frames(obs))
 
 
 def _symbol(message: str) -> str | None:
@@ -72,8 +159,66 @@ def _with_rank(ev: dict, obs: list[dict]) -> dict:
     return ev
 
 
-def correlate(diagnostics, observations: list[dict], reached: set[tuple[str, int, int]], probed: set[str]):
-    """(findings, runtime_findings) for the static agenda and what the run recorded."""
+def _why(reason: str, **values: Any) -> str:
+    return REASONS[reason].format(**values)
+
+
+def _during(facts: RunFacts) -> str:
+    if facts.steps == 0:
+        return " (the run took no optimizer step: " + (facts.ended or "it ended first") + ")"
+    if facts.ended.startswith(("raised", "interrupted", "terminated", "timed out", "killed")):
+        return f" in the {facts.steps} step(s) before the run ended ({facts.ended})"
+    return f" in the {facts.steps} step(s) taken"
+
+
+def _switched_off(needs: frozenset, facts: RunFacts) -> tuple[str, dict] | None:
+    """Why a probe needing `needs` ("scaler", "autocast") could not see anything, or None."""
+    scaler_off = "scaler" in needs and facts.scalers_enabled == 0
+    autocast_off = "autocast" in needs and facts.autocast_enabled == 0
+    if not (scaler_off or autocast_off):
+        return None
+    if facts.scalers_built == 0:
+        scaler_how = "no GradScaler was built"
+    elif facts.scalers_disabled_by_torch and not facts.scalers_disabled_by_script:
+        scaler_how = "torch disabled the GradScaler: its device is not available"
+    else:
+        scaler_how = "the GradScaler was built with enabled=False"
+    where = ", ".join(f"{_rel(f)}:{a}" for f, a, _ in facts.autocast_disabled_at[:2])
+    autocast_how = "no autocast region was entered" if facts.autocast_entered == 0 else (
+        f"autocast was entered with enabled=False at {where}" if where else "autocast was entered disabled")
+    # Either component the probe needs is off; if the other is off too, AMP as a whole was.
+    scaler_off = scaler_off or (autocast_off and facts.scalers_enabled == 0)
+    autocast_off = autocast_off or (scaler_off and facts.autocast_enabled == 0)
+    if scaler_off and autocast_off:
+        absent = facts.scalers_built == 0 and facts.autocast_entered == 0
+        reason, values = ("no-amp" if absent else "amp-switched-off"), {"how": f"{scaler_how}; {autocast_how}"}
+    elif scaler_off:
+        reason, values = ("no-scaler" if facts.scalers_built == 0 else "scaler-disabled"), {"how": scaler_how}
+    else:
+        reason, values = ("autocast-not-entered" if facts.autocast_entered == 0 else "autocast-disabled"), {"where": autocast_how}
+    values["hint"] = EMULATION_HINT if facts.emulated and reason != "no-amp" else ""
+    return reason, values
+
+
+def _raised_here(facts: RunFacts, file: str, line: int, end: int) -> dict | None:
+    for r in facts.raised:
+        if _covers(r, file, line, end):
+            return r
+    return None
+
+
+def _active(needs: frozenset) -> str:
+    on = " and ".join(sorted({"scaler": "loss scaling", "autocast": "autocast"}[n] for n in needs))
+    return f" with {on} on" if on else ""
+
+
+def correlate(diagnostics, observations: list[dict], reached: set[tuple[str, int, int]], probes: dict[str, frozenset],
+              facts: RunFacts | None = None, noqa: "NoqaLookup | None" = None):
+    """(findings, runtime_findings) for the static agenda and what the run recorded.
+
+    `probes`: {code: what the probe needs to be on to see anything ("scaler", "autocast")}.
+    """
+    facts = facts or RunFacts()
     findings: list[Finding] = []
     used: set[int] = set()
     reached_files = {f for f, _, _ in reached}
@@ -81,40 +226,106 @@ def correlate(diagnostics, observations: list[dict], reached: set[tuple[str, int
         file = _real(d.path)
         line, end = d.span.line, max(d.span.end_line, d.span.line)
         hits = [i for i, o in enumerate(observations) if o["code"] == d.code and _covers(o, file, line, end)]
+        reason = "observed"
         if not hits and d.code == "AMP401":
             sym = _symbol(d.message)
             hits = [i for i, o in enumerate(observations) if o["code"] == "AMP401" and o["file"] == file and sym and f".{sym}(" in o["evidence"].get("warning", "")]
+            reason = "warned"
         if hits:
             used.update(hits)
             obs = [observations[i] for i in hits]
             ev = _with_rank(obs[0]["evidence"], obs)
+            where = ""
             if obs[0]["line"] != line or obs[0]["file"] != file:
-                ev["observed_at"] = f"{os.path.relpath(obs[0]['file'])}:{obs[0]['line']}"
-            findings.append(Finding(d.code, d.path, line, "confirmed", ev, d.message))
+                where = ev["observed_at"] = f"{_rel(obs[0]['file'])}:{obs[0]['line']}"
+                reason = "observed-in-call" if reason == "observed" else reason
+            findings.append(Finding(d.code, d.path, line, "confirmed", ev, d.message, reason, _why(reason, where=where)))
             continue
         ran = any(f == file and a <= end and line <= b for f, a, b in reached)
         if d.code == "AMP401" and file in reached_files:
             ran = True  # imports run with the module; a warning would have come from its call
-        ev: dict[str, Any] = {}
-        if d.code not in probed:
-            ev["note"] = f"no runtime probe for {d.code}"
-        findings.append(Finding(d.code, d.path, line, "not-confirmed" if ran else "not-reached", ev, d.message))
+        findings.append(_unconfirmed(d, file, line, end, ran, probes, facts))
+    runtime = _runtime_findings(observations, used, findings, noqa)
+    return findings, _merge_ranks(runtime)
+
+
+def _unconfirmed(d, file: str, line: int, end: int, ran: bool, probes: dict, facts: RunFacts) -> Finding:
+    ev: dict[str, Any] = {}
+    if not ran:
+        reason = "not-run" if facts.reach_mode == "lines" else "not-seen"
+        why = _why(reason, during=_during(facts), mode=facts.reach_mode)
+        return Finding(d.code, d.path, line, "not-reached", ev, d.message, reason, why)
+    if d.code not in probes:
+        return Finding(d.code, d.path, line, "no-probe", ev, d.message, "no-probe", _why("no-probe", code=d.code))
+    raised = _raised_here(facts, file, line, end)
+    if raised is not None:
+        ev["raised"] = raised["error"]
+        error = raised["error"] if len(raised["error"]) <= 100 else raised["error"][:97] + "..."
+        return Finding(d.code, d.path, line, "not-confirmed", ev, d.message, "call-raised", _why("call-raised", error=error))
+    off = _switched_off(probes[d.code], facts)
+    if off is not None:
+        reason, values = off
+        why = _why(reason, **values)
+        if values.get("hint"):
+            why += f"; {values['hint']}"
+        return Finding(d.code, d.path, line, "not-confirmed", ev, d.message, reason, why)
+    return Finding(d.code, d.path, line, "not-confirmed", ev, d.message, "behaved", _why("behaved", active=_active(probes[d.code])))
+
+
+class NoqaLookup:
+    """`# noqa` codes per line of the files runtime findings point at (read once per file)."""
+
+    def __init__(self) -> None:
+        self._maps: dict[str, dict[int, frozenset[str]]] = {}
+
+    def suppressed(self, file: str, line: int, code: str) -> bool:
+        table = self._maps.get(file)
+        if table is None:
+            from amplint.suppression import noqa_map
+
+            try:
+                with open(file, encoding="utf-8", errors="replace") as fh:
+                    table = noqa_map(fh.read())
+            except OSError:
+                table = {}
+            self._maps[file] = table
+        from amplint.suppression import ALL
+
+        codes = table.get(line, frozenset())
+        return code in codes or ALL in codes
+
+
+def _runtime_findings(observations: list[dict], used: set[int], findings: list[Finding], noqa: NoqaLookup | None) -> list[RuntimeFinding]:
     runtime: list[RuntimeFinding] = []
     for i, o in enumerate(observations):
         if i in used:
             continue
-        if o["code"] not in RUNTIME_ONLY:
-            if any(o["code"] == f.code and f.status == "confirmed" and _covers(o, _real(f.filename), f.line, f.line) for f in findings):
-                continue
-            msg = f"{o['code']} seen at runtime with no static finding here (static false negative)"
-        else:
-            msg = runtime_message(o)
+        code = o["code"]
+        if code not in RUNTIME_ONLY and any(
+            code == f.code and f.status == "confirmed" and _covers(o, _real(f.filename), f.line, f.line) for f in findings
+        ):
+            continue
         ev = dict(o["evidence"])
         if o.get("rank", "main") != "main":
             ev["rank"] = o["rank"]
         ev["times_seen"] = o.get("count", 1)
-        runtime.append(RuntimeFinding(o["code"], o["file"], o["line"], msg, ev))
-    return findings, _merge_ranks(runtime)
+        where = f"{_rel(o['file'])}:{o['line']}"
+        if noqa is not None and o["line"] and noqa.suppressed(o["file"], o["line"], code):
+            msg = f"{code} {_short(code, o)}; suppressed by `# noqa` on that line"
+            runtime.append(RuntimeFinding(code, o["file"], o["line"], msg, ev, "suppressed", "noqa"))
+        elif code in RUNTIME_ONLY:
+            hint = f"to accept it here, add `# noqa: {code}` to {where}"
+            runtime.append(RuntimeFinding(code, o["file"], o["line"], runtime_message(o), ev, hint=hint))
+        else:
+            msg = f"{code} found at run time; `check` did not report it"
+            hint = (f"if it is a real problem, please report the miss to amplint with this line; "
+                    f"to accept it here, add `# noqa: {code}` to {where}")
+            runtime.append(RuntimeFinding(code, o["file"], o["line"], msg, ev, reason="missed-by-check", hint=hint))
+    return runtime
+
+
+def _short(code: str, o: dict) -> str:
+    return runtime_message(o) if code in RUNTIME_ONLY else "found at run time"
 
 
 def _merge_ranks(items: list[RuntimeFinding]) -> list[RuntimeFinding]:

@@ -22,6 +22,12 @@ Events (arguments):
   load_state(obj)                          before Optimizer/GradScaler.load_state_dict
   set_default_dtype(dtype)                 after torch.set_default_dtype
   warning(message, category, filename, lineno)  every warning shown
+  raised(api, exc)                         an intercepted call raised `exc` (an Exception)
+
+Facts kept for the report (`AmpFacts`, in the evidence as "amp_facts"): how many GradScalers were
+built and how many of them were enabled (disabled by the script's `enabled=False`, or by torch),
+how many autocast regions were entered and with which dtypes, and every intercepted call that
+raised, with its user site.  They let verify say *why* a finding was not confirmed.
 
 Subscribers that raise `Exception` are recorded in the sink and never reach the training loop;
 only `BaseException`s that are not `Exception`s (the step budget) pass through.
@@ -29,6 +35,7 @@ only `BaseException`s that are not `Exception`s (the step budget) pass through.
 
 from __future__ import annotations
 
+import inspect
 import threading
 import warnings
 import weakref
@@ -55,6 +62,7 @@ class AmpState:
         # strong references, cleared at every update and capped, so no graph outlives its iteration)
         self.scale_grad_fns: dict[int, Any] = {}
         self.last_autocast: tuple | None = None  # (device, dtype, enabled, site)
+        self.facts = AmpFacts()
         self._tl = threading.local()
 
     @property
@@ -63,6 +71,50 @@ class AmpState:
 
     def enabled_scalers(self) -> list:
         return [s for s in list(self.scalers) if torch_state.scaler_enabled(s)]
+
+
+class AmpFacts:
+    """Counts that explain a NOT CONFIRMED: was AMP on at all in this process? (JSON-ready dicts)"""
+
+    _MAX_SITES = 4
+
+    def __init__(self) -> None:
+        self.scalers = {"built": 0, "enabled": 0, "disabled_by_script": 0, "disabled_by_torch": 0, "disabled_at": []}
+        self.autocast = {"entered": 0, "enabled": 0, "dtypes": {}, "disabled_at": []}
+        self.raised: list[dict[str, Any]] = []
+
+    def as_json(self) -> dict[str, Any]:
+        return {"scalers": self.scalers, "autocast": self.autocast, "raised": self.raised}
+
+    def scaler_built(self, enabled: bool, asked: bool, site: Site | None) -> None:
+        s = self.scalers
+        s["built"] += 1
+        if enabled:
+            s["enabled"] += 1
+            return
+        s["disabled_by_script" if not asked else "disabled_by_torch"] += 1
+        if site is not None and len(s["disabled_at"]) < self._MAX_SITES:
+            s["disabled_at"].append(site.as_list())
+
+    def autocast_entered(self, enabled: bool, dtype: Any, site: Site | None) -> None:
+        a = self.autocast
+        a["entered"] += 1
+        if enabled:
+            a["enabled"] += 1
+            name = torch_state.dtype_name(dtype)
+            a["dtypes"][name] = a["dtypes"].get(name, 0) + 1
+        elif site is not None and len(a["disabled_at"]) < self._MAX_SITES and site.as_list() not in a["disabled_at"]:
+            a["disabled_at"].append(site.as_list())
+
+    def call_raised(self, api: str, exc: BaseException, stack: list[Site]) -> None:
+        if len(self.raised) >= 20:
+            return
+        site = stack[0] if stack else Site("<unknown>", 0, 0)
+        self.raised.append({
+            "api": api, "error": f"{type(exc).__name__}: {exc}"[:200],
+            "file": site.file, "line": site.line, "end_line": site.end_line,
+            "stack": [s.as_list() for s in stack[1:]],
+        })
 
 
 # Events that happen at a call site in the user's code: each one marks that site as reached, so
@@ -109,26 +161,49 @@ class Bus:
             except Exception as exc:  # noqa: BLE001 - a probe bug must not break the user's run
                 self.sink.error(f"{event}:{getattr(fn, '__qualname__', fn)}", exc)
 
+    def call_raised(self, api: str, exc: BaseException) -> None:
+        """An intercepted call raised: keep its user site (nothing may be concluded from it)."""
+        try:
+            self.state.facts.call_raised(api, exc, user_stack(2, limit=4))
+        except Exception as err:  # noqa: BLE001
+            self.sink.error("raised", err)
+        self.emit("raised", api, exc)
+
 
 def install(bus: Bus):
     """Yield a handle per patch/hook; removing them all restores torch exactly."""
     st = bus.state
     emit = bus.emit
     S = torch_state.BaseGradScaler
+    bus.sink.put("amp_facts", st.facts.as_json())
+    scaler_signature = inspect.signature(S.__init__)
+
+    def guarded(api: str, orig: Callable, *a, **kw):
+        """Call `orig`; if it raises, say so on the bus first."""
+        try:
+            return orig(*a, **kw)
+        except Exception as exc:
+            bus.call_raised(api, exc)
+            raise
 
     # --- GradScaler ------------------------------------------------------------------
     def w_init(orig):
         def init(self, *a, **kw):
             orig(self, *a, **kw)
             st.scalers.add(self)
-            st.site[id(self)] = user_site()
+            site = st.site[id(self)] = user_site()
+            try:
+                asked = scaler_signature.bind(self, *a, **kw).arguments.get("enabled", True)
+            except TypeError:
+                asked = True
+            st.facts.scaler_built(torch_state.scaler_enabled(self), bool(asked), site)
             emit("scaler_init", self)
 
         return init
 
     def w_scale(orig):
         def scale(self, outputs):
-            result = orig(self, outputs)
+            result = guarded("GradScaler.scale", orig, self, outputs)
             if torch_state.scaler_enabled(self):
                 st.scaled_since_update[id(self)] = True
                 for t in result if isinstance(result, (list, tuple)) else (result,):
@@ -143,7 +218,7 @@ def install(bus: Bus):
     def w_unscale(orig):
         def unscale_(self, optimizer):
             emit("unscale_pre", self, optimizer)
-            return orig(self, optimizer)
+            return guarded("GradScaler.unscale_", orig, self, optimizer)
 
         return unscale_
 
@@ -153,7 +228,7 @@ def install(bus: Bus):
             before = st.step_posts[id(optimizer)]
             st._tl.scaler_step = getattr(st._tl, "scaler_step", 0) + 1
             try:
-                result = orig(self, optimizer, *a, **kw)
+                result = guarded("GradScaler.step", orig, self, optimizer, *a, **kw)
             finally:
                 st._tl.scaler_step -= 1
             emit("scaler_step_post", self, optimizer, st.step_posts[id(optimizer)] != before)
@@ -164,7 +239,7 @@ def install(bus: Bus):
     def w_update(orig):
         def update(self, *a, **kw):
             emit("update_pre", self)
-            result = orig(self, *a, **kw)
+            result = guarded("GradScaler.update", orig, self, *a, **kw)
             st.scaled_since_update[id(self)] = False
             st.scale_grad_fns.clear()
             emit("update_post", self)
@@ -211,7 +286,7 @@ def install(bus: Bus):
                 else:
                     params = list(parameters)  # NB: may be a generator; materialise once
                 emit("clip_pre", name, params, a, kw)
-                result = orig(params, *a, **kw)
+                result = guarded(f"torch.nn.utils.{name}", orig, params, *a, **kw)
                 emit("clip_post", name, params, a, kw, result)
                 return result
 
@@ -236,7 +311,7 @@ def install(bus: Bus):
                     emit("backward", api, tensors)
                 tl.depth = depth + 1
                 try:
-                    return orig(*a, **kw)
+                    return orig(*a, **kw) if depth else guarded(api, orig, *a, **kw)
                 finally:
                     tl.depth = depth
 
@@ -253,7 +328,9 @@ def install(bus: Bus):
         def enter(self):
             result = orig(self)
             site = user_site()
-            st.last_autocast = (self.device, getattr(self, "fast_dtype", None), getattr(self, "_enabled", True), site)
+            enabled = getattr(self, "_enabled", True)
+            st.last_autocast = (self.device, getattr(self, "fast_dtype", None), enabled, site)
+            st.facts.autocast_entered(enabled, getattr(self, "fast_dtype", None), site)
             emit("autocast_enter", self)
             return result
 
@@ -290,14 +367,14 @@ def install(bus: Bus):
     def w_save(orig):
         def save(obj, *a, **kw):
             emit("save", obj)
-            return orig(obj, *a, **kw)
+            return guarded("torch.save", orig, obj, *a, **kw)
 
         return save
 
     def w_load(orig):
         def load_state_dict(self, *a, **kw):
             emit("load_state", self)
-            return orig(self, *a, **kw)
+            return guarded(f"{type(self).__name__}.load_state_dict", orig, self, *a, **kw)
 
         return load_state_dict
 

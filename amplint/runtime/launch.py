@@ -11,7 +11,6 @@ import json
 import os
 import shutil
 import signal
-import subprocess
 import sys
 import threading
 import time
@@ -45,6 +44,8 @@ class RunOutcome:
     extras: dict[str, dict[str, Any]] = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)
     wall_s: float = 0.0
+    timed_out: bool = False
+    interrupted_by: str | None = None  # "SIGINT" / "SIGTERM": a signal sent to verify itself
 
     @property
     def stopped_by_budget(self) -> bool:
@@ -99,47 +100,50 @@ def run_instrumented(
     on_progress: Callable[[int], None] | None = None,
     cwd: str | None = None,
     timeout: float | None = None,
+    agenda: list[tuple[str, int, int]] | None = None,
 ) -> RunOutcome:
-    """Run `command` under the bootstrap; wait; merge the per-process evidence in `out_dir`."""
+    """Run `command` under the bootstrap; wait; merge the per-process evidence in `out_dir`.
+
+    The command runs as a process group of its own (`supervise.Supervisor`): a signal to this
+    process, or `timeout` seconds, ends all of it and the outcome says so (`interrupted_by`,
+    `timed_out`).  `agenda`: (file, line, end_line) spans whose execution the children track."""
+    from amplint.runtime.reach import AGENDA_ENV, write_agenda
+    from amplint.runtime.supervise import Supervisor
+
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     for old in out_dir.glob("evidence-*.json"):
         old.unlink()
     script = script_of(command)
     env = build_env(out_dir, steps=steps, device=device, script=script, extra_env=extra_env)
+    if agenda:
+        write_agenda(str(out_dir / "agenda.json"), agenda)
+        env[AGENDA_ENV] = str(out_dir / "agenda.json")
     start = time.monotonic()
+    supervisor = Supervisor(command, env=env, cwd=cwd, timeout=timeout)
     try:
-        proc = subprocess.Popen(command, env=env, cwd=cwd)
+        supervisor.start()
     except OSError as exc:
         return RunOutcome(command, 127, 127, 0, f"could not start: {exc}", device or "native", device == "cpu", errors=[str(exc)])
     stop = threading.Event()
     if on_progress is not None:
         t = threading.Thread(target=_poll, args=(out_dir, on_progress, stop), daemon=True)
         t.start()
-    interrupted = False
-    while True:
-        try:
-            proc.wait(timeout=timeout)
-            break
-        except KeyboardInterrupt:
-            # Ctrl-C reached the child too (same process group); let it write its evidence.
-            interrupted = True
-            continue
-        except subprocess.TimeoutExpired:
-            proc.send_signal(signal.SIGINT)
-            interrupted = True
-            timeout = None
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-            break
-    stop.set()
-    outcome = collect(out_dir, command, proc.returncode, device)
+    try:
+        ending = supervisor.wait()
+    finally:
+        stop.set()
+    outcome = collect(out_dir, command, ending.returncode, device)
     outcome.wall_s = time.monotonic() - start
-    if interrupted and "interrupt" not in outcome.ended:
-        outcome.ended = f"interrupted ({outcome.ended})"
+    outcome.timed_out = ending.timed_out
+    if ending.signal_received is not None:
+        outcome.interrupted_by = signal.Signals(ending.signal_received).name
+    if ending.timed_out:
+        outcome.ended = f"timed out after {timeout:g} s ({outcome.ended})"
+    elif outcome.interrupted_by:
+        outcome.ended = f"{outcome.interrupted_by} sent to verify ({outcome.ended})"
+    if ending.killed_leftovers:
+        outcome.errors.append("processes still running after the command ended were killed")
     if on_progress is not None:
         on_progress(outcome.steps)
     return outcome

@@ -25,6 +25,7 @@ class Observations:
         self.meta: dict[str, Any] = {}
         self.step = 0  # optimizer steps attempted so far (the step budget's count)
         self.bus = None  # interception.Bus, set by the bootstrap
+        self.reach = None  # reach.ReachTracker, set by the bootstrap when verify sent an agenda
         self._last_flush = 0.0
 
     # --- recording -----------------------------------------------------------------
@@ -81,10 +82,17 @@ class Observations:
             "label": self.label,
             "steps": self.step,
             "observations": list(self.records.values()),
-            "reached": sorted(self.bus.reached) if self.bus is not None else [],
+            "reached": sorted(self._reached()),
+            "reach_mode": self.reach.mode if self.reach is not None else "calls",
             "extra": self.extra,
             "errors": self.errors,
         }
+
+    def _reached(self) -> set:
+        lines = set(self.bus.reached) if self.bus is not None else set()
+        if self.reach is not None:
+            lines |= self.reach.reached
+        return lines
 
     def flush(self, *, force: bool = True) -> None:
         """Write the evidence atomically (tmp + rename); throttled unless `force`."""

@@ -24,8 +24,6 @@ import os
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from amplint.runtime.loss_capture import StepBoundaries
 
 DIR_ENV = "AMPLINT_PROFILE_DIR"
@@ -75,8 +73,12 @@ class StepProfiler:
         self.directory.mkdir(parents=True, exist_ok=True)
         self.schedule = schedule
         self.pid = os.getpid()
+        from amplint.runtime import torch_state
+
         activities = [ProfilerActivity.CPU]
-        if torch.cuda.is_available():
+        # NB: not torch.cuda.is_available(): under --device cpu that says yes, and a CUDA activity on
+        # a CPU-only build fails every event ("Failed to record CUDA event", a stack trace each).
+        if torch_state.cuda_really_available():
             activities.append(ProfilerActivity.CUDA)
         wait, warmup, active = schedule
         self.profiler = profile(

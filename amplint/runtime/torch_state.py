@@ -33,6 +33,17 @@ except ImportError:  # pragma: no cover - torch < 2.3
 
 AUTOCAST_DEVICES = ("cpu", "cuda")
 
+# NB: captured at import, before CPU emulation makes the "cuda" questions answer for the CPU:
+# probes must see what each device's autocast really is.
+is_autocast_enabled = torch.is_autocast_enabled
+get_autocast_dtype = torch.get_autocast_dtype
+_cuda_is_available = torch.cuda.is_available
+
+
+def cuda_really_available() -> bool:
+    """Whether this process has a real CUDA device (emulation makes `torch.cuda.is_available` say yes)."""
+    return bool(_cuda_is_available())
+
 
 def scaler_stage(scaler, optimizer) -> str:
     """READY (grads still scaled), UNSCALED or STEPPED, for `optimizer` in the current iteration."""
@@ -79,8 +90,8 @@ def autocast_state() -> dict[str, str]:
     out = {}
     for dev in AUTOCAST_DEVICES:
         try:
-            if torch.is_autocast_enabled(dev):
-                out[dev] = str(torch.get_autocast_dtype(dev)).replace("torch.", "")
+            if is_autocast_enabled(dev):
+                out[dev] = str(get_autocast_dtype(dev)).replace("torch.", "")
         except (RuntimeError, TypeError):
             continue
     return out

@@ -1,7 +1,7 @@
 """Test helper: run many small fixture scripts under the verify bootstrap, forking from one warm
 interpreter instead of paying a torch import per script (148 fixtures: minutes -> seconds).
 
-Usage: python forkrun.py JOBS.json RESULTS.json  where JOBS is [{"script", "out", "device"}].
+Usage: python forkrun.py JOBS.json RESULTS.json  where JOBS is [{"script", "out", "device", "agenda"}].
 The server imports torch but runs no op before forking (so no OpenMP pool is inherited); each
 child sets the same AMPLINT_* variables the launcher would, starts the same bootstrap, and runs
 the script as __main__.  The end-to-end tests (test_verify_runs.py) cover the real launcher path.
@@ -25,6 +25,8 @@ def child(job: dict) -> None:
     os.environ.update(AMPLINT_ACTIVE="1", AMPLINT_OUT=out, AMPLINT_SCRIPT=script, AMPLINT_ROOT=os.path.dirname(script))
     if job.get("device"):
         os.environ["AMPLINT_DEVICE"] = job["device"]
+    if job.get("agenda"):
+        os.environ["AMPLINT_AGENDA"] = job["agenda"]
     sys.argv = [script]
     sys.path[0] = os.path.dirname(script)
     from amplint.runtime import bootstrap

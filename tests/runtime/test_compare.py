@@ -56,6 +56,52 @@ def test_losses_near_zero_are_measured_against_a_floor():
     assert not v["diverged"]
 
 
+def test_align_by_updates_drops_the_points_a_skipped_step_did_not_advance():
+    # iterations 0 and 1 skipped (calibration), 4 skipped later: losses after 0, 1, 2, 3 updates
+    run = [9.0, 9.1, 9.2, 5.0, 4.0, 4.1, 3.0]
+    assert compare.align_by_updates(run, [0, 1, 4]) == [9.0, 5.0, 4.0, 3.0]
+    assert compare.align_by_updates(run, []) == run
+    assert compare.skip_marks([0, 1, 4]) == [0, 0, 2]
+    s = compare.skip_summary([0, 1, 4], len(run))
+    assert (s["calibration_skips"], s["later_skips"], s["updates_lost"]) == (2, [4], 3)
+    assert s["lag"] == "GradScaler skipped steps 0-1 while calibrating: 2 updates lost; skipped 1 later step(s) [4]"
+
+
+def test_a_calibration_lag_on_a_fast_falling_loss_is_a_lag_not_a_divergence():
+    ref = [100.0 * 0.7**k for k in range(20)]
+    run = [ref[0]] * 6 + ref[:14]  # a correct run 6 updates behind: 6 skipped calibration steps
+    skipped = list(range(6))
+    assert compare.judge(ref, run, tolerance=0.1)["diverged"]  # unaligned: the old false alarm
+    v = compare.judge(ref, run, tolerance=0.1, skipped=skipped)
+    assert not v["diverged"] and v["max_relative_deviation"] == 0.0
+    assert v["calibration_skips"] == 6 and "0-5 while calibrating: 6 updates lost" in v["lag"]
+
+
+def test_skips_that_are_not_calibration_still_diverge():
+    ref = [1.0] * 12
+    v = compare.judge(ref, [1.0] * 12, tolerance=0.1, skipped=list(range(12)))
+    assert v["diverged"] and "skipped every step" in v["reason"]
+    v = compare.judge(ref, [1.0] * 12, tolerance=0.1, skipped=[3, 5, 6, 8, 9, 10])
+    assert v["diverged"] and "skipped 6 of 12 steps after calibrating" in v["reason"]
+
+
+def test_the_allowed_deviation_follows_fp32s_own_noise():
+    ref = [1.0] * 10
+    run = [1.0] + [1.25] * 9
+    noisy_fp32 = [1.0] + [1.2, 0.8] * 4 + [1.2]
+    envelope = compare.noise_envelope(ref, noisy_fp32, window=1)
+    assert envelope == sorted(envelope) and envelope[-1] == pytest.approx(0.2)
+    assert compare.judge(ref, run, tolerance=0.1, window=1)["diverged"]
+    v = compare.judge(ref, run, tolerance=0.1, window=1, noise=envelope)
+    assert not v["diverged"] and v["allowed_deviation"][-1] == pytest.approx(compare.NOISE_FACTOR * 0.2)
+
+
+def test_batch_noise_reads_the_step_to_step_noise_not_the_trend():
+    assert compare.batch_noise([100.0 * 0.9**k for k in range(30)]) < 0.01  # smooth: no noise
+    noisy = [1.0 + (0.2 if k % 2 else -0.2) for k in range(30)]
+    assert compare.batch_noise(noisy) == pytest.approx(0.8 / 0.6745 / math.sqrt(6), rel=0.1)
+
+
 # --- fp32 / bf16 variants, in-process ----------------------------------------------------------
 def test_fp32_mode_disables_autocast_scaler_and_reduced_casts_then_restores_everything():
     handles = fp32_mode.install()
@@ -161,6 +207,36 @@ def test_correct_amp_script_stays_within_tolerance_of_fp32_and_of_bf16():
     assert not compare.judge(ref.series, bf16.series, tolerance=compare.DEFAULT_TOLERANCE)["diverged"]
 
 
+def test_a_scaler_starting_at_2_to_the_24_is_a_calibration_lag_not_a_divergence():
+    ref = run_script("amp_high_init_scale", mode="fp32", steps=STEPS)
+    amp = run_script("amp_high_init_scale", steps=STEPS)
+    assert compare.judge(ref.series, amp.series, tolerance=compare.DEFAULT_TOLERANCE)["diverged"]  # unaligned
+    v = compare.judge(ref.series, amp.series, tolerance=compare.DEFAULT_TOLERANCE, skipped=amp.skipped)
+    assert not v["diverged"], v["reason"]
+    assert v["calibration_skips"] >= 8 and "while calibrating" in v["lag"]  # 2**24 -> 2**16 takes 8 halvings
+
+
+def test_a_noisy_correct_scripts_bf16_run_is_judged_against_fp32s_own_noise():
+    from amplint.runtime.perturb import GradientNoise
+
+    ref = run_script("amp_noisy_correct", mode="fp32", steps=40).series
+    noise = run_script("amp_noisy_correct", mode="fp32", steps=40, extra=[GradientNoise()]).series
+    bf16 = run_script("amp_noisy_correct", mode="bf16", steps=40).series
+    plain = compare.judge(ref, bf16, tolerance=compare.DEFAULT_TOLERANCE)
+    assert plain["diverged"]  # the tolerance alone flags plain noise
+    v = compare.judge(ref, bf16, tolerance=compare.DEFAULT_TOLERANCE, noise=compare.noise_envelope(ref, noise))
+    assert not v["diverged"], v["reason"]
+
+
+def test_the_noise_run_does_not_hide_a_broken_script():
+    from amplint.runtime.perturb import GradientNoise
+
+    ref = run_script("amp_no_scaler", mode="fp32", steps=STEPS).series
+    noise = run_script("amp_no_scaler", mode="fp32", steps=STEPS, extra=[GradientNoise()]).series
+    run = run_script("amp_no_scaler", steps=STEPS).series
+    assert compare.judge(ref, run, tolerance=compare.DEFAULT_TOLERANCE, noise=compare.noise_envelope(ref, noise))["diverged"]
+
+
 # --- the CLI through the launcher, and the PNG ------------------------------------------------
 def _columns_with(png, hex_color: str, top_fraction: float = 0.55, tol: float = 0.08) -> float:
     """Share of image columns in the top panel holding pixels of `hex_color`.
@@ -182,7 +258,7 @@ def test_cli_correct_script_passes_and_the_png_shows_both_curves(tmp_path):
                          "--device", "cpu", "--", sys.executable, str(SCRIPTS / "amp_correct.py")])
     data = json.loads(report.read_text())
     assert code == 0, data["comparisons"]
-    assert set(data["runs"]) == {"fp32", "as_written", "bf16"}
+    assert set(data["runs"]) == {"fp32", "as_written", "bf16", "fp32_nudged"}
     assert all(len(r["losses"]) == 13 for r in data["runs"].values())  # after 0..12 updates
     assert data["runs"]["fp32"]["losses"][0] == pytest.approx(data["runs"]["as_written"]["losses"][0], rel=1e-3)
     assert data["diverged"] is False and data["emulated"] is True
@@ -200,8 +276,10 @@ def test_cli_broken_script_exits_1_with_the_divergence_step(tmp_path):
     assert code == 1
     v = data["comparisons"]["as_written"]
     assert v["diverged"] and 1 <= v["first_step_beyond_tolerance"] <= 8
-    assert v["max_relative_deviation"] > 1.0
-    assert len(v["relative_deviation"]) == len(data["runs"]["fp32"]["losses"]) == 11
+    assert v["max_relative_deviation"] > 0.5
+    # one point per applied update: the steps GradScaler skipped are a lag, not compared points
+    assert len(data["runs"]["fp32"]["losses"]) == 11
+    assert len(v["relative_deviation"]) == len(v["aligned_losses"]) == 11 - v["updates_lost"]
     assert _columns_with(png, compare.COLORS["fp32"]) > 0.6
     assert _columns_with(png, compare.COLORS["as_written"]) > 0.6
     assert _columns_with(png, compare.COLORS["bf16"]) == 0.0  # not asked for: not drawn
@@ -210,3 +288,19 @@ def test_cli_broken_script_exits_1_with_the_divergence_step(tmp_path):
 def test_cli_usage_errors_exit_2(tmp_path):
     assert compare.main(["--steps", "3"]) == 2
     assert compare.main(["--steps", "0", "--", sys.executable, "x.py"]) == 2
+    assert compare.main(["--", sys.executable, str(tmp_path / "missing.py")]) == 2
+
+
+def test_plot_without_matplotlib_fails_at_once_before_any_run(monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # `import matplotlib` raises ImportError
+    monkeypatch.setattr(compare, "run_variant", lambda *a, **k: pytest.fail("a run started"))
+    assert compare.main(["--plot", "x.png", "--", sys.executable, str(SCRIPTS / "amp_correct.py")]) == 2
+    assert "pip install 'amplint[plot]'" in capsys.readouterr().err
+
+
+def test_cli_timeout_ends_the_comparison_with_124(tmp_path):
+    report = tmp_path / "report.json"
+    code = compare.main(["--timeout", "3", "--report", str(report), "--", sys.executable, str(SCRIPTS / "hangs.py"), str(tmp_path / "pids")])
+    data = json.loads(report.read_text())
+    assert (code, data["status"]) == (124, "timed-out")
+    assert list(data["runs"]) == ["fp32"]  # nothing else was started

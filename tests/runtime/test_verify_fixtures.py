@@ -57,21 +57,23 @@ THRESHOLD = {"AMP101": {"max_norm", "clip_value"}}
 # Bad fixtures whose finding cannot happen in the run as written: the static rule analyses code
 # under an option as if the option were on (DESIGN.md), but the fixture runs with it off, or the
 # runtime shape makes the pattern harmless ("fixture" or "fixture:line").  Each must still be on
-# the agenda, and must NOT be confirmed (if it ever is, the fixture changed: move it out of here).
+# the agenda, and must NOT be confirmed (if it ever is, the fixture changed: move it out of here);
+# the reason verify gives is part of the expectation: "behaved" (the line ran, the pattern was
+# harmless in this run) or "not-run" (the line never ran).
 NOT_RUNTIME_VISIBLE = {
-    "AMP102/bad_update_after_epoch": "one batch per epoch: each step is followed by the epoch's update",
-    "AMP108/bad_unscale_before_debug_check": "check_grads is False: the second unscale_ never runs",
-    "AMP108/bad_two_clip_options": "clip_value is None: the second unscale_ never runs",
-    "AMP203/bad_scaler_literally_disabled": "--fp16 is off: the run uses bfloat16",
-    "AMP303/bad_dtype_option": "--bf16 is off: the default dtype stays float32",
-    "AMP106/bad_resume_then_save_script:13": "the save runs before the GradScaler exists",
-    "AMP107/bad_trainer_accumulation": "accumulation_steps=1: every micro-batch steps",
+    "AMP102/bad_update_after_epoch": ("behaved", "one batch per epoch: each step is followed by the epoch's update"),
+    "AMP108/bad_unscale_before_debug_check": ("not-run", "check_grads is False: the second unscale_ never runs"),
+    "AMP108/bad_two_clip_options": ("not-run", "clip_value is None: the second unscale_ never runs"),
+    "AMP203/bad_scaler_literally_disabled": ("behaved", "--fp16 is off: the run uses bfloat16"),
+    "AMP303/bad_dtype_option": ("behaved", "--bf16 is off: the default dtype stays float32"),
+    "AMP106/bad_resume_then_save_script:13": ("behaved", "the save runs before the GradScaler exists"),
+    "AMP107/bad_trainer_accumulation": ("behaved", "accumulation_steps=1: every micro-batch steps"),
     # With accum > 1 torch itself raises at the second micro-batch; test_verify_runs confirms that
     # shape (tests/runtime/scripts/update_every_microbatch.py).
-    "AMP107/bad_update_every_microbatch": "accum = 1: every micro-batch steps",
-    "AMP107/bad_unscale_every_microbatch": "accum = 1: every micro-batch steps",
-    "AMP108/bad_helper_unscales_again": "log_grad_norm is False: the first unscale_ never runs",
-    "AMP304/bad_dtype_option_rmsprop": "the option is off: parameters stay float32",
+    "AMP107/bad_update_every_microbatch": ("behaved", "accum = 1: every micro-batch steps"),
+    "AMP107/bad_unscale_every_microbatch": ("behaved", "accum = 1: every micro-batch steps"),
+    "AMP108/bad_helper_unscales_again": ("behaved", "log_grad_norm is False: the first unscale_ never runs"),
+    "AMP304/bad_dtype_option_rmsprop": ("behaved", "the option is off: parameters stay float32"),
 }
 
 _results: dict[Path, tuple[int, dict]] = {}
@@ -84,14 +86,20 @@ def _run_all(paths: list[Path], tmp: Path) -> None:
     from amplint.runtime.agenda import static_agenda
     from amplint.runtime.cli import exit_code_for, make_report
 
-    jobs = [{"script": str(p), "out": str(tmp / f"run{i}"), "device": "cpu"} for i, p in enumerate(paths)]
+    from amplint.runtime.reach import write_agenda
+
+    agendas = {p: static_agenda(p)[0] for p in paths}
+    jobs = []
+    for i, p in enumerate(paths):
+        agenda = tmp / f"agenda{i}.json"
+        write_agenda(str(agenda), [(d.path, d.span.line, max(d.span.end_line, d.span.line)) for d in agendas[p]])
+        jobs.append({"script": str(p), "out": str(tmp / f"run{i}"), "device": "cpu", "agenda": str(agenda)})
     (tmp / "jobs.json").write_text(json.dumps(jobs))
     subprocess.run([sys.executable, str(Path(__file__).with_name("forkrun.py")), str(tmp / "jobs.json"), str(tmp / "rc.json")], check=True, timeout=1800, cwd=ROOT)
     rcs = json.loads((tmp / "rc.json").read_text())
     for path, job, rc in zip(paths, jobs, rcs):
         outcome = launch.collect(Path(job["out"]), [sys.executable, str(path)], rc, "cpu")
-        diagnostics, _, _ = static_agenda(path)
-        report, _, _ = make_report(outcome, diagnostics)
+        report, _, _ = make_report(outcome, agendas[path])
         report["output"] = (Path(job["out"]) / "output.txt").read_text(errors="replace")[-2000:]
         _results[path] = (exit_code_for(report), report)
 
@@ -127,6 +135,7 @@ def test_fixture_under_verify(path: Path, results) -> None:
         if why:
             f = by_line.get((rule, line))
             assert f is not None and f["status"] != "confirmed", (f, why)
+            assert f["reason"] == why[0], (f, why)
             continue
         f = by_line.get((rule, line))
         assert f is not None, f"{rule} at line {line} was not on the agenda: {report['findings']}"

@@ -37,21 +37,23 @@ def test_step_budget_stops_cleanly_and_dataloader_workers_do_not_report(tmp_path
 
 
 @pytest.mark.parametrize(
-    "how, exit_code, ended",
+    "how, exit_code, verify_exit, ended",
     [
-        ("raise", 1, "raised ValueError: boom"),
-        ("exit", 3, "sys.exit(3)"),
-        ("os_exit", 4, "os._exit(4)"),
-        ("sigint", 130, "interrupted (SIGINT)"),
-        ("nostep", 0, "completed; no optimizer step was taken"),
+        ("raise", 1, 1, "raised ValueError: boom"),
+        ("exit", 3, 3, "sys.exit(3)"),
+        ("os_exit", 4, 4, "os._exit(4)"),
+        ("sigint", 130, 130, "interrupted (SIGINT)"),
+        # exit 0 but not one optimizer step: nothing was verified, so verify does not pass it
+        ("nostep", 0, 3, "completed; no optimizer step was taken"),
     ],
 )
-def test_failures_still_write_the_report(how, exit_code, ended, verify_run):
+def test_failures_still_write_the_report(how, exit_code, verify_exit, ended, verify_run):
     code, report = verify_run("--", PY, str(SCRIPTS / "ends_badly.py"), how)
     assert report["exit_code"] == exit_code
-    assert code == exit_code
+    assert code == verify_exit == report["verify_exit"]
     assert report["ended"] == ended
     assert report["steps"] == (0 if how == "nostep" else 2)
+    assert report["status"] == ("no-step" if how == "nostep" else "command-failed")
 
 
 def test_sigint_death_survives_a_string_exec_at_exit(tmp_path, verify_run, monkeypatch):

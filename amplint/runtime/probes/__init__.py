@@ -1,6 +1,8 @@
 """Probes, one per rule code, with the same stem as the rule they confirm.
 
 ALL_PROBES is explicit (greppable, like `amplint/rules/__init__.py`).  AMP9xx are runtime-only.
+`probed_codes()` and `probe_needs()` import nothing (the code is the module's stem, a test checks
+it), so verify's own process never imports torch.
 """
 
 from __future__ import annotations
@@ -29,6 +31,15 @@ _MODULES = (
 )
 NAN_GUARD = "amp901_first_nonfinite"
 
+# What must be on in the run for a probe to be able to see its problem at all: "scaler" (an
+# enabled GradScaler), "autocast" (an enabled autocast region).  Without it, a line that ran is NOT
+# CONFIRMED for that reason, not because it behaved (correlate.py).  Codes not listed need nothing.
+NEEDS: dict[str, frozenset[str]] = {
+    **{code: frozenset({"scaler"}) for code in ("AMP101", "AMP102", "AMP103", "AMP104", "AMP105", "AMP106", "AMP107", "AMP108")},
+    **{code: frozenset({"autocast"}) for code in ("AMP201", "AMP202", "AMP203")},
+    "AMP204": frozenset({"scaler", "autocast"}),
+}
+
 
 def probe_classes(nan_guard: bool = False) -> list[type]:
     """The Probe classes to install (AMP901 only with --nan-guard: it hooks every module)."""
@@ -45,4 +56,10 @@ def probe_classes(nan_guard: bool = False) -> list[type]:
 
 
 def probed_codes() -> set[str]:
-    return {cls.code for cls in probe_classes(nan_guard=True)}
+    """Every code with a probe, from the module names alone (no import, no torch)."""
+    return {name.split("_", 1)[0].upper() for name in _MODULES + (NAN_GUARD,)}
+
+
+def probe_needs() -> dict[str, frozenset[str]]:
+    """{code: what must be on in the run for its probe to see anything} (see NEEDS)."""
+    return {code: NEEDS.get(code, frozenset()) for code in probed_codes()}

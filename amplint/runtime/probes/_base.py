@@ -17,6 +17,13 @@ class Probe:
 
     code: ClassVar[str]
 
+    @property
+    def needs(self) -> frozenset[str]:
+        """What must be on in the run for this probe to see anything (probes.NEEDS)."""
+        from amplint.runtime.probes import NEEDS
+
+        return NEEDS.get(self.code, frozenset())
+
     def __init__(self, sink: Observations) -> None:
         self.sink = sink
         self.bus = sink.bus
@@ -31,6 +38,12 @@ class Probe:
 
     def finish(self) -> None:
         """End-of-run judgements; default: nothing."""
+
+    @property
+    def ended_abnormally(self) -> bool:
+        """True in `finish()` when the process ended in an error or a signal: the iteration in
+        flight never finished, so an end-of-run judgement must not count what it left undone."""
+        return bool(self.sink.meta.get("ended_abnormally"))
 
     def __enter__(self) -> "Probe":
         self._handles = list(self.install())

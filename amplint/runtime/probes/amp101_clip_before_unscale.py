@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from amplint.runtime import torch_state
 from amplint.runtime.probes._base import Probe
 
@@ -59,9 +61,9 @@ class ClipBeforeUnscaleProbe(Probe):
             clip_value = args[0] if args else kwargs.get("clip_value")
             ev.update(clip_value=float(clip_value) if clip_value is not None else None, clip_value_unscaled_equivalent=None if clip_value is None else float(clip_value) / scale)
         rec = self.sink.record_here(self.code, ev)
-        old = rec["evidence"].get("norm_at_clip")
-        if old is not None and old != old and ev.get("norm_at_clip") == ev.get("norm_at_clip"):
-            rec["evidence"].update(ev)  # the first clip often sees inf/NaN (a calibration skip): keep a finite one
+        old, new = rec["evidence"].get("norm_at_clip"), ev.get("norm_at_clip")
+        if old is not None and not math.isfinite(old) and new is not None and math.isfinite(new):
+            rec["evidence"].update(ev)  # the first clips often see inf/NaN (calibration skips): keep a finite one
 
 
 PROBE = ClipBeforeUnscaleProbe

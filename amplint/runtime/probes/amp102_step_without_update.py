@@ -8,8 +8,11 @@ from amplint.runtime.probes._base import Probe
 
 
 class StepWithoutUpdateProbe(Probe):
-    """Counts scaler.step and scaler.update per scaler.  A step while the optimizer is already
-    STEPPED (torch raises right after), or a run whose scaler stepped but never updated, confirms."""
+    """A scaler.step while the optimizer is already STEPPED (torch raises right after: the scaler
+    stepped and was never updated), or a run whose scaler completed steps and was never updated,
+    confirms.  Only completed steps count, and the end-of-run judgement is skipped when the run
+    ended in an error or a signal: a step that raised (out of memory, a crash) or an iteration cut
+    short before its update proves nothing."""
 
     code = "AMP102"
 
@@ -17,24 +20,36 @@ class StepWithoutUpdateProbe(Probe):
         self.steps: dict[int, int] = {}
         self.updates: dict[int, int] = {}
         self.sites: dict[int, list] = {}
-        yield self.on("scaler_step_pre", self._step)
-        yield self.on("update_post", self._update)
+        self._stack: dict[int, list] = {}
+        yield self.on("scaler_step_pre", self._pre)
+        yield self.on("scaler_step_post", self._post)
+        yield self.on("update_pre", self._update)  # the call counts even if torch then raises
 
-    def _step(self, scaler, opt):
+    def _pre(self, scaler, opt):
+        if not torch_state.scaler_enabled(scaler):
+            return
+        k = id(scaler)
+        stack = self._stack[k] = user_stack(1)
+        if torch_state.scaler_stage(scaler, opt) == "STEPPED":
+            ev = {"scaler_steps": self.steps.get(k, 0), "updates": self.updates.get(k, 0), "stage": "STEPPED"}
+            self.sink.record_site(self.code, stack[0] if stack else None, ev, stack=stack)
+
+    def _post(self, scaler, opt, ran):
         if not torch_state.scaler_enabled(scaler):
             return
         k = id(scaler)
         self.steps[k] = self.steps.get(k, 0) + 1
-        stack = user_stack(1)
-        if stack and len(self.sites.setdefault(k, [])) < 4 and stack[0] not in [s[0] for s in self.sites[k]]:
-            self.sites[k].append(stack)
-        if torch_state.scaler_stage(scaler, opt) == "STEPPED":
-            self.sink.record_site(self.code, stack[0] if stack else None, {"scaler_steps": self.steps[k], "updates": self.updates.get(k, 0), "stage": "STEPPED"}, stack=stack)
+        stack = self._stack.pop(k, None)
+        sites = self.sites.setdefault(k, [])
+        if stack and len(sites) < 4 and stack[0] not in [s[0] for s in sites]:
+            sites.append(stack)
 
     def _update(self, scaler):
         self.updates[id(scaler)] = self.updates.get(id(scaler), 0) + 1
 
     def finish(self):
+        if self.ended_abnormally:
+            return
         for k, n in self.steps.items():
             if n and not self.updates.get(k):
                 for stack in self.sites.get(k, []):

@@ -62,26 +62,38 @@ class ScalerNotCheckpointedProbe(Probe):
         # written next to the optimizer's, between the same two optimizer steps.
         self.pending_saves: list = []  # (step, stack, evidence)
         self.scaler_saved_at: set[int] = set()
+        self._judging = None  # the pending entry of the torch.save call in progress
         yield self.on("save", self._save)
         yield self.on("load_state", self._load)
+        yield self.on("raised", self._raised)
+
+    def _raised(self, api, exc):
+        if api == "torch.save" and self._judging is not None and self._judging in self.pending_saves:
+            self.pending_saves.remove(self._judging)  # that checkpoint was never written: nothing to judge
 
     def _load(self, obj):
         if isinstance(obj, torch_state.BaseGradScaler):
             self.scaler_loaded = True
         elif self.state.enabled_scalers() and len(self.opt_loads) < 8:
-            self.opt_loads.append(user_stack(1))
+            self.opt_loads.append((self.sink.step, user_stack(1)))
 
     def finish(self):
         """A resume that restores the optimizer but never the scaler: the scale restarts at init_scale."""
+        # NB: after an error or a signal, the checkpoint (or resume) in flight at the last step may
+        # have been cut short before its scaler part: only earlier steps are judged then.
+        last = self.sink.step if self.ended_abnormally else None
         for step, stack, evidence in self.pending_saves:
-            if step not in self.scaler_saved_at:
+            if step not in self.scaler_saved_at and step != last:
                 self.sink.record_site(self.code, stack[0] if stack else None, evidence, stack=stack)
         if self.scaler_loaded:
             return
-        for stack in self.opt_loads:
+        for step, stack in self.opt_loads:
+            if step == last:
+                continue
             self.sink.record_site(self.code, stack[0] if stack else None, {"payload_holds": ["optimizer"], "restored": "optimizer", "scaler_restored": False}, stack=stack)
 
     def _save(self, obj):
+        self._judging = None
         scalers = self.state.enabled_scalers()
         if not scalers:
             return
@@ -93,7 +105,8 @@ class ScalerNotCheckpointedProbe(Probe):
         if not ({"model", "optimizer"} & kinds) or _is_weights_export(obj):
             return
         evidence = {"payload_holds": sorted(kinds), "payload_keys": keys[:20], "live_scale": torch_state.scale_value(scalers[0])}
-        self.pending_saves.append((self.sink.step, user_stack(1), evidence))
+        self._judging = (self.sink.step, user_stack(1), evidence)
+        self.pending_saves.append(self._judging)
 
 
 PROBE = ScalerNotCheckpointedProbe

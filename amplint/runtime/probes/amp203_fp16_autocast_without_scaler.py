@@ -7,18 +7,31 @@ import torch
 from amplint.runtime import torch_state
 from amplint.runtime.probes._base import Probe
 
+_PROBE_SCALE = 2.0**16  # GradScaler's default init_scale: what a scaler would have multiplied by
+_MEASURED_BACKWARDS = 1  # two extra backward passes each; the first step says enough
+
 
 class Fp16AutocastWithoutScalerProbe(Probe):
     """A backward after an enabled float16 autocast region, on a tensor that no enabled scaler
-    scaled, then an optimizer step: recorded at the autocast `with`.  Evidence: dtype, device, and
-    the share of gradient elements that are exactly zero at the step (fp16 underflow flushes small
-    gradients to zero; some zeros are legitimate, e.g. ReLU)."""
+    scaled, then an optimizer step: recorded at the autocast `with`.
+
+    Evidence of underflow proper: before the first such backward, the gradients of the same loss
+    are computed twice more with `torch.autograd.grad` (same graph, `retain_graph=True`, nothing
+    written to `.grad`): as is, and multiplied by 65536 (GradScaler's default scale).
+    `underflow_share` is the share of gradient elements that are exactly zero as is but finite and
+    non-zero when scaled: gradients float16 flushed to zero that a scaler would have kept.
+    Elements zero both ways (a dead ReLU, a zero-initialised weight) are `structural_zero_share`,
+    not underflow.  NB: not measured under torch.distributed (an extra backward through DDP would
+    disturb its reducer) or when the loss is not a scalar; `zero_grad_share` is then the only
+    figure and says so."""
 
     code = "AMP203"
 
     def install(self):
         self.fp16_site = None
         self.pending = None
+        self.measured = 0
+        self.underflow: dict | None = None
         yield self.on("autocast_enter", self._enter)
         yield self.on("backward", self._backward)
         yield self.on("opt_step_pre", self._step)
@@ -34,6 +47,50 @@ class Fp16AutocastWithoutScalerProbe(Probe):
         if any(torch_state.scaler_enabled(s) for s in list(self.state.scalers)):
             return
         self.pending = self.fp16_site
+        if self.measured < _MEASURED_BACKWARDS:
+            self.measured += 1
+            self.underflow = self._measure(tensors)
+
+    def _params(self) -> list:
+        seen, out = set(), []
+        for opt in list(self.state.optimizers):
+            for g in opt.param_groups:
+                for p in g["params"]:
+                    if p.requires_grad and id(p) not in seen:
+                        seen.add(id(p))
+                        out.append(p)
+        return out
+
+    def _measure(self, tensors) -> dict:
+        loss = tensors[0] if isinstance(tensors, (list, tuple)) and len(tensors) == 1 else tensors
+        if not isinstance(loss, torch.Tensor) or loss.numel() != 1 or loss.grad_fn is None:
+            return {"underflow_measured": False, "why_not": "the backward is not of one scalar loss"}
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            return {"underflow_measured": False, "why_not": "not measured under torch.distributed"}
+        params = self._params()
+        if not params:
+            return {"underflow_measured": False, "why_not": "no optimizer built yet"}
+        grad = getattr(torch.autograd.grad, "__amplint_original__", torch.autograd.grad)
+        plain = grad(loss, params, retain_graph=True, allow_unused=True)
+        scaled = grad(loss * _PROBE_SCALE, params, retain_graph=True, allow_unused=True)
+        total = underflow = structural = 0
+        with torch.no_grad():
+            for a, b in zip(plain, scaled):
+                if a is None or b is None:
+                    continue
+                zero = a == 0
+                kept = torch.isfinite(b) & (b != 0)
+                total += a.numel()
+                underflow += int((zero & kept).sum())
+                structural += int((zero & (b == 0)).sum())
+        if not total:
+            return {"underflow_measured": False, "why_not": "no parameter received a gradient"}
+        return {
+            "underflow_measured": True,
+            "underflow_share": round(underflow / total, 4),
+            "structural_zero_share": round(structural / total, 4),
+            "probe_scale": _PROBE_SCALE,
+        }
 
     def _step(self, opt, in_scaler):
         if self.pending is None:
@@ -46,11 +103,12 @@ class Fp16AutocastWithoutScalerProbe(Probe):
                 if p.grad is not None:
                     zeros += int((p.grad == 0).sum())
                     total += p.grad.numel()
-        self.sink.record_site(
-            self.code,
-            site,
-            {"autocast_dtype": "float16", "device": device, "scaler": None, "zero_grad_share": round(zeros / total, 4) if total else None},
-        )
+        ev = {"autocast_dtype": "float16", "device": device, "scaler": None,
+              "zero_grad_share": round(zeros / total, 4) if total else None}
+        ev.update(self.underflow or {"underflow_measured": False, "why_not": "the backward ran before any float16 region"})
+        if not ev["underflow_measured"]:
+            ev["zero_grad_share_note"] = "zeros of any cause (ReLU, zero-initialised weights): not a measure of underflow"
+        self.sink.record_site(self.code, site, ev)
 
 
 PROBE = Fp16AutocastWithoutScalerProbe

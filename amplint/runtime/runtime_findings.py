@@ -1,0 +1,98 @@
+"""The documentation of verify's runtime-only findings (AMP9xx): what `amplint explain AMP901` prints.
+
+They are not rules (nothing in the source shows them, `check` never reports them), so they are not
+in the rule registry; their pages (`rules/AMP901.md` ...) are generated from here like the rules'
+pages (amplint/docs.py).  No torch here: `amplint explain` must not import it.
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class RuntimeFinding:
+    code: str
+    name: str
+    doc: str
+
+    def page(self) -> str:
+        return f"# {self.code} {self.name}\n\n*runtime only: found by `amplint verify`, never by `check`*\n\n{inspect.cleandoc(self.doc)}\n"
+
+
+FIRST_NONFINITE = RuntimeFinding("AMP901", "first-nonfinite-module", """
+    ## What it does
+    With `amplint verify --nan-guard`, names the first module whose forward output held a NaN or
+    an Inf: its path in the model (`GPT.transformer.h.3.mlp.c_fc`), its class, its output dtype and
+    the optimizer step it happened at.
+
+    ## Why is this bad?
+    A NaN spreads: one step later every weight is NaN and the loss curve just stops. Where it
+    started is the useful fact, and it is usually a reduced-precision range problem: a float16
+    activation above 65504 (T5's feed-forward in fp16 is the classic), an `exp` or a division
+    without a guard, a bf16-pretrained model run in fp16.
+
+    ## How verify finds it
+    A global forward hook keeps one "all finite?" flag per module call on the device (no sync) and
+    reads the flags once per optimizer step. Hooks fire as modules return, so of nested modules the
+    innermost is named first; plain functions and `torch.jit` modules are not seen.
+
+    ## What to do
+    Look at the named module's inputs and output range in that dtype: run it in float32 (autocast
+    off for that module), clamp or rescale, or use bfloat16, whose range is float32's. Under
+    `--device cpu` CPU autocast keeps softmax, layer_norm, exp and sum in reduced precision where
+    CUDA uses float32, so a NaN seen in emulation may not happen on the GPU.
+
+    To accept it at that line: `# noqa: AMP901`.
+""")
+
+SKIPPED_STEPS = RuntimeFinding("AMP902", "skipped-steps", """
+    ## What it does
+    Reports a GradScaler whose loss scale fell below 1, or that skipped at least 3 optimizer steps
+    and at least half of the steps after its calibration, with the scale history.
+
+    ## Why is this bad?
+    GradScaler skips a step when the scaled gradients overflow and halves the scale. A few skips at
+    the start are normal: the scale comes down from `init_scale` to a value that fits (calibration,
+    not counted). Skipping half of the steps after that means half the batches train nothing, and a
+    scale below 1 means the gradients overflow even unscaled: the model itself produces values out
+    of float16's range. GradScaler's own docstring says a bf16-pretrained model is often the cause.
+
+    ## How verify finds it
+    The global optimizer step hook does not fire when GradScaler skips, so skipped steps are counted
+    without a device sync; the scale after each update is kept as a device tensor and read once at
+    the end.
+
+    ## What to do
+    Find where the overflow starts (`amplint verify --nan-guard`, AMP901), run that part in float32
+    or bfloat16, or check the learning rate. To accept it: `# noqa: AMP902` on the GradScaler line.
+""")
+
+LOST_UPDATES = RuntimeFinding("AMP903", "lost-updates", """
+    ## What it does
+    For the first few steps of an optimizer holding float16 or bfloat16 parameters, measures the
+    share of elements whose gradient was non-zero but whose value did not change in the step: the
+    update was lost to rounding.
+
+    ## Why is this bad?
+    Near 60 float16 values are 1/32 apart; an SGD update of 0.01 rounds back to the same value, so
+    the weight never moves while the loss says training runs. This is why mixed precision keeps
+    float32 master weights (Micikevicius et al., 2018) and why `model.half()` training stalls.
+
+    ## How verify finds it
+    A copy of the low-precision parameters before the step, compared after it, for a few steps.
+
+    ## What to do
+    Keep the parameters in float32 and use autocast (AMP301's fix); or keep float32 master weights
+    in the optimizer. To accept it: `# noqa: AMP903` on the optimizer line.
+""")
+
+ALL = (FIRST_NONFINITE, SKIPPED_STEPS, LOST_UPDATES)
+BY_CODE = {f.code: f for f in ALL}
+BY_NAME = {f.name: f for f in ALL}
+
+
+def lookup(key: str) -> RuntimeFinding | None:
+    """The runtime finding named by its code (any case) or name, else None."""
+    return BY_CODE.get(key.upper()) or BY_NAME.get(key)
