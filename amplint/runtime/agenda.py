@@ -1,79 +1,61 @@
 """The static agenda: `amplint check` findings for the script and the project files it imports.
 
-Project files are those under the script's directory that its imports resolve to (followed
-transitively); installed packages are never analysed.  No torch, no code run.
+The files are found as `check` finds a module's imports (amplint/project: the script's
+folder, its package root, the project root, `src/`), followed transitively; installed
+packages are never analysed.  Each file is checked with the project model, so a
+finding whose evidence lies in another module (a `save_checkpoint` helper in utils.py)
+is on the agenda too.  No torch, no code run.
 """
 
 from __future__ import annotations
 
-import ast
 from pathlib import Path
 
 from amplint.config import discover
-from amplint.engine import SourceError, check_source
+from amplint.prefilter import code_text, package_of
+from amplint.project.text_imports import imported_files as imports_of
+from amplint.runner import check_file
+
+# A script that reaches more project files than this is not followed further; the
+# agenda says so (an error line), it is never cut silently.
+MAX_AGENDA_FILES = 2000
 
 
-def imported_files(script: Path, limit: int = 200) -> list[Path]:
+def imported_files(script: Path, limit: int = MAX_AGENDA_FILES) -> tuple[list[Path], bool]:
+    """(the script and the project files it reaches through imports, breadth first;
+    whether the walk stopped at `limit`)."""
     script = script.resolve()
-    root = script.parent
-    seen: list[Path] = []
-    todo = [script]
-    while todo and len(seen) < limit:
-        path = todo.pop(0)
-        if path in seen:
-            continue
-        seen.append(path)
+    seen: list[Path] = [script]
+    queue = [script]
+    while queue:
+        path = queue.pop(0)
         try:
-            tree = ast.parse(path.read_text(encoding="utf-8", errors="replace"))
-        except (OSError, SyntaxError, ValueError):
+            text = path.read_text(encoding="utf-8", errors="replace")
+        except OSError:
             continue
-        for node in ast.walk(tree):
-            for target in _targets(node, path, root):
-                if target not in seen and target not in todo:
-                    todo.append(target)
-    return seen
-
-
-def _targets(node, path: Path, root: Path) -> list[Path]:
-    names: list[tuple[Path, str]] = []
-    if isinstance(node, ast.Import):
-        names = [(root, a.name) for a in node.names]
-    elif isinstance(node, ast.ImportFrom):
-        base = root
-        if node.level:
-            base = path.parent
-            for _ in range(node.level - 1):
-                base = base.parent
-        mod = node.module or ""
-        names = [(base, mod)] + [(base, f"{mod}.{a.name}" if mod else a.name) for a in node.names]
-    out = []
-    for base, dotted in names:
-        if not dotted:
-            continue
-        rel = Path(*dotted.split("."))
-        for cand in (base / rel.with_suffix(".py"), base / rel / "__init__.py"):
-            try:
-                cand = cand.resolve()
-            except OSError:
+        for target in imports_of(code_text(text), path, package_of(str(path))):
+            target = Path(target).resolve()
+            if target in seen:
                 continue
-            if cand.is_file() and root in cand.parents:
-                out.append(cand)
-    return out
+            if len(seen) >= limit:
+                return seen, True
+            seen.append(target)
+            queue.append(target)
+    return seen, False
 
 
 def static_agenda(script: Path):
     """(diagnostics, files checked, errors) for the script and its project imports."""
-    files = imported_files(script)
+    files, truncated = imported_files(script)
     config = discover([script])
     diagnostics, errors = [], []
+    if truncated:
+        errors.append(f"{script}: imports more than {MAX_AGENDA_FILES} project files; the agenda covers the first {MAX_AGENDA_FILES}")
     for f in files:
-        try:
-            text = f.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            errors.append(f"{f}: {exc}")
-            continue
-        try:
-            diagnostics.extend(check_source(text, str(f), config))
-        except SourceError as exc:
-            errors.append(str(exc))
+        result = check_file(f, config)
+        diagnostics.extend(result.diagnostics)
+        if result.error is not None:
+            errors.append(str(result.error))
+        for crash in result.crashes:
+            errors.append(f"{f}: internal error in {crash.code}: {crash.error}")
     return diagnostics, files, errors

@@ -56,6 +56,9 @@ class AmpState:
         self.scalers: weakref.WeakSet = weakref.WeakSet()
         self.optimizers: weakref.WeakSet = weakref.WeakSet()
         self.site: dict[int, Site | None] = {}  # id(scaler or optimizer) -> construction site
+        # id(scaler or optimizer) -> the user frames of its construction, innermost first: a
+        # scaler built in a helper of utils.py is confirmed at the call in train.py too.
+        self.stack: dict[int, list[Site]] = {}
         self.scaled_since_update: dict[int, bool] = defaultdict(bool)
         self.step_posts: dict[int, int] = defaultdict(int)  # id(optimizer) -> executed steps
         # grad_fn of scale() outputs since the last update (autograd nodes are not weak-referenceable;
@@ -191,7 +194,8 @@ def install(bus: Bus):
         def init(self, *a, **kw):
             orig(self, *a, **kw)
             st.scalers.add(self)
-            site = st.site[id(self)] = user_site()
+            stack = st.stack[id(self)] = user_stack()
+            site = st.site[id(self)] = stack[0] if stack else None
             try:
                 asked = scaler_signature.bind(self, *a, **kw).arguments.get("enabled", True)
             except TypeError:
@@ -256,7 +260,8 @@ def install(bus: Bus):
             orig(self, *a, **kw)
             if id(self) not in st.site:
                 st.optimizers.add(self)
-                st.site[id(self)] = user_site()
+                stack = st.stack[id(self)] = user_stack()
+                st.site[id(self)] = stack[0] if stack else None
                 emit("opt_init", self)
 
         return init

@@ -42,6 +42,7 @@ class ScalerInLoopProbe(Probe):
             self.sink.record_site(
                 self.code, site,
                 {"instances_from_this_line": self.sites.get(site, len(ids)), "scalers_stepping_one_optimizer": len(ids)},
+                stack=self.state.stack.get(id(scaler)),
                 update=True,
             )
 

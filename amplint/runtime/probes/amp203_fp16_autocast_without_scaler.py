@@ -12,7 +12,7 @@ _MEASURED_BACKWARDS = 1  # two extra backward passes each; the first step says e
 
 
 class Fp16AutocastWithoutScalerProbe(Probe):
-    """A backward after an enabled float16 autocast region, on a tensor that no enabled scaler
+    """A backward after an enabled float16 autocast region entered with gradients on, on a tensor that no enabled scaler
     scaled, then an optimizer step: recorded at the autocast `with`.
 
     Evidence of underflow proper: before the first such backward, the gradients of the same loss
@@ -38,7 +38,9 @@ class Fp16AutocastWithoutScalerProbe(Probe):
 
     def _enter(self, ctx):
         device, dtype, enabled, site = self.state.last_autocast
-        if enabled and dtype == torch.float16:
+        # A region entered with gradients off (`with torch.no_grad(), autocast(...)`: validation,
+        # generation) builds no graph, so no later backward can run through its float16 outputs.
+        if enabled and dtype == torch.float16 and torch.is_grad_enabled():
             self.fp16_site = (device, site)
 
     def _backward(self, api, tensors):

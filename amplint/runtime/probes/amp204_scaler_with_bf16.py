@@ -26,7 +26,8 @@ class ScalerWithBf16Probe(Probe):
         bf16 = "bfloat16" in state.values() or (last is not None and last[2] and last[1] == torch.bfloat16)
         if bf16:
             site = self.state.site.get(id(scaler))
-            self.sink.record_site(self.code, site, {"autocast_dtype": "bfloat16", "scale": torch_state.scale_value(scaler)})
+            self.sink.record_site(self.code, site, {"autocast_dtype": "bfloat16", "scale": torch_state.scale_value(scaler)},
+                                  stack=self.state.stack.get(id(scaler)))
 
 
 PROBE = ScalerWithBf16Probe

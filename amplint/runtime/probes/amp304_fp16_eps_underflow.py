@@ -40,7 +40,7 @@ class Fp16EpsUnderflowProbe(Probe):
         if ev is None:
             return
         ev["nonfinite_after_step"] = any(not bool(torch.isfinite(p).all()) for g in opt.param_groups for p in g["params"])
-        self.sink.record_site(self.code, self.state.site.get(id(opt)), ev)
+        self.sink.record_site(self.code, self.state.site.get(id(opt)), ev, stack=self.state.stack.get(id(opt)))
 
 
 PROBE = Fp16EpsUnderflowProbe

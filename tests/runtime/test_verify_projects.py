@@ -1,0 +1,121 @@
+"""Fixture projects under verify: a finding whose evidence is in another module is confirmed.
+
+Each project's entry script (a file no other file of the project imports) runs under the
+verify bootstrap with its static agenda, as `amplint verify -- python train.py` would: the
+agenda comes from the project model (the script and the modules it imports), and a probe's
+observation inside a helper confirms the finding at the call that reaches it (the call's
+frame is on the observation's stack).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+
+from amplint.prefilter import code_text, package_of  # noqa: E402
+from amplint.project.text_imports import imported_files  # noqa: E402
+from amplint.runtime.probes import probed_codes  # noqa: E402
+from amplint.testing import expectations  # noqa: E402
+
+pytestmark = pytest.mark.runtime
+
+ROOT = Path(__file__).resolve().parents[2]
+PROJECTS = sorted(p for p in (ROOT / "fixtures" / "projects").iterdir() if p.is_dir() and not p.name.startswith((".", "_")))
+PROBED = probed_codes()
+
+# Findings a run of the project as written cannot show (the static rule reads what can happen).
+NOT_RUNTIME_VISIBLE: set[str] = set()
+
+# Projects whose bug stops the run under verify: verify emulates CUDA on a CPU, so the script
+# takes its float16 path, and the bug raises there exactly as it would on a GPU.  The run must
+# fail with that error (the plain CPU run of the same script, on bfloat16, succeeds).
+FAILS_AS_ON_A_GPU = {
+    "autocast_decorator_mask": "value cannot be converted to type c10::Half without overflow",
+}
+
+
+def _entries(project: Path) -> list[Path]:
+    """The project's scripts: its files that no other file of the project imports."""
+    files = sorted(p for p in project.glob("*.py"))
+    imported: set[Path] = set()
+    for f in files:
+        for target in imported_files(code_text(f.read_text()), f, package_of(str(f))):
+            imported.add(Path(target).resolve())
+    return [f for f in files if f.resolve() not in imported]
+
+
+_results: dict[Path, dict] = {}
+
+
+def _run_all(tmp: Path) -> None:
+    from amplint.runtime import launch
+    from amplint.runtime.agenda import static_agenda
+    from amplint.runtime.cli import make_report
+    from amplint.runtime.reach import write_agenda
+
+    entries = [e for p in PROJECTS for e in _entries(p)]
+    agendas = {e: static_agenda(e)[0] for e in entries}
+    jobs = []
+    for i, e in enumerate(entries):
+        agenda = tmp / f"agenda{i}.json"
+        write_agenda(str(agenda), [(d.path, d.span.line, max(d.span.end_line, d.span.line)) for d in agendas[e]])
+        jobs.append({"script": str(e), "out": str(tmp / f"run{i}"), "device": "cpu", "agenda": str(agenda)})
+    (tmp / "jobs.json").write_text(json.dumps(jobs))
+    subprocess.run([sys.executable, str(Path(__file__).with_name("forkrun.py")), str(tmp / "jobs.json"), str(tmp / "rc.json")],
+                   check=True, timeout=1800, cwd=ROOT)
+    rcs = json.loads((tmp / "rc.json").read_text())
+    for entry, job, rc in zip(entries, jobs, rcs):
+        outcome = launch.collect(Path(job["out"]), [sys.executable, str(entry)], rc, "cpu")
+        report, _, _ = make_report(outcome, agendas[entry])
+        report["output"] = (Path(job["out"]) / "output.txt").read_text(errors="replace")[-2000:]
+        report["rc"] = rc
+        _results[entry] = report
+
+
+@pytest.fixture(scope="module")
+def results():
+    if not _results:
+        tmp = Path(tempfile.mkdtemp(prefix="amplint-projects-"))
+        try:
+            _run_all(tmp)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return _results
+
+
+@pytest.mark.parametrize("project", PROJECTS, ids=lambda p: p.name)
+def test_project_under_verify(project: Path, results) -> None:
+    entries = _entries(project)
+    assert entries, f"{project.name}: no entry script (every file is imported by another)"
+    findings = {}
+    for entry in entries:
+        report = results[entry]
+        if project.name in FAILS_AS_ON_A_GPU:
+            assert report["rc"] != 0 and FAILS_AS_ON_A_GPU[project.name] in report["output"], report["output"]
+        else:
+            assert report["rc"] == 0, report["output"]
+        assert report["runtime_findings"] == [], (report["runtime_findings"], report["output"])
+        for f in report["findings"]:
+            findings[(Path(f["filename"]).resolve(), f["line"], f["code"])] = f
+    expected = {
+        (f.resolve(), line, code)
+        for f in project.glob("*.py")
+        for line, code in expectations(f.read_text())
+    }
+    for key, f in findings.items():
+        if f["status"] == "confirmed":
+            assert key in expected, f"confirmed at run time but not expected: {f}"
+    for key in expected:
+        path, line, code = key
+        f = findings.get(key)
+        assert f is not None, f"{path.name}:{line} {code} was not on the agenda: {list(findings)}"
+        if code in PROBED and f"{project.name}/{path.name}:{line}" not in NOT_RUNTIME_VISIBLE:
+            assert f["status"] == "confirmed", (f, results[entries[0]]["output"])
