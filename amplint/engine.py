@@ -22,11 +22,12 @@ import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
 
 from amplint.analysis.model import ModuleModel
+from amplint import parse_limits
 from amplint.config import Config
+from amplint.parse_limits import DEFAULT_MAX_TOKENS
 from amplint.diagnostics import Diagnostic, Edit, Fix, Span
 from amplint.rules._base import InsertBefore, RemoveStatement, Replace, Report
 from amplint.prefilter import package_of, rules_that_may_fire
-from amplint.sources import nesting_problem
 from amplint.suppression import is_suppressed, noqa_map
 
 
@@ -51,31 +52,63 @@ class RuleCrash:
     trace: str
 
 
-def parse(source: str, path: str) -> cst.Module:
-    # NB: the guard must run first: what it refuses would crash or stall libcst's native parser.
-    problem = nesting_problem(source)
+def parse(source: str, path: str, *, max_tokens: int | None = DEFAULT_MAX_TOKENS) -> cst.Module:
+    """The one way amplint turns text into a libcst Module: every parse goes through here.
+
+    CPython decides what is Python (`syntax_check`): what it refuses is its error, at its
+    line, and libcst never sees it; so a file is an error or not whatever the pre-filter
+    does, on every Python version (libcst reads PEP 695 on 3.11, CPython does not).
+    What CPython accepts but libcst must not be given (too many tokens for memory,
+    nesting that crashes its native parser: amplint.parse_limits) is refused with a
+    reason.  Deep input is parsed in a thread with a large stack, so the outcome does
+    not depend on the caller's stack.  `max_tokens`: None or 0 for no size limit.
+    """
+    refuse_oversized(source, path, max_tokens)
+    syntax_check(source, path)
+    problem = parse_limits.native_parser_problem(source)
     if problem is not None:
         raise SourceError(path, problem[0], 0, problem[1])
     try:
+        if parse_limits.needs_deep_stack(source):
+            return _with_deep_stack(lambda: cst.parse_module(source))
         return cst.parse_module(source)
     except cst.ParserSyntaxError as exc:
-        # CPython says it better ("expected ':'" at the `if`, where libcst lists every token
-        # it could have accepted at the next line): ask it, on this rare path only.
-        syntax_check(source, path)
-        raise SourceError(path, exc.raw_line, max(exc.raw_column, 0), f"SyntaxError: {exc.message}") from None
+        # CPython accepted the text: this is a gap in libcst's grammar, not the user's error.
+        raise SourceError(path, exc.raw_line, max(exc.raw_column, 0),
+                          f"not analysed: libcst, amplint's parser, cannot read this valid Python "
+                          f"({exc.message})") from None
     except RecursionError:
-        raise SourceError(path, 1, 0, "SyntaxError: too deeply nested to parse") from None
+        raise SourceError(path, 1, 0, "not analysed: too deeply nested for libcst, amplint's parser, "
+                                      "in the stack this process can give it") from None
+    except MemoryError:
+        raise SourceError(path, 1, 0, _out_of_memory(source)) from None
+
+
+def refuse_oversized(source: str, path: str, max_tokens: int | None) -> None:
+    """Raise SourceError when `source` is too large to analyse: the token limit, or the memory left."""
+    tokens = parse_limits.too_many_tokens(source, max_tokens)
+    if tokens is not None:
+        raise SourceError(path, 1, 0, f"not analysed: too large (about {tokens:,} tokens; the limit is "
+                                      f"{max_tokens:,}: max-file-tokens in [tool.amplint], or --max-file-tokens)")
+    problem = parse_limits.address_space_problem(source)
+    if problem is not None:
+        raise SourceError(path, 1, 0, problem)
+
+
+def _out_of_memory(source: str) -> str:
+    return (f"not analysed: out of memory (about {parse_limits.estimated_tokens(source):,} tokens; "
+            f"max-file-tokens in [tool.amplint] sets how large a file amplint tries)")
 
 
 def syntax_check(source: str, path: str) -> None:
     """Raise SourceError if CPython cannot parse `source` (nothing is executed).
 
-    Used for files the pre-filter skips.  CPython's parser and symbol table (what
-    `compile` does before generating bytecode) cost about a fifteenth of libcst's parse
-    and a third less than `compile`; like libcst they accept `return` outside a
-    function, which only bytecode generation refuses.  Deep nesting is refused with an
-    exception, never a crash, so the nesting guard runs only to explain a failure.  The
-    parser's warnings (invalid escapes and the like) are not amplint's to print.
+    CPython's parser and symbol table (what `compile` does before generating bytecode)
+    cost about a fifteenth of libcst's parse and a third less than `compile`; like
+    libcst they accept `return` outside a function, which only bytecode generation
+    refuses.  Deep nesting is refused with an exception, never a crash, so the guard
+    runs only to find the line CPython does not give.  The parser's warnings (invalid
+    escapes and the like) are not amplint's to print.
     """
     import symtable
     import warnings
@@ -84,16 +117,15 @@ def syntax_check(source: str, path: str) -> None:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             symtable.symtable(source, path, "exec")
-    except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
-        problem = nesting_problem(source)  # names the level and the line where CPython does not
-        if problem is not None:
-            raise SourceError(path, problem[0], 0, problem[1]) from None
-        if isinstance(exc, SyntaxError):
-            line = exc.lineno or 1
-            col0 = max((exc.offset or 1) - 1, 0)
-            raise SourceError(path, line, col0, f"{type(exc).__name__}: {exc.msg}") from None
-        raise SourceError(path, 1, 0, f"SyntaxError: {exc}" if isinstance(exc, ValueError) else  # NUL bytes
-                          "too deeply nested to analyse (CPython cannot compile it either)") from None
+    except SyntaxError as exc:
+        line = exc.lineno or 1
+        col0 = max((exc.offset or 1) - 1, 0)
+        raise SourceError(path, line, col0, f"{type(exc).__name__}: {exc.msg}") from None
+    except ValueError as exc:  # NUL bytes
+        raise SourceError(path, 1, 0, f"SyntaxError: {exc}") from None
+    except (RecursionError, MemoryError):
+        line, reason = parse_limits.explain_refusal(source)
+        raise SourceError(path, line, 0, reason) from None
 
 
 def check_source(
@@ -116,6 +148,8 @@ def check_source(
     rules = config.rules_for(path)
     if not rules:
         return []
+    # Before anything reads the text closely: the same refusal whether or not the pre-filter skips it.
+    refuse_oversized(source, path, config.max_file_tokens)
     if prefilter:
         rules = rules_that_may_fire(source, rules, path)
         if not rules:
@@ -125,21 +159,25 @@ def check_source(
             syntax_check(source, path)
             return []
     with _cyclic_gc_paused():
-        module = parse(source, path)
+        module = parse(source, path, max_tokens=config.max_file_tokens)
     # Crashes are collected per attempt, so a retry does not report them twice; without a
     # `crashes` list a rule's exception propagates unchanged (API and test callers).
     found: list[RuleCrash] | None = [] if crashes is not None else None
     try:
-        with _cyclic_gc_paused():
-            out = analyse(module, source, path, rules, crashes=found)
-    except RecursionError:
-        # Deep but legal code (CPython compiles ~2,900 levels; the model and the libcst
-        # visitors recurse in Python, several frames per level): once more, with room.
-        found = [] if crashes is not None else None
         try:
-            out = _with_deep_stack(lambda: analyse(module, source, path, rules, crashes=found))
+            with _cyclic_gc_paused():
+                out = analyse(module, source, path, rules, crashes=found)
         except RecursionError:
-            raise SourceError(path, 1, 0, "too deeply nested to analyse") from None
+            # Deep but legal code (CPython compiles ~3,000 levels; the model and the libcst
+            # visitors recurse in Python, several frames per level): once more, with room.
+            found = [] if crashes is not None else None
+            out = _with_deep_stack(lambda: analyse(module, source, path, rules, crashes=found))
+    except RecursionError:
+        raise SourceError(path, parse_limits.deepest_line(source), 0,
+                          f"not analysed: too deeply nested for amplint's analysis on Python "
+                          f"{parse_limits.python_version()}") from None
+    except MemoryError:
+        raise SourceError(path, 1, 0, _out_of_memory(source)) from None
     if crashes is not None:
         crashes.extend(found)
     return out
@@ -209,7 +247,7 @@ def analyse(module: cst.Module, source: str, path: str, rules, *, crashes=None) 
     """
     try:
         model = ModuleModel.build(module, path, package_of(path))
-    except RecursionError:
+    except (RecursionError, MemoryError):
         raise
     except Exception as exc:  # noqa: BLE001 - a model bug on one file must not stop the run
         _record_crash(crashes, "model", path, exc)
@@ -220,7 +258,7 @@ def analyse(module: cst.Module, source: str, path: str, rules, *, crashes=None) 
         try:
             rule.check()
             reports.extend(rule.finish())
-        except RecursionError:
+        except (RecursionError, MemoryError):  # the file's limits, not a rule's bug: check_source says so
             raise
         except Exception as exc:  # noqa: BLE001 - one rule's bug must not hide the others' findings
             _record_crash(crashes, rule_cls.code, path, exc)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import concurrent.futures
 import difflib
 import os
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -59,8 +60,14 @@ class RunResult:
 def discover(paths: list[Path], config: Config, *, force_exclude: bool = False) -> tuple[list[Path], list[str]]:
     """Python files under `paths` (directories walked, excludes applied), sorted, deduplicated.
 
-    Files named explicitly are checked even when excluded, as ruff does, unless
-    `force_exclude` is set (pre-commit passes file names one by one).
+    A path named on the command line is checked even when excluded, as Ruff does: a
+    named file, and a named directory even when it lies in an excluded folder
+    (`amplint check build/proj`); excludes apply to what lies below it.  `force_exclude`
+    (pre-commit passes file names one by one) applies them to the named paths too.
+    Anything named that is not a directory is checked as a file, so that a FIFO or a
+    device named explicitly is reported (the reader refuses it without blocking); a
+    walk skips what is not a regular file (`mkfifo x.py` would block the read forever)
+    but keeps broken links, which the reader reports.
     """
     found: dict[str, Path] = {}
     missing: list[str] = []
@@ -68,9 +75,9 @@ def discover(paths: list[Path], config: Config, *, force_exclude: bool = False) 
         if not p.exists() and not p.is_symlink():
             missing.append(str(p))
             continue
-        if p.is_file() or (p.is_symlink() and not p.is_dir()):
-            if force_exclude and config.is_excluded(p):
-                continue
+        if force_exclude and config.is_excluded(p):
+            continue
+        if not p.is_dir():
             found.setdefault(str(p), p)
             continue
         seen_dirs: set[tuple[int, int]] = set()
@@ -84,13 +91,24 @@ def discover(paths: list[Path], config: Config, *, force_exclude: bool = False) 
                 dirs[:] = []
                 continue
             seen_dirs.add(ident)
-            dirs[:] = sorted(d for d in dirs if not config.is_excluded(Path(root) / d))
+            dirs[:] = sorted(d for d in dirs if not config.is_excluded(Path(root) / d, below=p))
             for name in sorted(files):
                 if name.endswith((".py", ".pyi")):
                     fp = Path(root) / name
-                    if not config.is_excluded(fp):
-                        found.setdefault(str(fp), fp)
+                    if _walk_skips(fp) or config.is_excluded(fp, below=p):
+                        continue
+                    found.setdefault(str(fp), fp)
     return sorted(found.values(), key=lambda q: str(q)), missing
+
+
+def _walk_skips(path: Path) -> bool:
+    """A walk checks regular files (and broken links, to report them), nothing else."""
+    try:
+        return not stat.S_ISREG(os.stat(path).st_mode)
+    except FileNotFoundError:
+        return False  # a broken link: the reader names its missing target
+    except OSError:
+        return False  # unreadable for another reason: the reader says which
 
 
 def check_file(path: Path, config: Config, *, fix: bool = False, unsafe: bool = False, diff: bool = False,
