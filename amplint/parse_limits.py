@@ -104,9 +104,14 @@ def _address_space_left() -> int | None:
 
 # Levels of nesting, as libcst builds them: each expression, statement and block one level,
 # and, unlike CPython, each further `and`/`or` operand and each further implicitly
-# concatenated string.  Above this amplint does not parse (benchmarks/native_parser_limits.py:
-# amplint analyses about 12,000 such levels, at worst in ~40 s).
-MAX_NESTING = 6_000
+# concatenated string.  amplint analyses about 19,900 (benchmarks/native_parser_limits.py:
+# then its visitors pass Python's recursion limit, even in the deep-stack thread); libcst
+# crashes at about 7,000 on an 8 MiB stack, which is why deep input is parsed in a thread.
+MAX_LIBCST_DEPTH = 10_000
+# Levels of nesting as CPython counts them.  CPython 3.10-3.12 compile about 2,980, 3.13 up
+# to ~10,000; libcst's parse time grows with the square of this depth (a 2,975-deep
+# subscript chain takes 15 s), so amplint stops where 3.11 and 3.12 stop.
+MAX_NESTING = 3_000
 # libcst's own limit: more strings in one concatenation are a ParserSyntaxError there.
 MAX_CONCATENATED_STRINGS = 3_000
 # A logical line shorter than this, in a file without a long `elif` ladder, cannot nest
@@ -191,11 +196,14 @@ def native_parser_problem(text: str) -> tuple[int, str] | None:
 
 
 def _measure(tree: ast.AST, text: str) -> tuple[int, str] | None:
-    """The first place where libcst's nesting would pass the limits, walking iteratively."""
+    """The first place where libcst's nesting would pass the limits, walking iteratively.
+
+    Each stack entry: (node, nesting as CPython counts it, depth as libcst builds it, line).
+    """
     lines: list[int] | None = None  # offsets of line starts, computed when first needed
-    stack = [(node, 1, getattr(node, "lineno", 1)) for node in ast.iter_child_nodes(tree)]
+    stack = [(node, 1, 1, getattr(node, "lineno", 1)) for node in ast.iter_child_nodes(tree)]
     while stack:
-        node, depth, line = stack.pop()
+        node, nesting, depth, line = stack.pop()
         line = getattr(node, "lineno", line)  # operators (ast.Add) have no position: their parent's
         if isinstance(node, (ast.Constant, ast.JoinedStr)) and getattr(node, "end_lineno", None):
             if lines is None:
@@ -206,12 +214,14 @@ def _measure(tree: ast.AST, text: str) -> tuple[int, str] | None:
                               f"libcst, amplint's parser, reads at most {MAX_CONCATENATED_STRINGS:,} "
                               f"(Python accepts it)")
             depth += max(pieces - 1, 0)
-        if depth > MAX_NESTING:
+        if nesting > MAX_NESTING:
+            return line, (f"not analysed: nested more than {MAX_NESTING:,} levels deep, amplint's limit "
+                          f"(libcst's parse time grows with the square of the depth; Python "
+                          f"{python_version()} accepts it)")
+        if depth > MAX_LIBCST_DEPTH:
             return line, _too_deep(depth)
-        below = depth + 1
-        if isinstance(node, ast.BoolOp):
-            below += len(node.values) - 1  # libcst nests `a and b and c` as ((a and b) and c)
-        stack.extend((child, below, line) for child in ast.iter_child_nodes(node))
+        extra = len(node.values) - 1 if isinstance(node, ast.BoolOp) else 0  # libcst: ((a and b) and c)
+        stack.extend((child, nesting + 1, depth + 1 + extra, line) for child in ast.iter_child_nodes(node))
     return None
 
 
@@ -235,9 +245,9 @@ def _offset(text: str, lines: list[int], lineno: int, col: int) -> int:
 
 def _too_deep(depth: int | None) -> str:
     levels = f"{depth:,} levels" if depth is not None else "deeper than Python's ast module goes"
-    return (f"not analysed: nested {levels} deep, counting each `and`/`or` operand and each implicitly "
-            f"concatenated string as a level as libcst, amplint's parser, does; amplint's limit is "
-            f"{MAX_NESTING:,} (Python accepts it)")
+    return (f"not analysed: nested {levels} deep as libcst, amplint's parser, builds it (each `and`/`or` "
+            f"operand and each implicitly concatenated string is one level more); amplint's limit is "
+            f"{MAX_LIBCST_DEPTH:,} (Python accepts it)")
 
 
 # --- explaining CPython's refusals --------------------------------------------------------------

@@ -11,14 +11,13 @@ skips files whose bytes, amplint and configuration are unchanged (amplint/cache.
 
 from __future__ import annotations
 
-import concurrent.futures
 import difflib
 import os
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from amplint import sources
+from amplint import pool, sources
 from amplint.cache import ResultCache
 from amplint.config import Config
 from amplint.diagnostics import Diagnostic
@@ -313,12 +312,17 @@ def check_files(files: list[Path], config: Config, *, jobs: int | None = 1, cach
             if hit_result is not None:
                 results[i] = hit_result
         todo = [i for i in todo if results[i] is None]
-    if jobs > 1 and len(todo) > 1:
+    if jobs > 1 and todo:
+        # Even one file goes to a worker: if libcst's native code crashes or aborts on it (out
+        # of memory under `ulimit -v`), that is reported as the file's error, not a dead run.
         order = _largest_first(files, todo)
-        for i, r in _run_pool([files[i] for i in order], order, config, cache, options, min(jobs, len(todo))):
-            results[i] = r
+        try:
+            for i, r in _run_pool([files[i] for i in order], order, config, cache, options, min(jobs, len(todo))):
+                results[i] = r
+        except pool.PoolUnavailable:
+            pass  # no process could be started at all: what is left is checked here
     for i in todo:
-        if results[i] is None:  # in-process: --jobs 1, one file, or what a broken pool left
+        if results[i] is None:  # in-process: --jobs 1, or no worker could be started
             results[i] = check_file(files[i], config, cache=cache, **options)
     return results  # type: ignore[return-value]
 
@@ -362,20 +366,24 @@ def _work(path: Path) -> FileResult:
 
 
 def _run_pool(paths: list[Path], indexes: list[int], config: Config, cache, options: dict, workers: int):
-    """(index, result) pairs from a process pool; stops early (leaving the rest) if it breaks."""
+    """(index, result) pairs from isolated worker processes, a dead worker's file included."""
     # Small chunks: a few files (AMP-dense modules) cost a thousand times the others; the
     # largest come first (`_largest_first`), so the chunks left at the end are cheap.
     chunksize = max(1, min(16, len(paths) // (workers * 32)))
-    with concurrent.futures.ProcessPoolExecutor(
-        max_workers=workers, initializer=_init_worker, initargs=(config, cache, options)
-    ) as pool:
-        it = pool.map(_work, paths, chunksize=chunksize)
-        pos = 0
-        try:
-            for result in it:
-                yield indexes[pos], result
-                pos += 1
-        except concurrent.futures.process.BrokenProcessPool:
-            # A worker died (out of memory, a C-level crash): the caller checks the
-            # remaining files in-process, where an error is at least reported.
-            return
+    for pos, result in pool.run_isolated(_work, paths, workers=workers, initializer=_init_worker,
+                                         initargs=(config, cache, options), chunksize=chunksize):
+        if isinstance(result, pool.WorkerDied):
+            result = FileResult(str(paths[pos]), error=SourceError(str(paths[pos]), 1, 0, _death_reason(result)))
+        yield indexes[pos], result
+
+
+def _death_reason(death: pool.WorkerDied) -> str:
+    """What a worker's death on a file means, in words (the other files were still checked)."""
+    likely = {
+        "SIGSEGV": "a crash in native code, most likely libcst's parser: please report this file",
+        "SIGBUS": "a crash in native code, most likely libcst's parser: please report this file",
+        "SIGABRT": "an allocation failed under a memory limit such as ulimit -v, or native code gave up",
+        "SIGKILL": "by the kernel's out-of-memory killer, or by hand; max-file-tokens in [tool.amplint] "
+                   "sets how large a file amplint tries",
+    }.get(death.signal_name or "", "")
+    return f"not analysed: the process checking it {death}" + (f" ({likely})" if likely else "")

@@ -4,7 +4,7 @@
 
 libcst parses in native code: input nested too deeply overflows its C stack and kills the
 process (no exception to catch), and its time grows with the square of the depth for some
-constructs.  `amplint.sources.native_parser_problem` refuses such input before libcst sees
+constructs.  `amplint.parse_limits.native_parser_problem` refuses such input before libcst sees
 it; its limits come from this script's figures, with a margin.
 
 For each construct (a chain of `and`, of `+`, of implicitly concatenated strings, nested
@@ -31,7 +31,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 AMP = (ROOT / "fixtures" / "AMP101" / "bad_clip_between_backward_and_step.py").read_text(encoding="utf-8")
-CEILING = 200_000
+CEILING = 100_000
 
 CONSTRUCTS = {
     "and": ("x = a and a and ... (one BoolOp)", lambda n: "x = " + " and ".join(["a"] * n) + "\n"),
@@ -74,8 +74,8 @@ except Exception:
 
 AMPLINT = r"""
 import sys, time
-from amplint import engine, sources
-sources.native_parser_problem = lambda text: None  # the guard under test is lifted
+from amplint import engine, parse_limits
+parse_limits.native_parser_problem = lambda text: None  # the guard under test is lifted
 src = sys.stdin.read()
 start = time.perf_counter()
 try:
@@ -113,7 +113,7 @@ def largest(ok, ceiling: int) -> tuple[int, str]:
         if good:
             lo = n
             if n == ceiling:
-                return lo, "none up to the ceiling"
+                return lo, "no failure up to the search's ceiling"
             n *= 2
         else:
             hi, how = n, why
@@ -142,6 +142,8 @@ def main() -> None:
         started = time.perf_counter()
         cpython, _ = largest(lambda n: (probe(CPYTHON, make(n), 600)[0] == "ok", "refused"), CEILING)
         native, native_how = largest(lambda n: _outcome(probe(LIBCST_MAIN_THREAD, make(n), 600)), cpython)
+        if native == cpython:
+            native_how = "as far as CPython goes"
         timing: dict[int, str] = {}
 
         def analysed(n: int) -> tuple[bool, str]:
@@ -151,7 +153,10 @@ def main() -> None:
             return how == "ok", how
 
         whole, whole_how = largest(analysed, cpython)
-        above = whole_how if whole < cpython else "CPython refuses it (its error is reported)"
+        if whole < cpython:
+            above = whole_how
+        else:
+            above = "CPython refuses it (its error is reported)" if cpython < CEILING else "not searched further"
         print(f"| {name}: `{words}` | {_n(cpython)} | {_n(native)} ({native_how}) | {_n(whole)} | "
               f"{timing.get(whole, '?')} s | {above} |", flush=True)
         print(f"<!-- {name}: searched in {time.perf_counter() - started:.0f} s -->", file=sys.stderr)
