@@ -163,7 +163,7 @@ def cmd_check(args) -> int:
         cache_dir = None if args.no_cache else (args.cache_dir or default_cache_dir(config.root))
         part = check_paths(
             group, config, fix=args.fix, unsafe=args.unsafe_fixes, diff=args.diff, force_exclude=force_exclude,
-            jobs=args.jobs, cache_dir=cache_dir,
+            jobs=args.jobs, cache_dir=cache_dir, named=paths,
         )
         files.extend(part.files)
         missing.extend(part.missing)
@@ -273,6 +273,7 @@ def _check_stdin(args) -> int:
     from amplint import sources
     from amplint.engine import RuleCrash, SourceError, check_source
     from amplint.fixes import fix_text
+    from amplint.runner import fix_warnings, unique_crashes
 
     name = args.stdin_filename or Path("-")
     lookup = args.stdin_filename if args.stdin_filename is not None else Path.cwd()
@@ -304,6 +305,8 @@ def _check_stdin(args) -> int:
             outcome = fix_text(text, lambda t: check_source(t, str(name), config, crashes=crashes), unsafe=args.unsafe_fixes)
             diagnostics = outcome.remaining
             fixed = len(outcome.applied)
+            for w in fix_warnings(outcome):  # as for files: a dropped fix is said, never silent
+                print(f"{name}: warning: {w}", file=sys.stderr)
             if args.diff:
                 import difflib
 
@@ -319,6 +322,7 @@ def _check_stdin(args) -> int:
         if args.fix:
             sys.stdout.write(text)  # an editor replaces its buffer with stdout: give it back intact
         return unchecked
+    crashes = unique_crashes(crashes)  # fixing lints once per pass: a crashing rule crashes each time
     _report_crashes(crashes)
     diagnostics = sorted(diagnostics, key=lambda d: d.sort_key)
     if not args.diff:

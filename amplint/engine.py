@@ -65,11 +65,11 @@ def parse(source: str, path: str, *, max_tokens: int | None = DEFAULT_MAX_TOKENS
     """
     refuse_oversized(source, path, max_tokens)
     syntax_check(source, path)
-    problem = parse_limits.native_parser_problem(source)
-    if problem is not None:
-        raise SourceError(path, problem[0], 0, problem[1])
+    plan = parse_limits.plan_parse(source)
+    if plan.problem is not None:
+        raise SourceError(path, plan.problem[0], 0, plan.problem[1])
     try:
-        if parse_limits.needs_deep_stack(source):
+        if plan.deep_stack:
             return _with_deep_stack(lambda: cst.parse_module(source))
         return cst.parse_module(source)
     except cst.ParserSyntaxError as exc:
@@ -314,7 +314,12 @@ def analyse(module: cst.Module, source: str, path: str, rules, *, crashes=None) 
             continue
     if not reports:
         return []
-    positions = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
+    try:
+        positions = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
+    except Exception as exc:  # noqa: BLE001 - re-raised
+        if _during_recursion_error(exc):  # libcst's context managers turn it into a KeyError on the way out
+            raise RecursionError("positions of a deep tree") from exc
+        raise
     noqa = noqa_map(source)
     lines = source.splitlines(keepends=True)
     out = []
@@ -328,6 +333,16 @@ def analyse(module: cst.Module, source: str, path: str, rules, *, crashes=None) 
         fix = _to_fix(r, positions, module, lines) if r.fix else None
         out.append(Diagnostic(r.code, r.message, path, span, fix, r.notes))
     return sorted(set(out), key=lambda d: d.sort_key)
+
+
+def _during_recursion_error(exc: BaseException) -> bool:
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, RecursionError):
+            return True
+        seen.add(id(exc))
+        exc = exc.__context__
+    return False
 
 
 def _record_crash(crashes, code, path, exc) -> None:

@@ -14,11 +14,11 @@ instead of raising (issue 17, items 5 and 6):
 
 So before libcst sees a text, amplint estimates its tokens (`too_many_tokens`), the
 memory it would need against the address-space limit (`address_space_problem`), and
-the nesting libcst would build (`native_parser_problem`), and refuses with a reason and
-a line instead.  The figures come from benchmarks/native_parser_limits.py and are in
+the nesting libcst would build (`plan_parse`), and refuses with a reason and a line
+instead.  The figures come from benchmarks/native_parser_limits.py and are in
 BENCHMARKS.md; the limits keep a margin below them.  Deep input that is allowed is
-parsed in a thread with a large stack (`needs_deep_stack`), so the limits do not depend
-on the caller's stack (flake8's worker, an editor's thread, `ulimit -s`).
+parsed in a thread with a large stack (`ParsePlan.deep_stack`), so the limits do not
+depend on the caller's stack (flake8's worker, an editor's thread, `ulimit -s`).
 
 What CPython refuses is never measured here: `engine.syntax_check` asks CPython first,
 and `explain_refusal` only finds the line where CPython's own "too deeply nested"
@@ -168,14 +168,16 @@ def _scan(text: str, *, exact_offsets: bool = False) -> _Scan:
     return _Scan(deepest, deepest_at, longest, longest_at, elifs)
 
 
-def needs_deep_stack(text: str) -> bool:
-    """Whether libcst may nest `text` deeper than a small thread stack holds."""
-    scan = _scan(text)
-    return scan.longest_line > LONG_LOGICAL_LINE or scan.elifs > LONG_ELIF_LADDER
+@dataclass(frozen=True)
+class ParsePlan:
+    """How libcst may be given a text CPython accepted: not at all (`problem`), or in which stack."""
+
+    problem: tuple[int, str] | None  # (line, reason) to refuse it with
+    deep_stack: bool  # it may nest deeper than a small thread stack holds
 
 
-def native_parser_problem(text: str) -> tuple[int, str] | None:
-    """(line, reason) when libcst must not be given `text`, which CPython accepted; else None.
+def plan_parse(text: str) -> ParsePlan:
+    """Whether, and how, libcst's native parser may be given `text` (which CPython accepted).
 
     Cost: one regex substitution and a loop over brackets and newlines (a few per cent
     of libcst's parse); CPython's parser runs as well only for a file with a logical
@@ -183,16 +185,16 @@ def native_parser_problem(text: str) -> tuple[int, str] | None:
     """
     scan = _scan(text)
     if scan.longest_line <= LONG_LOGICAL_LINE and scan.elifs <= LONG_ELIF_LADDER:
-        return None
+        return ParsePlan(None, deep_stack=False)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # invalid escape sequences and the like
             tree = ast.parse(text)
     except (RecursionError, MemoryError):  # CPython compiled it, but its ast module has a lower limit
-        return _line_at(text, _scan(text, exact_offsets=True).longest_line_at), _too_deep(None)
-    except (SyntaxError, ValueError):
-        return None  # not this guard's to report: syntax_check has accepted the text already
-    return _measure(tree, text)
+        return ParsePlan((deepest_line(text), _too_deep(None)), deep_stack=True)
+    except (SyntaxError, ValueError):  # not this guard's to report: syntax_check accepted the text
+        return ParsePlan(None, deep_stack=True)
+    return ParsePlan(_measure(tree, text), deep_stack=True)
 
 
 def _measure(tree: ast.AST, text: str) -> tuple[int, str] | None:

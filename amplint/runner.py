@@ -266,17 +266,20 @@ def _refuse_write(path: Path, src: sources.SourceFile, text: str, roots: tuple[s
 
 
 def check_paths(paths: list[Path], config: Config, *, fix: bool = False, unsafe: bool = False, diff: bool = False,
-                force_exclude: bool = False, jobs: int | None = 1, cache_dir: Path | None = None) -> RunResult:
+                force_exclude: bool = False, jobs: int | None = 1, cache_dir: Path | None = None,
+                named: list[Path] | None = None) -> RunResult:
     """Check (or fix) every Python file under `paths`.
 
     `jobs`: worker processes (None: one per available core; 1: in this process).
     `cache_dir`: where the result cache lives (None: no cache).
+    `named`: what the user named, when `paths` are files found in it (`--fix` writes only
+    inside what was named: a file found through a link to elsewhere is not inside).
     """
     files, missing = discover(paths, config, force_exclude=force_exclude)
     cache = ResultCache(cache_dir, config) if cache_dir is not None else None
     options = dict(fix=fix, unsafe=unsafe, diff=diff)
     if fix:
-        options["roots"] = tuple(_root(p) for p in paths)
+        options["roots"] = tuple(_root(p) for p in (paths if named is None else named))
     results = check_files(files, config, jobs=jobs, cache=cache, **options)
     return RunResult(results, missing)
 

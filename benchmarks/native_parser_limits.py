@@ -4,7 +4,7 @@
 
 libcst parses in native code: input nested too deeply overflows its C stack and kills the
 process (no exception to catch), and its time grows with the square of the depth for some
-constructs.  `amplint.parse_limits.native_parser_problem` refuses such input before libcst sees
+constructs.  `amplint.parse_limits.plan_parse` refuses such input before libcst sees
 it; its limits come from this script's figures, with a margin.
 
 For each construct (a chain of `and`, of `+`, of implicitly concatenated strings, nested
@@ -75,7 +75,7 @@ except Exception:
 AMPLINT = r"""
 import sys, time
 from amplint import engine, parse_limits
-parse_limits.native_parser_problem = lambda text: None  # the guard under test is lifted
+parse_limits.plan_parse = lambda text: parse_limits.ParsePlan(None, deep_stack=True)  # the guard is lifted
 src = sys.stdin.read()
 start = time.perf_counter()
 try:

@@ -35,8 +35,7 @@ import sys, time
 from amplint import cli, parse_limits, runner
 lifted = sys.argv[1].split(",")
 if "guard" in lifted:
-    parse_limits.native_parser_problem = lambda text: None
-    parse_limits.needs_deep_stack = lambda text: False
+    parse_limits.plan_parse = lambda text: parse_limits.ParsePlan(None, deep_stack=False)
 if "memory" in lifted:
     parse_limits.address_space_problem = lambda text: None
 for item in lifted:

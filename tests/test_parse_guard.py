@@ -288,7 +288,7 @@ def test_threads_see_the_same_limits_as_the_main_thread() -> None:
     """The guard's answer does not depend on the thread (only its stack would)."""
     text = AMP + "x = (" + " ".join(['"a"'] * 3_100) + ")\n"
     box: list = []
-    t = threading.Thread(target=lambda: box.append(parse_limits.native_parser_problem(text)))
+    t = threading.Thread(target=lambda: box.append(parse_limits.plan_parse(text)))
     t.start()
     t.join()
-    assert box == [parse_limits.native_parser_problem(text)] and box[0][0] == 3
+    assert box == [parse_limits.plan_parse(text)] and box[0].problem[0] == 3

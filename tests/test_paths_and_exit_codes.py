@@ -262,3 +262,36 @@ def test_a_dangling_symlink_is_called_a_broken_link(tmp_path: Path) -> None:
         assert "link.py:1:1: error: cannot read: broken symbolic link (its target gone.py does not exist)" in proc.stderr
         assert "deleted during the run" not in proc.stderr
         assert "a.py:3:10: AMP401" in proc.stdout
+
+
+def test_stdin_fix_reports_an_internal_error_once_not_once_per_pass(tmp_path: Path) -> None:
+    """Fixing lints once per pass; the file path deduplicated the crashes, stdin printed each."""
+    from test_bad_input import CRASHING_RULE_DRIVER  # a rule that raises on a.py
+
+    driver = tmp_path / "driver.py"
+    driver.write_text(CRASHING_RULE_DRIVER)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run([sys.executable, str(driver), "check", "--isolated", "--fix", "--stdin-filename", "a.py", "-"],
+                          input=DEPRECATED, capture_output=True, text=True, cwd=tmp_path, env=env, timeout=60)
+    no_traceback(proc)
+    assert proc.stdout == 'import torch\n\nscaler = torch.amp.GradScaler("cuda")\n'  # the fix still applied
+    assert proc.stderr.count("internal error in AMP999") == 1, proc.stderr
+
+
+@pytest.mark.parametrize("isolated", [False, True], ids=["pyproject", "isolated"])
+def test_fix_never_writes_through_a_linked_directory_to_outside(tmp_path: Path, isolated: bool) -> None:
+    """With a [tool.amplint] (files walked, then grouped by configuration) each walked file was
+    its own write root, so a file reached through `linked_dir -> ../outside` was fixed."""
+    (tmp_path / "outside").mkdir()
+    victim = tmp_path / "outside" / "shared.py"
+    victim.write_text(DEPRECATED)
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "pyproject.toml").write_text("[tool.amplint]\n")
+    (project / "linked_dir").symlink_to(tmp_path / "outside", target_is_directory=True)
+    (project / "own.py").write_text(DEPRECATED)
+    proc = amplint(*(["--isolated"] if isolated else []), "--fix", "project", cwd=tmp_path)
+    no_traceback(proc)
+    assert victim.read_text() == DEPRECATED, "wrote outside the named paths"
+    assert "outside the paths being checked" in proc.stderr
+    assert "torch.amp.GradScaler" in (project / "own.py").read_text()
