@@ -21,13 +21,14 @@ from dataclasses import dataclass
 import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
 
-from amplint.analysis.model import ModuleModel
 from amplint import parse_limits
+from amplint.analysis.model import ModuleModel
 from amplint.config import Config
-from amplint.parse_limits import DEFAULT_MAX_TOKENS
+from amplint.deep_codegen import codegen_without_c_recursion
 from amplint.diagnostics import Diagnostic, Edit, Fix, Span
-from amplint.rules._base import InsertBefore, RemoveStatement, Replace, Report
+from amplint.parse_limits import DEFAULT_MAX_TOKENS
 from amplint.prefilter import package_of, rules_that_may_fire
+from amplint.rules._base import InsertBefore, RemoveStatement, Replace, Report
 from amplint.suppression import is_suppressed, noqa_map
 
 
@@ -69,9 +70,7 @@ def parse(source: str, path: str, *, max_tokens: int | None = DEFAULT_MAX_TOKENS
     if plan.problem is not None:
         raise SourceError(path, plan.problem[0], 0, plan.problem[1])
     try:
-        if plan.deep_stack:
-            return _with_deep_stack(lambda: cst.parse_module(source))
-        return cst.parse_module(source)
+        return _in_thread(lambda: cst.parse_module(source), plan.stack_bytes)
     except cst.ParserSyntaxError as exc:
         # CPython accepted the text: this is a gap in libcst's grammar, not the user's error.
         raise SourceError(path, exc.raw_line, max(exc.raw_column, 0),
@@ -86,17 +85,17 @@ def parse(source: str, path: str, *, max_tokens: int | None = DEFAULT_MAX_TOKENS
 
 def refuse_oversized(source: str, path: str, max_tokens: int | None) -> None:
     """Raise SourceError when `source` is too large to analyse: the token limit, or the memory left."""
-    tokens = parse_limits.too_many_tokens(source, max_tokens)
-    if tokens is not None:
-        raise SourceError(path, 1, 0, f"not analysed: too large (about {tokens:,} tokens; the limit is "
-                                      f"{max_tokens:,}: max-file-tokens in [tool.amplint], or --max-file-tokens)")
+    if parse_limits.too_many_tokens(source, max_tokens):
+        raise SourceError(path, 1, 0, f"not analysed: too large (more than {max_tokens:,} tokens, the limit: "
+                                      f"max-file-tokens in [tool.amplint], or --max-file-tokens)")
     problem = parse_limits.address_space_problem(source)
     if problem is not None:
         raise SourceError(path, 1, 0, problem)
 
 
 def _out_of_memory(source: str) -> str:
-    return (f"not analysed: out of memory (about {parse_limits.estimated_tokens(source):,} tokens; "
+    # NB: nothing here may allocate much: memory has just run out.
+    return (f"not analysed: out of memory ({len(source) / 1e6:.1f} MB of source; "
             f"max-file-tokens in [tool.amplint] sets how large a file amplint tries)")
 
 
@@ -173,7 +172,7 @@ def check_source(
             found = [] if crashes is not None else None
 
             def again() -> list[Diagnostic]:
-                with _codegen_without_c_recursion():
+                with codegen_without_c_recursion():
                     return analyse(module, source, path, rules, crashes=found)
 
             out = _with_deep_stack(again)
@@ -215,8 +214,32 @@ _DEEP_STACK_BYTES = 512 * 1024 * 1024
 def _with_deep_stack(fn):
     """Run `fn` in a thread with a large stack and a raised recursion limit; return or raise its result."""
     import sys
+
+    old_limit = sys.getrecursionlimit()
+    try:
+        sys.setrecursionlimit(max(old_limit, _DEEP_RECURSION_LIMIT))
+        return _in_thread(fn, _DEEP_STACK_BYTES, required=True)
+    finally:
+        sys.setrecursionlimit(old_limit)
+
+
+# Where a thread cannot be had (an address-space limit, no threads), a stack this small is
+# asked of the caller's own thread instead (8 MiB on a main thread).
+_SMALL_STACK = 8 << 20
+
+
+def _in_thread(fn, stack_bytes: int, *, required: bool = False):
+    """Run `fn` in a thread with `stack_bytes` of stack (0: here); return or raise its result.
+
+    libcst's native parser needs stack in proportion to the nesting (amplint.parse_limits
+    plans it), and a caller's thread may have little (an editor's worker, musl's 128 KiB).
+    If no such thread can be started, a small need is met on this thread; a large one, or
+    `required`, is a RecursionError (the caller reports the file as too deep here).
+    """
     import threading
 
+    if not stack_bytes:
+        return fn()
     box: dict = {}
 
     def run() -> None:
@@ -225,66 +248,21 @@ def _with_deep_stack(fn):
         except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
             box["error"] = exc
 
-    old_limit = sys.getrecursionlimit()
     old_stack = threading.stack_size()
     try:
-        threading.stack_size(_DEEP_STACK_BYTES)
-        sys.setrecursionlimit(max(old_limit, _DEEP_RECURSION_LIMIT))
+        threading.stack_size(stack_bytes)
         worker = threading.Thread(target=run, name="amplint-deep")
         worker.start()
         worker.join()
-    except (ValueError, RuntimeError, MemoryError):  # no such stack here: answer as before
-        raise RecursionError("no room for a deeper stack") from None
+    except (ValueError, RuntimeError, MemoryError):  # no such stack here
+        if required or stack_bytes > _SMALL_STACK:
+            raise RecursionError("no room for a deeper stack") from None
+        return fn()
     finally:
         threading.stack_size(old_stack)
-        sys.setrecursionlimit(old_limit)
     if "error" in box:
         raise box["error"]
     return box["value"]
-
-
-# libcst's `CSTNode._codegen` as libcst 1.x writes it, compared by bytecode below (NB: no
-# docstring: it would shift the constants and so the bytecode).
-def _libcst_codegen(self, state, **kwargs) -> None:
-    state.before_codegen(self)
-    self._codegen_impl(state, **kwargs)
-    state.after_codegen(self)
-
-
-def _codegen_flat(self, state, **kwargs) -> None:
-    state.before_codegen(self)
-    if kwargs:
-        self._codegen_impl(state, **kwargs)
-    else:
-        self._codegen_impl(state)  # NB: a plain call stays in the interpreter loop, off the C stack
-    state.after_codegen(self)
-
-
-@contextmanager
-def _codegen_without_c_recursion():
-    """Positions (libcst's codegen) of a deep tree without CPython 3.12's C recursion limit.
-
-    libcst's `_codegen` forwards `**kwargs` to the node's `_codegen_impl`, a call CPython
-    makes through C; one per level of the tree.  CPython 3.12 counts such calls against a
-    fixed C recursion limit that `sys.setrecursionlimit` cannot raise (1,500 in 3.12.0 and
-    3.12.1: an 800-term `a + a + ...` could not be analysed, which CPython compiles).  While
-    the analysis is retried for a deep tree, the method is replaced by the same one that
-    makes the plain call when there is nothing to forward, and put back after.  Only when
-    libcst's method is still the one it replaces (same bytecode and names): a libcst that
-    changed it keeps its own, and deep code stays refused with a reason.
-    """
-    from libcst._nodes.base import CSTNode
-
-    original = CSTNode.__dict__.get("_codegen")
-    code, ours = getattr(original, "__code__", None), _libcst_codegen.__code__
-    if code is None or (code.co_code, code.co_names) != (ours.co_code, ours.co_names):
-        yield
-        return
-    CSTNode._codegen = _codegen_flat
-    try:
-        yield
-    finally:
-        CSTNode._codegen = original
 
 
 def analyse(module: cst.Module, source: str, path: str, rules, *, crashes=None) -> list[Diagnostic]:

@@ -5,10 +5,10 @@ instead of raising (issue 17, items 5 and 6):
 
 - **depth**: its parser recurses once per level of nesting and overflows its C stack
   (a segfault: no exception, no message, the whole run lost).  On an 8 MiB main-thread
-  stack that is a chain of about 8,000 `and` operands, or 8,000 `a + a + ...`;
-  CPython's own limit is about 3,000 nested levels, but it keeps `and`/`or` chains flat
-  (any length compiles) and reads implicitly concatenated strings as one constant;
-- **size**: its tree takes about 3.5 KiB per token (about 600 MB per MB of dense
+  stack that is a chain of about 7,000 `and` operands; CPython's own limit is about
+  3,000 nested levels, but it keeps `and`/`or` chains flat (any length compiles) and
+  reads implicitly concatenated strings as one constant (libcst stops at 3,000 of them);
+- **size**: a whole check takes 2.4 to 4.1 KiB per token (about 600 MB per MB of dense
   code); a 50 MB generated module reached 23 GB;
 - **memory limits**: when an allocation fails (`ulimit -v`) it aborts the process.
 
@@ -16,9 +16,9 @@ So before libcst sees a text, amplint estimates its tokens (`too_many_tokens`), 
 memory it would need against the address-space limit (`address_space_problem`), and
 the nesting libcst would build (`plan_parse`), and refuses with a reason and a line
 instead.  The figures come from benchmarks/native_parser_limits.py and are in
-BENCHMARKS.md; the limits keep a margin below them.  Deep input that is allowed is
-parsed in a thread with a large stack (`ParsePlan.deep_stack`), so the limits do not
-depend on the caller's stack (flake8's worker, an editor's thread, `ulimit -s`).
+BENCHMARKS.md; the limits keep a margin below them.  libcst parses in a thread with
+the stack the text's depth needs (`ParsePlan.stack_bytes`), so the limits do not depend
+on the caller's stack (flake8's worker, an editor's thread, `ulimit -s`).
 
 What CPython refuses is never measured here: `engine.syntax_check` asks CPython first,
 and `explain_refusal` only finds the line where CPython's own "too deeply nested"
@@ -47,26 +47,46 @@ DEFAULT_MAX_TOKENS = 500_000
 BYTES_PER_TOKEN = 4096
 
 _TOKEN = re.compile(r"\w+|[^\w\s]")
+_SLICE = 1 << 16  # code between strings is counted in slices this long, so no list is ever large
+_STRING_START = re.compile(r"[#'\"]")
 
 
-def estimated_tokens(text: str) -> int:
+def estimated_tokens(text: str, *, stop_after: int | None = None) -> int:
     """About how many tokens CPython's tokenizer would make of `text` (a little more, not less).
 
-    Strings and comments count one each; an operator like `**=` counts once per
-    character.  Linear, about 0.1 s per MB.
+    Strings and comments count one each; an operator like `**=` counts once per character.
+    Counting stops soon after `stop_after` (the answer is then only "more than that"),
+    so a 50 MB file is refused after reading the start of it.  Each string or comment
+    starts with `#`, `'` or `"`, and one always matches there: finding those first is
+    what `STRINGS_AND_COMMENTS.finditer` does, without its scan to the end of the text.
     """
-    return len(_TOKEN.findall(STRINGS_AND_COMMENTS.sub("0", text)))
+    count = pos = 0
+    while stop_after is None or count <= stop_after:
+        start = _STRING_START.search(text, pos)
+        if start is None:
+            return count + _code_tokens(text, pos, len(text), None if stop_after is None else stop_after - count)
+        count += _code_tokens(text, pos, start.start()) + 1
+        pos = STRINGS_AND_COMMENTS.match(text, start.start()).end()
+    return count
 
 
-def too_many_tokens(text: str, limit: int | None) -> int | None:
-    """The estimated token count when it is over `limit` (None or 0: no limit), else None.
+def _code_tokens(text: str, start: int, end: int, stop_after: int | None = None) -> int:
+    count = 0
+    while start < end and (stop_after is None or count <= stop_after):
+        cut = min(start + _SLICE, end)  # a name cut in two counts twice: one token per 64 KiB at most
+        count += len(_TOKEN.findall(text, start, cut))
+        start = cut
+    return count
+
+
+def too_many_tokens(text: str, limit: int | None) -> bool:
+    """Whether `text` has more than `limit` tokens (None or 0: no limit).
 
     A token takes at least one character, so a text no longer than the limit is not scanned.
     """
     if not limit or len(text) <= limit:
-        return None
-    tokens = estimated_tokens(text)
-    return tokens if tokens > limit else None
+        return False
+    return estimated_tokens(text, stop_after=limit) > limit
 
 
 def address_space_problem(text: str) -> str | None:
@@ -79,11 +99,11 @@ def address_space_problem(text: str) -> str | None:
     left = _address_space_left()
     if left is None or len(text) * BYTES_PER_TOKEN <= left:
         return None
-    need = estimated_tokens(text) * BYTES_PER_TOKEN
-    if need <= left:
+    tokens = estimated_tokens(text, stop_after=left // BYTES_PER_TOKEN)
+    if tokens * BYTES_PER_TOKEN <= left:
         return None
-    return (f"not analysed: it would need about {need >> 20:,} MiB, and the address-space limit "
-            f"(ulimit -v) leaves {left >> 20:,} MiB")
+    return (f"not analysed: at about {BYTES_PER_TOKEN >> 10} KiB a token it needs more memory than the "
+            f"address-space limit (ulimit -v) leaves ({left >> 20:,} MiB)")
 
 
 def _address_space_left() -> int | None:
@@ -114,11 +134,17 @@ MAX_LIBCST_DEPTH = 10_000
 MAX_NESTING = 3_000
 # libcst's own limit: more strings in one concatenation are a ParserSyntaxError there.
 MAX_CONCATENATED_STRINGS = 3_000
-# A logical line shorter than this, in a file without a long `elif` ladder, cannot nest
-# deeper than this (a level takes at least a character), which any thread's stack parses;
-# only longer ones are measured, and parsed in a thread with a large stack.
-LONG_LOGICAL_LINE = 400
-LONG_ELIF_LADDER = 100
+# Each level of nesting takes a character of its logical line at least, and nesting across
+# logical lines comes only from blocks (CPython allows 100 levels of indentation) and `elif`
+# ladders; so a file's depth is at most this bound, and it is measured only when the bound
+# passes a limit (a logical line of some 2,900 characters: hardly any real file).
+INDENTATION_LEVELS = 100
+# libcst's stack per level: between 1 and 2 KiB (benchmarks/native_parser_limits.py: every
+# construct at amplint's limits parses with 2 KiB a level, some crash with 1 KiB); it is
+# given 8 KiB a level and 1 MiB more, in a thread of its own, whatever the caller's stack.
+STACK_PER_LEVEL = 8 << 10
+_STACK_BASE = 1 << 20
+_STACK_MAX = 512 << 20
 
 _STRUCTURE = re.compile(r"[(\[{]|[)\]}]|\\\r?\n|\n")
 _ELIF = re.compile(r"\belif\b")
@@ -164,46 +190,55 @@ def _scan(text: str, *, exact_offsets: bool = False) -> _Scan:
             start = m.end()
     if len(stripped) - start > longest:
         longest, longest_at = len(stripped) - start, start
-    elifs = len(_ELIF.findall(stripped)) if stripped.count("elif") > LONG_ELIF_LADDER else 0
+    elifs = len(_ELIF.findall(stripped)) if "elif" in stripped else 0
     return _Scan(deepest, deepest_at, longest, longest_at, elifs)
 
 
 @dataclass(frozen=True)
 class ParsePlan:
-    """How libcst may be given a text CPython accepted: not at all (`problem`), or in which stack."""
+    """How libcst may be given a text CPython accepted: not at all (`problem`), or with what stack."""
 
     problem: tuple[int, str] | None  # (line, reason) to refuse it with
-    deep_stack: bool  # it may nest deeper than a small thread stack holds
+    stack_bytes: int  # the thread stack its deepest nesting needs, with a margin
 
 
 def plan_parse(text: str) -> ParsePlan:
-    """Whether, and how, libcst's native parser may be given `text` (which CPython accepted).
+    """Whether, and with how much stack, libcst's native parser may be given `text`.
 
     Cost: one regex substitution and a loop over brackets and newlines (a few per cent
-    of libcst's parse); CPython's parser runs as well only for a file with a logical
-    line longer than LONG_LOGICAL_LINE characters or a long `elif` ladder.
+    of libcst's parse); CPython's parser runs as well only for a file whose depth bound
+    passes a limit (a logical line of about MAX_NESTING characters, or an `elif` ladder
+    as long).
     """
     scan = _scan(text)
-    if scan.longest_line <= LONG_LOGICAL_LINE and scan.elifs <= LONG_ELIF_LADDER:
-        return ParsePlan(None, deep_stack=False)
+    bound = INDENTATION_LEVELS + scan.longest_line + scan.elifs
+    if bound <= MAX_NESTING:
+        return ParsePlan(None, _stack_for(bound))
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # invalid escape sequences and the like
             tree = ast.parse(text)
     except (RecursionError, MemoryError):  # CPython compiled it, but its ast module has a lower limit
-        return ParsePlan((deepest_line(text), _too_deep(None)), deep_stack=True)
+        return ParsePlan((deepest_line(text), _too_deep(None)), _STACK_MAX)
     except (SyntaxError, ValueError):  # not this guard's to report: syntax_check accepted the text
-        return ParsePlan(None, deep_stack=True)
-    return ParsePlan(_measure(tree, text), deep_stack=True)
+        return ParsePlan(None, _STACK_MAX)
+    problem, depth = _measure(tree, text)
+    return ParsePlan(problem, _stack_for(depth + INDENTATION_LEVELS))
 
 
-def _measure(tree: ast.AST, text: str) -> tuple[int, str] | None:
-    """The first place where libcst's nesting would pass the limits, walking iteratively.
+def _stack_for(levels: int) -> int:
+    return min(_STACK_BASE + levels * STACK_PER_LEVEL, _STACK_MAX)
+
+
+def _measure(tree: ast.AST, text: str) -> tuple[tuple[int, str] | None, int]:
+    """(the first place where libcst's nesting would pass the limits, or None; the deepest
+    libcst depth seen), walking iteratively.
 
     Each stack entry: (node, nesting as CPython counts it, depth as libcst builds it, line).
     """
     lines: list[int] | None = None  # offsets of line starts, computed when first needed
     stack = [(node, 1, 1, getattr(node, "lineno", 1)) for node in ast.iter_child_nodes(tree)]
+    deepest = 0
     while stack:
         node, nesting, depth, line = stack.pop()
         line = getattr(node, "lineno", line)  # operators (ast.Add) have no position: their parent's
@@ -212,19 +247,20 @@ def _measure(tree: ast.AST, text: str) -> tuple[int, str] | None:
                 lines = [0] + [m.end() for m in _NEWLINE.finditer(text)]
             pieces = _concatenated_pieces(text, lines, node)
             if pieces > MAX_CONCATENATED_STRINGS:
-                return line, (f"not analysed: {pieces:,} implicitly concatenated strings in one expression; "
+                return (line, f"not analysed: {pieces:,} implicitly concatenated strings in one expression; "
                               f"libcst, amplint's parser, reads at most {MAX_CONCATENATED_STRINGS:,} "
-                              f"(Python accepts it)")
+                              f"(Python accepts it)"), depth
             depth += max(pieces - 1, 0)
         if nesting > MAX_NESTING:
-            return line, (f"not analysed: nested more than {MAX_NESTING:,} levels deep, amplint's limit "
+            return (line, f"not analysed: nested more than {MAX_NESTING:,} levels deep, amplint's limit "
                           f"(libcst's parse time grows with the square of the depth; Python "
-                          f"{python_version()} accepts it)")
+                          f"{python_version()} accepts it)"), depth
         if depth > MAX_LIBCST_DEPTH:
-            return line, _too_deep(depth)
+            return (line, _too_deep(depth)), depth
+        deepest = max(deepest, depth)
         extra = len(node.values) - 1 if isinstance(node, ast.BoolOp) else 0  # libcst: ((a and b) and c)
         stack.extend((child, nesting + 1, depth + 1 + extra, line) for child in ast.iter_child_nodes(node))
-    return None
+    return None, deepest
 
 
 def _concatenated_pieces(text: str, lines: list[int], node: ast.AST) -> int:
@@ -270,8 +306,7 @@ def explain_refusal(text: str) -> tuple[int, str] | None:
 def deepest_line(text: str) -> int:
     """Where the deepest nesting most likely is: the longest logical line, or an elif ladder."""
     scan = _scan(text, exact_offsets=True)
-    return _line_at(text, scan.longest_line_at if scan.longest_line > LONG_LOGICAL_LINE or not scan.elifs
-                    else _first_elif(text))
+    return _line_at(text, scan.longest_line_at if scan.longest_line >= scan.elifs else _first_elif(text))
 
 
 def _first_elif(text: str) -> int:

@@ -106,9 +106,9 @@ class _Worker:
 
 def _start_method() -> str:
     # fork is cheapest and shares what the parent has loaded, but forking a process that runs
-    # other threads can deadlock the child (a lock held mid-call): then a fresh interpreter.
-    methods = multiprocessing.get_all_start_methods()
-    if "fork" in methods and threading.active_count() == 1:
+    # other threads can deadlock the child (a lock held mid-call), and macOS's system
+    # libraries do not survive it: there, and then, a fresh interpreter (the platform default).
+    if sys.platform.startswith("linux") and threading.active_count() == 1:
         return "fork"
     return "spawn"
 

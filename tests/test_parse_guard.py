@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from amplint import engine, parse_limits
+from amplint import deep_codegen, engine, parse_limits
 from amplint.engine import SourceError, check_source
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -207,8 +207,8 @@ def test_the_codegen_shim_swaps_only_libcsts_own_method(monkeypatch) -> None:
     from libcst._nodes.base import CSTNode
 
     original = CSTNode.__dict__["_codegen"]
-    with engine._codegen_without_c_recursion():
-        assert CSTNode.__dict__["_codegen"] is engine._codegen_flat
+    with deep_codegen.codegen_without_c_recursion():
+        assert CSTNode.__dict__["_codegen"] is deep_codegen._codegen_flat
     assert CSTNode.__dict__["_codegen"] is original
 
     def changed_upstream(self, state, **kwargs):
@@ -218,7 +218,7 @@ def test_the_codegen_shim_swaps_only_libcsts_own_method(monkeypatch) -> None:
         state.after_codegen(self)
 
     monkeypatch.setattr(CSTNode, "_codegen", changed_upstream)
-    with engine._codegen_without_c_recursion():
+    with deep_codegen.codegen_without_c_recursion():
         assert CSTNode.__dict__["_codegen"] is changed_upstream  # not the method it knows: left alone
 
 
@@ -227,7 +227,7 @@ def test_the_flat_codegen_writes_the_same_code() -> None:
 
     source = (ROOT / "fixtures" / "AMP101" / "bad_clip_between_backward_and_step.py").read_text()
     module = cst.parse_module(source)
-    with engine._codegen_without_c_recursion():
+    with deep_codegen.codegen_without_c_recursion():
         assert module.code == source
 
 
@@ -240,7 +240,7 @@ def test_the_size_limit_applies_whether_or_not_the_pre_filter_skips_the_file() -
     config = Config(max_file_tokens=1_000)
     body = "".join(f"v{i} = {i}\n" for i in range(400))  # ~1,200 tokens
     for text in (body, body + AMP):
-        with pytest.raises(SourceError, match=r"not analysed: too large \(about 1,2\d\d tokens; the limit is 1,000"):
+        with pytest.raises(SourceError, match=r"not analysed: too large \(more than 1,000 tokens, the limit"):
             check_source(text, "x.py", config)
     assert check_source(body + AMP, "x.py", Config(max_file_tokens=0), crashes=[])  # 0: no limit
 
@@ -254,6 +254,32 @@ def test_token_estimate_is_not_an_underestimate() -> None:
                if t.type not in (tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT, tokenize.ENDMARKER))
     estimate = parse_limits.estimated_tokens(source)
     assert real <= estimate <= 1.5 * real
+
+
+def test_counting_string_by_string_matches_stripping_them_all() -> None:
+    """The token count looks for strings one at a time (no scan to the end of a 50 MB file)."""
+    from amplint.sources import STRINGS_AND_COMMENTS
+
+    for path in sorted((ROOT / "amplint").rglob("*.py")) + sorted((ROOT / "tests").glob("*.py")):
+        source = path.read_text()
+        # (a prefix counts apart from its string: `f"x"` is two)
+        expected = len(parse_limits._TOKEN.findall(STRINGS_AND_COMMENTS.sub(" 0", source)))
+        got = parse_limits.estimated_tokens(source)
+        assert expected <= got <= expected + len(source) // parse_limits._SLICE + 1, path
+
+
+def test_a_huge_file_is_refused_after_reading_its_start(monkeypatch) -> None:
+    text = AMP + "x = 1\n" * 5_000_000  # 30 MB
+    furthest = []
+    code_tokens = parse_limits._code_tokens
+
+    def counting(text, start, end, *args):
+        furthest.append(start)
+        return code_tokens(text, start, end, *args)
+
+    monkeypatch.setattr(parse_limits, "_code_tokens", counting)
+    assert parse_limits.too_many_tokens(text, 1_000)
+    assert max(furthest) < len(text) // 100
 
 
 def test_out_of_memory_in_the_analysis_is_the_files_error(monkeypatch) -> None:
