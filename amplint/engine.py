@@ -70,7 +70,9 @@ def parse(source: str, path: str, *, max_tokens: int | None = DEFAULT_MAX_TOKENS
     if plan.problem is not None:
         raise SourceError(path, plan.problem[0], 0, plan.problem[1])
     try:
-        return _in_thread(lambda: cst.parse_module(source), plan.stack_bytes)
+        if plan.fits_this_thread():
+            return cst.parse_module(source)
+        return _in_thread(lambda: cst.parse_module(source), plan.thread_stack)
     except cst.ParserSyntaxError as exc:
         # CPython accepted the text: this is a gap in libcst's grammar, not the user's error.
         raise SourceError(path, exc.raw_line, max(exc.raw_column, 0),
@@ -229,7 +231,7 @@ _SMALL_STACK = 8 << 20
 
 
 def _in_thread(fn, stack_bytes: int, *, required: bool = False):
-    """Run `fn` in a thread with `stack_bytes` of stack (0: here); return or raise its result.
+    """Run `fn` in a thread with `stack_bytes` of stack; return or raise its result.
 
     libcst's native parser needs stack in proportion to the nesting (amplint.parse_limits
     plans it), and a caller's thread may have little (an editor's worker, musl's 128 KiB).
@@ -238,8 +240,6 @@ def _in_thread(fn, stack_bytes: int, *, required: bool = False):
     """
     import threading
 
-    if not stack_bytes:
-        return fn()
     box: dict = {}
 
     def run() -> None:

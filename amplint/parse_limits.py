@@ -16,9 +16,10 @@ So before libcst sees a text, amplint estimates its tokens (`too_many_tokens`), 
 memory it would need against the address-space limit (`address_space_problem`), and
 the nesting libcst would build (`plan_parse`), and refuses with a reason and a line
 instead.  The figures come from benchmarks/native_parser_limits.py and are in
-BENCHMARKS.md; the limits keep a margin below them.  libcst parses in a thread with
-the stack the text's depth needs (`ParsePlan.stack_bytes`), so the limits do not depend
-on the caller's stack (flake8's worker, an editor's thread, `ulimit -s`).
+BENCHMARKS.md; the limits keep a margin below them.  libcst parses where the stack is
+known to hold the text's depth, or in a thread with that stack (`ParsePlan`), so the
+limits do not depend on the caller's stack (flake8's worker, an editor's thread,
+`ulimit -s`).
 
 What CPython refuses is never measured here: `engine.syntax_check` asks CPython first,
 and `explain_refusal` only finds the line where CPython's own "too deeply nested"
@@ -139,9 +140,12 @@ MAX_CONCATENATED_STRINGS = 3_000
 # ladders; so a file's depth is at most this bound, and it is measured only when the bound
 # passes a limit (a logical line of some 2,900 characters: hardly any real file).
 INDENTATION_LEVELS = 100
-# libcst's stack per level: between 1 and 2 KiB (benchmarks/native_parser_limits.py: every
-# construct at amplint's limits parses with 2 KiB a level, some crash with 1 KiB); it is
-# given 8 KiB a level and 1 MiB more, in a thread of its own, whatever the caller's stack.
+# libcst's stack per level: between 1 and 2 KiB (BENCHMARKS.md: every construct at amplint's
+# limits parses with 2 KiB a level, some crash with 1 KiB).  A main thread whose stack limit
+# holds twice that (`ulimit -s`: 8 MiB is ~1,500 levels) parses where it is; any other
+# caller gets a thread of its own with 8 KiB a level.  (A thread costs the parse 5-10%: its
+# allocations go to a fresh malloc arena.)
+NEEDED_PER_LEVEL = 2 << 10
 STACK_PER_LEVEL = 8 << 10
 _STACK_BASE = 1 << 20
 _STACK_MAX = 512 << 20
@@ -199,7 +203,27 @@ class ParsePlan:
     """How libcst may be given a text CPython accepted: not at all (`problem`), or with what stack."""
 
     problem: tuple[int, str] | None  # (line, reason) to refuse it with
-    stack_bytes: int  # the thread stack its deepest nesting needs, with a margin
+    levels: int  # how deep libcst can nest it (a bound, or the depth measured)
+
+    def fits_this_thread(self) -> bool:
+        """This is the main thread, and its stack limit holds twice what libcst needs."""
+        import threading
+
+        if threading.current_thread() is not threading.main_thread():
+            return False  # an editor's worker, a test's thread: its stack size is not known
+        try:
+            import resource
+
+            soft, _ = resource.getrlimit(resource.RLIMIT_STACK)
+        except (ImportError, OSError, ValueError):
+            return False
+        room = 8 << 20 if soft == resource.RLIM_INFINITY else soft
+        return 2 * (_STACK_BASE + self.levels * NEEDED_PER_LEVEL) <= room
+
+    @property
+    def thread_stack(self) -> int:
+        """The stack of a thread of its own, with a margin of four."""
+        return min(_STACK_BASE + self.levels * STACK_PER_LEVEL, _STACK_MAX)
 
 
 def plan_parse(text: str) -> ParsePlan:
@@ -213,21 +237,17 @@ def plan_parse(text: str) -> ParsePlan:
     scan = _scan(text)
     bound = INDENTATION_LEVELS + scan.longest_line + scan.elifs
     if bound <= MAX_NESTING:
-        return ParsePlan(None, _stack_for(bound))
+        return ParsePlan(None, bound)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # invalid escape sequences and the like
             tree = ast.parse(text)
     except (RecursionError, MemoryError):  # CPython compiled it, but its ast module has a lower limit
-        return ParsePlan((deepest_line(text), _too_deep(None)), _STACK_MAX)
+        return ParsePlan((deepest_line(text), _too_deep(None)), MAX_LIBCST_DEPTH)
     except (SyntaxError, ValueError):  # not this guard's to report: syntax_check accepted the text
-        return ParsePlan(None, _STACK_MAX)
+        return ParsePlan(None, bound)
     problem, depth = _measure(tree, text)
-    return ParsePlan(problem, _stack_for(depth + INDENTATION_LEVELS))
-
-
-def _stack_for(levels: int) -> int:
-    return min(_STACK_BASE + levels * STACK_PER_LEVEL, _STACK_MAX)
+    return ParsePlan(problem, depth + INDENTATION_LEVELS)
 
 
 def _measure(tree: ast.AST, text: str) -> tuple[tuple[int, str] | None, int]:

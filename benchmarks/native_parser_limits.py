@@ -75,7 +75,7 @@ except Exception:
 AMPLINT = r"""
 import sys, time
 from amplint import engine, parse_limits
-parse_limits.plan_parse = lambda text: parse_limits.ParsePlan(None, 512 << 20)  # guard lifted, largest stack
+parse_limits.plan_parse = lambda text: parse_limits.ParsePlan(None, 100_000)  # guard lifted, a 512 MiB thread
 src = sys.stdin.read()
 start = time.perf_counter()
 try:

@@ -35,7 +35,7 @@ import sys, time
 from amplint import cli, parse_limits, runner
 lifted = sys.argv[1].split(",")
 if "guard" in lifted:
-    parse_limits.plan_parse = lambda text: parse_limits.ParsePlan(None, stack_bytes=0)
+    parse_limits.plan_parse = lambda text: parse_limits.ParsePlan(None, levels=0)  # the caller's stack
 if "memory" in lifted:
     parse_limits.address_space_problem = lambda text: None
 for item in lifted:
