@@ -40,6 +40,7 @@ import functools
 import hashlib
 import json
 import os
+import stat
 import tempfile
 import time
 from dataclasses import dataclass
@@ -92,6 +93,8 @@ class ResultCache:
         try:
             st = os.stat(path)
         except OSError:
+            return None, probe
+        if not stat.S_ISREG(st.st_mode):  # a FIFO would block the read below; the reader says why
             return None, probe
         probe.size, probe.mtime_ns = st.st_size, st.st_mtime_ns
         entry = self._load(probe.entry_path, str(path))

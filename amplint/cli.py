@@ -23,6 +23,16 @@ def _split(values: list[str] | None) -> tuple[str, ...] | None:
     return tuple(v.strip() for item in values for v in item.split(",") if v.strip())
 
 
+def _count(text: str) -> int:
+    try:
+        value = int(text.replace("_", ""))
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="amplint", description="Find and prove PyTorch mixed-precision (AMP) mistakes.")
     parser.add_argument("--version", action="version", version=f"amplint {__version__}")
@@ -62,6 +72,8 @@ def build_parser() -> argparse.ArgumentParser:
     loudness.add_argument("--quiet", "-q", action="store_true", help="print findings, but no summary")
     loudness.add_argument("--silent", "-s", action="store_true",
                           help="print nothing on stdout; the exit code still says whether there are findings")
+    check.add_argument("--max-file-tokens", type=_count, metavar="N",
+                       help="do not analyse files with more tokens (memory: ~4 KiB each; default 500000; 0: no limit)")
 
     rules = sub.add_parser("rules", help="list every rule")
     rules.add_argument("--format", default="text", choices=("text", "json"))
@@ -147,6 +159,7 @@ def _overrides(config: Config, args) -> Config:
         exclude=_split(args.exclude),
         extend_exclude=(config.extend_exclude + _split(args.extend_exclude)) if args.extend_exclude else None,
         respect_gitignore=args.respect_gitignore,
+        max_file_tokens=args.max_file_tokens,
     )
 
 
@@ -154,6 +167,11 @@ def cmd_check(args) -> int:
     from amplint.cache import default_directory as default_cache_dir
     from amplint.runner import RunResult, check_paths
 
+    if args.output_file is not None:
+        problem = _output_file_problem(args.output_file)
+        if problem:  # before the run: a long check whose report cannot be written is wasted
+            print(f"amplint: error: --output-file {args.output_file}: {problem}", file=sys.stderr)
+            return EXIT_ERROR
     paths = list(args.paths) or [Path(".")]
     problem = _check_flag_problem(args)
     if problem:
@@ -176,7 +194,7 @@ def cmd_check(args) -> int:
         cache_dir = None if args.no_cache else (args.cache_dir or default_cache_dir(config.root))
         part = check_paths(
             group, config, fix=args.fix, unsafe=args.unsafe_fixes, diff=args.diff, force_exclude=force_exclude,
-            jobs=args.jobs, cache_dir=cache_dir,
+            jobs=args.jobs, cache_dir=cache_dir, named=paths,
         )
         files.extend(part.files)
         missing.extend(part.missing)
@@ -184,13 +202,17 @@ def cmd_check(args) -> int:
     for miss in result.missing:
         print(f"amplint: error: {miss}: no such file or directory", file=sys.stderr)
     for f in result.errors:
-        e = f.error
-        print(f"{e.path}:{e.line}:{e.col0 + 1}: error: {e.reason}", file=sys.stderr)
+        _print_source_error(f.error)
     for f in result.files:  # fixes dropped or not written (issue 8): say so, never silently
         for w in getattr(f, "warnings", ()):
             if not args.silent:
                 print(f"{f.path}: warning: {w}", file=sys.stderr)
     _report_crashes(result.crashes)
+    if not result.files and not result.missing:
+        # Never "All checks passed!" for a run that checked nothing (every path excluded, or no
+        # Python file there): Ruff says the same.
+        print("amplint: warning: no Python files found under the given paths (excluded, or none there)",
+              file=sys.stderr)
     diagnostics = sorted(result.diagnostics, key=lambda d: d.sort_key)
     fixed = sum(len(f.fixed.applied) for f in result.files if f.fixed and f.written)
     if args.diff:
@@ -198,8 +220,14 @@ def cmd_check(args) -> int:
             if f.diff and not args.silent:
                 _write_diff(f.diff, f.diff_encoding)
     else:
-        _emit(args, diagnostics, fixed, sources=None, unchecked=len(result.errors) + len(result.missing))
-    if result.missing or result.errors or result.crashes:
+        if not _emit(args, diagnostics, fixed, sources=None, unchecked=len(result.errors) + len(result.missing),
+                     checked=len(result.files)):
+            return EXIT_ERROR
+    if result.missing:
+        return EXIT_ERROR  # a usage error: --exit-zero does not hide a path that is not there
+    if args.exit_zero:
+        return EXIT_CLEAN  # whatever was found, unanalysable files and internal errors included
+    if result.errors or result.crashes:
         return EXIT_ERROR
     if args.diff:
         return EXIT_FINDINGS if any(f.diff for f in result.files) else EXIT_CLEAN
@@ -214,6 +242,26 @@ def _exit_code(args, diagnostics, fixed: int) -> int:
     if diagnostics and not (args.exit_zero or args.fix_only):
         return EXIT_FINDINGS
     return EXIT_CLEAN
+
+
+def _print_source_error(e) -> None:
+    """One format for every file that could not be analysed, read from disk or from stdin."""
+    print(f"{e.path}:{e.line}:{e.col0 + 1}: error: {e.reason}", file=sys.stderr)
+
+
+def _output_file_problem(path: Path) -> str | None:
+    """Why --output-file cannot be written, found before the run (its folders are created)."""
+    if path.is_dir():
+        return "it is a directory"
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "a", encoding="utf-8"):
+            pass
+    except FileExistsError:  # mkdir met a file where a folder should be
+        return "cannot write it: Not a directory"
+    except OSError as exc:
+        return f"cannot write it: {exc.strerror or exc}"
+    return None
 
 
 def _check_flag_problem(args) -> str | None:
@@ -249,11 +297,13 @@ def _add_noqa(args, paths: list[Path]) -> int:
 
 
 def _units(args, paths: list[Path]) -> list[tuple[Config, list[Path], bool]]:
-    """(configuration, paths, force_exclude) to check, each file under its nearest [tool.amplint].
+    """(configuration, files, force_exclude) to check, each file under its nearest [tool.amplint].
 
     Directories are walked with the configuration found from them upward; a file found
     in the walk that has a nearer pyproject.toml of its own (a sub-project) is checked
     with that one, its excludes included, as ruff's hierarchical configuration does.
+    A file reached twice (named, and found in a named directory; `a.py ./a.py`) is
+    checked once: its findings and warnings would otherwise be printed twice.
     """
     from amplint.runner import discover
 
@@ -265,16 +315,31 @@ def _units(args, paths: list[Path]) -> list[tuple[Config, list[Path], bool]]:
             units.append((config, named, args.force_exclude))
         if not dirs:
             continue
+        walked, _ = discover(dirs, config, force_exclude=args.force_exclude)
         if args.isolated or args.config is not None:
-            units.append((config, dirs, args.force_exclude))
+            units.append((config, walked, False))  # the walk applied the excludes
             continue
-        walked, _ = discover(dirs, config)
         for sub, files in group_by_config(walked):
             if sub.source == config.source:
-                units.append((config, files, True))
+                units.append((config, files, False))
             else:
                 units.append((_overrides(sub, args), files, True))
-    return units
+    return _once_each(units)
+
+
+def _once_each(units: list[tuple[Config, list[Path], bool]]) -> list[tuple[Config, list[Path], bool]]:
+    seen: set[str] = set()
+    out = []
+    for config, files, force_exclude in units:
+        keep = []
+        for f in files:
+            key = os.path.normpath(os.path.abspath(f))
+            if key not in seen:
+                seen.add(key)
+                keep.append(f)
+        if keep:
+            out.append((config, keep, force_exclude))
+    return out
 
 
 def _check_stdin(args) -> int:
@@ -282,15 +347,27 @@ def _check_stdin(args) -> int:
     from amplint import sources
     from amplint.engine import RuleCrash, SourceError, check_source
     from amplint.fixes import fix_text, unified_diff
+    from amplint.runner import fix_warnings
 
     name = args.stdin_filename or Path("-")
     lookup = args.stdin_filename if args.stdin_filename is not None else Path.cwd()
     ((config, _),) = load_config(args, [lookup])
-    try:
-        text, encoding, bom = sources.decode(sys.stdin.buffer.read(), str(name))
-    except sources.UnreadableSource as exc:
-        print(f"amplint: error: {exc}", file=sys.stderr)
+    if sys.stdin is None:  # `amplint check - <&-`: the interpreter found no descriptor 0
+        print("amplint: error: cannot read stdin: it is closed", file=sys.stderr)
         return EXIT_ERROR
+    try:
+        raw = sys.stdin.buffer.read()
+    except OSError as exc:  # stdin is a directory (`< /`), a closed pipe, ...
+        print(f"amplint: error: cannot read stdin: {exc.strerror or exc}", file=sys.stderr)
+        return EXIT_ERROR
+    unchecked = EXIT_CLEAN if args.exit_zero else EXIT_ERROR
+    try:
+        text, encoding, bom = sources.decode(raw, str(name))
+    except sources.UnreadableSource as exc:
+        _print_source_error(SourceError(str(name), 1, 0, str(exc).split(": ", 1)[-1]))
+        if args.fix:
+            sys.stdout.buffer.write(raw)  # an editor replaces its buffer with stdout: give it back intact
+        return unchecked
     if args.force_exclude and args.stdin_filename is not None and config.is_excluded(args.stdin_filename):
         if args.fix:
             sys.stdout.write(text)
@@ -306,6 +383,8 @@ def _check_stdin(args) -> int:
             outcome = fix_text(text, lambda t: check_source(t, str(name), config, crashes=crashes), unsafe=args.unsafe_fixes)
             diagnostics = outcome.remaining
             fixed = len(outcome.applied)
+            for w in fix_warnings(outcome):  # as for files: a dropped fix is said, never silent
+                print(f"{name}: warning: {w}", file=sys.stderr)
             if args.diff:
                 mark = "\ufeff" if bom else ""
                 _write_diff(unified_diff(mark + text, mark + outcome.source, f"a/{name}", f"b/{name}"), encoding)
@@ -314,20 +393,26 @@ def _check_stdin(args) -> int:
         else:
             diagnostics = check_source(text, str(name), config, crashes=crashes)
     except SourceError as exc:
-        print(f"{exc.path}:{exc.line}:{exc.col0 + 1}: error: {exc.reason}", file=sys.stderr)
+        _print_source_error(exc)
         if args.fix:
             sys.stdout.write(text)  # an editor replaces its buffer with stdout: give it back intact
-        return EXIT_ERROR
+        return unchecked
     return _finish_stdin(args, diagnostics, crashes, fixed, {str(name): text})
 
 
 def _finish_stdin(args, diagnostics, crashes, fixed: int, sources: dict) -> int:
     """Report what `amplint check -` found, and its exit code."""
+    from amplint.runner import unique_crashes
+
+    crashes = unique_crashes(crashes)  # fixing lints once per pass: a crashing rule crashes each time
     _report_crashes(crashes)
     diagnostics = sorted(diagnostics, key=lambda d: d.sort_key)
     if not args.diff:
         # With --fix, stdout carries the fixed source; findings go to stderr (ruff does the same).
-        _emit(args, diagnostics, fixed, sources=sources, stream=sys.stderr if args.fix else None)
+        if not _emit(args, diagnostics, fixed, sources=sources, stream=sys.stderr if args.fix else None):
+            return EXIT_ERROR
+    if args.exit_zero:
+        return EXIT_CLEAN
     if crashes:
         return EXIT_ERROR
     if args.diff:
@@ -365,7 +450,7 @@ def _check_stdin_notebook(args, text: str, name: str, config) -> int:
         print(f"{name}:1:1: error: {reason}", file=sys.stderr)
         if args.fix:
             sys.stdout.write(text)  # an editor replaces its buffer with stdout: give it back intact
-        return EXIT_ERROR
+        return EXIT_CLEAN if args.exit_zero else EXIT_ERROR
     return _finish_stdin(args, diagnostics, crashes, fixed, {name: nb.cell_sources()})
 
 
@@ -389,26 +474,35 @@ def _report_crashes(crashes) -> None:
         )
 
 
-def _emit(args, diagnostics, fixed: int, *, sources: dict | None, stream=None, unchecked: int = 0) -> None:
+def _emit(args, diagnostics, fixed: int, *, sources: dict | None, stream=None, unchecked: int = 0,
+          checked: int | None = None) -> bool:
     """Print findings in the chosen format to --output-file, `stream`, or stdout.
 
     `--quiet` leaves out the summary, `--silent` everything (an --output-file is still
     written: it was asked for by name); `--fix-only` prints only what was fixed.
+    False (after saying why) when the report could not be written: the caller exits 2,
+    also under --exit-zero, since nobody will see these findings.
     """
     fmt = args.output_format
-    if args.output_file is None and args.silent:
-        return
-    if args.output_file is not None:
-        args.output_file.parent.mkdir(parents=True, exist_ok=True)
-        out = open(args.output_file, "w", encoding="utf-8")  # noqa: SIM115 - closed below
-    else:
-        out = stream or sys.stdout
+    target = args.output_file
+    if target is None and args.silent:
+        return True
+    try:
+        if target is not None:
+            target.parent.mkdir(parents=True, exist_ok=True)
+        out = open(target, "w", encoding="utf-8") if target is not None else (stream or sys.stdout)  # noqa: SIM115
+    except OSError as exc:
+        print(f"amplint: error: --output-file {target}: cannot write it: {exc.strerror or exc}", file=sys.stderr)
+        return False
+    if out is None:  # `amplint check x.py >&-`
+        print("amplint: error: cannot write the report: stdout is closed", file=sys.stderr)
+        return False
     try:
         if args.fix_only:
             text = output.fix_only_summary(fixed) if fmt == "text" and not args.quiet else ""
             if text:
                 out.write(text + "\n")
-            return
+            return True
         if sources is None and not args.statistics and fmt in ("text", "json", "json-lines", "sarif"):
             sources = _read_sources(diagnostics)  # the lines under findings, noqa rows, fingerprints
         if args.statistics:
@@ -421,12 +515,22 @@ def _emit(args, diagnostics, fixed: int, *, sources: dict | None, stream=None, u
         if text:
             out.write(text + "\n")
         if fmt == "text" and not args.statistics and not args.quiet:
-            fixable = sum(1 for d in diagnostics if output.shows_fix_marker(d, args.unsafe_fixes))
-            hidden = sum(1 for d in diagnostics if d.fix is not None) - fixable
-            out.write(output.summary(len(diagnostics), fixed, fixable, hidden, unchecked) + "\n")
+            if checked == 0 and not unchecked:
+                out.write("No files checked.\n")
+            else:
+                fixable = sum(1 for d in diagnostics if output.shows_fix_marker(d, args.unsafe_fixes))
+                hidden = sum(1 for d in diagnostics if d.fix is not None) - fixable
+                out.write(output.summary(len(diagnostics), fixed, fixable, hidden, unchecked) + "\n")
+    except OSError as exc:
+        if isinstance(exc, BrokenPipeError):
+            raise  # `| head`: main() keeps that quiet
+        where = f"--output-file {target}" if target is not None else "the report"
+        print(f"amplint: error: cannot write {where}: {exc.strerror or exc}", file=sys.stderr)
+        return False
     finally:
         if out is not sys.stdout and out is not sys.stderr:
             out.close()
+    return True
 
 
 def _read_sources(diagnostics) -> dict:

@@ -28,6 +28,7 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 from amplint import registry
+from amplint.parse_limits import DEFAULT_MAX_TOKENS
 
 DEFAULT_EXCLUDE = (
     ".git",
@@ -58,6 +59,7 @@ KNOWN_KEYS = {
     "target-torch",
     "respect-gitignore",
     "extend-include",
+    "max-file-tokens",
 }
 
 # What a directory walk checks (Ruff's default `include`, less pyproject.toml); more with `extend-include`.
@@ -88,6 +90,8 @@ class Config:
     target_torch: str | None = None
     respect_gitignore: bool = True
     extend_include: tuple[str, ...] = ()
+    # Files with more tokens are not analysed (memory: about 4 KiB a token); 0: no limit.
+    max_file_tokens: int = DEFAULT_MAX_TOKENS
     root: Path | None = field(default=None, compare=False)
     source: Path | None = field(default=None, compare=False)
     _gitignore: "GitIgnore" = field(default_factory=lambda: GitIgnore(), compare=False, repr=False)
@@ -137,9 +141,18 @@ class Config:
                     out |= {r.code for r in registry.expand(c)} | ({r.code for r in registry.ALL_RULES if r.code.startswith(c.upper())})
         return out
 
-    def is_excluded(self, path: str | os.PathLike) -> bool:
+    def is_excluded(self, path: str | os.PathLike, *, below: str | os.PathLike | None = None) -> bool:
         """An exclude pattern matches the path (relative to the root) or one of its parts,
-        or git ignores it."""
+        or git ignores it.
+
+        `below`: a directory the user named, which a walk found `path` in.  A named path
+        is checked (as Ruff does), so then only the parts of `path` below it count
+        (`amplint check build/proj` checks build/proj although `build` is excluded), and
+        git is asked only when it does not ignore `below` itself: inside an ignored
+        directory git calls every path ignored.
+        """
+        if below is not None:
+            return self._excluded_below(Path(path), Path(below))
         rel = self._relative(path)
         whole, part, prefixes = self._exclude_matchers
         if whole is not None and (whole.match(rel) or rel.startswith(prefixes) or any(map(part.match, Path(rel).parts))):
@@ -156,17 +169,45 @@ class Config:
     @cached_property
     def _include_matcher(self) -> re.Pattern:
         return re.compile("|".join(f"(?:{_path_glob(p)})" for p in (*DEFAULT_INCLUDE, *self.extend_include)))
+    def _excluded_below(self, path: Path, below: Path) -> bool:
+        try:
+            inner = path.relative_to(below).parts
+        except ValueError:
+            return self.is_excluded(path)
+        rel = self._relative(path)
+        suffix = "/".join(inner)
+        if not inner or not rel.endswith(suffix):
+            return self.is_excluded(path)
+        _, part, _ = self._exclude_matchers
+        exact = self._exact_matcher
+        if part is not None:
+            base = rel[: len(rel) - len(suffix)]
+            for i, name in enumerate(inner, 1):  # each level below `below`, the entry itself last
+                if part.match(name) or exact.match(base + "/".join(inner[:i])):
+                    return True
+        if not self.respect_gitignore or self._gitignore.ignored(below):
+            return False
+        return self._gitignore.ignored(path)
 
     @cached_property
     def _exclude_matchers(self) -> tuple[re.Pattern | None, re.Pattern | None, tuple[str, ...]]:
         """The exclude patterns as two regexes and a prefix tuple, compiled once: fnmatch per
         pattern and path part cost seconds on a tree of a few thousand files."""
-        patterns = [p.rstrip("/") for p in (*self.exclude, *self.extend_exclude)]
+        patterns = self._exclude_patterns
         if not patterns:
             return None, None, ()
         whole = "|".join(_path_glob(p) for p in patterns)
         part = "|".join(f"(?:{fnmatch.translate(p)})" for p in patterns)
         return re.compile(whole), re.compile(part), tuple(p + "/" for p in patterns)
+
+    @cached_property
+    def _exact_matcher(self) -> re.Pattern:
+        """A pattern matching a path itself (not what lies below it: a walk does not enter an excluded directory)."""
+        return re.compile("|".join(f"(?:{fnmatch.translate(p)})" for p in self._exclude_patterns) or r"(?!)")
+
+    @cached_property
+    def _exclude_patterns(self) -> tuple[str, ...]:
+        return tuple(p.rstrip("/") for p in (*self.exclude, *self.extend_exclude))
 
     def _relative(self, path) -> str:
         p = Path(path)
@@ -184,7 +225,8 @@ class Config:
     @property
     def cache_key(self) -> str:
         """What in the configuration can change findings (for the result cache)."""
-        return repr((sorted(r.code for r in self.rules()), self.per_file_ignores, self.target_torch))
+        return repr((sorted(r.code for r in self.rules()), self.per_file_ignores, self.target_torch,
+                     self.max_file_tokens))
 
 
 def _path_glob(pattern: str) -> str:
@@ -290,7 +332,11 @@ def from_table(table: dict, path: Path | None = None, *, inferred_target_torch: 
     gitignore = table.get("respect-gitignore", True)
     if not isinstance(gitignore, bool):
         raise ConfigError(f"{where}[tool.amplint] respect-gitignore must be true or false")
+    max_tokens = table.get("max-file-tokens", DEFAULT_MAX_TOKENS)
+    if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 0:
+        raise ConfigError(f"{where}[tool.amplint] max-file-tokens must be a whole number (0: no limit)")
     kwargs = dict(
+        max_file_tokens=max_tokens,
         select=strings("select"),
         extend_select=strings("extend-select"),
         ignore=strings("ignore"),

@@ -21,14 +21,16 @@ from dataclasses import dataclass
 
 import libcst as cst
 
+from amplint import parse_limits
 from amplint.analysis.model import ModuleModel
 from amplint.config import Config
+from amplint.deep_codegen import codegen_without_c_recursion
 from amplint.diagnostics import Diagnostic, Fix, Related, Span
 from amplint.edits import EditBuilder, node_ranges
+from amplint.parse_limits import DEFAULT_MAX_TOKENS
 from amplint.rules._base import Report, RuleOptions
 from amplint.prefilter import package_of, rules_that_may_fire
 from amplint.project.index import AUTO, for_path as project_for
-from amplint.sources import nesting_problem
 from amplint import unused_noqa
 from amplint.suppression import is_suppressed, noqa_map
 
@@ -54,31 +56,63 @@ class RuleCrash:
     trace: str
 
 
-def parse(source: str, path: str) -> cst.Module:
-    # NB: the guard must run first: what it refuses would crash or stall libcst's native parser.
-    problem = nesting_problem(source)
-    if problem is not None:
-        raise SourceError(path, problem[0], 0, problem[1])
+def parse(source: str, path: str, *, max_tokens: int | None = DEFAULT_MAX_TOKENS) -> cst.Module:
+    """The one way amplint turns text into a libcst Module: every parse goes through here.
+
+    CPython decides what is Python (`syntax_check`): what it refuses is its error, at its
+    line, and libcst never sees it; so a file is an error or not whatever the pre-filter
+    does, on every Python version (libcst reads PEP 695 on 3.11, CPython does not).
+    What CPython accepts but libcst must not be given (too many tokens for memory,
+    nesting that crashes its native parser: amplint.parse_limits) is refused with a
+    reason.  Deep input is parsed in a thread with a large stack, so the outcome does
+    not depend on the caller's stack.  `max_tokens`: None or 0 for no size limit.
+    """
+    refuse_oversized(source, path, max_tokens)
+    syntax_check(source, path)
+    plan = parse_limits.plan_parse(source)
+    if plan.problem is not None:
+        raise SourceError(path, plan.problem[0], 0, plan.problem[1])
     try:
-        return cst.parse_module(source)
+        if plan.fits_this_thread():
+            return cst.parse_module(source)
+        return _in_thread(lambda: cst.parse_module(source), plan.thread_stack)
     except cst.ParserSyntaxError as exc:
-        # CPython says it better ("expected ':'" at the `if`, where libcst lists every token
-        # it could have accepted at the next line): ask it, on this rare path only.
-        syntax_check(source, path)
-        raise SourceError(path, exc.raw_line, max(exc.raw_column, 0), f"SyntaxError: {exc.message}") from None
+        # CPython accepted the text: this is a gap in libcst's grammar, not the user's error.
+        raise SourceError(path, exc.raw_line, max(exc.raw_column, 0),
+                          f"not analysed: libcst, amplint's parser, cannot read this valid Python "
+                          f"({exc.message})") from None
     except RecursionError:
-        raise SourceError(path, 1, 0, "SyntaxError: too deeply nested to parse") from None
+        raise SourceError(path, 1, 0, "not analysed: too deeply nested for libcst, amplint's parser, "
+                                      "in the stack this process can give it") from None
+    except MemoryError:
+        raise SourceError(path, 1, 0, _out_of_memory(source)) from None
+
+
+def refuse_oversized(source: str, path: str, max_tokens: int | None) -> None:
+    """Raise SourceError when `source` is too large to analyse: the token limit, or the memory left."""
+    if parse_limits.too_many_tokens(source, max_tokens):
+        raise SourceError(path, 1, 0, f"not analysed: too large (more than {max_tokens:,} tokens, the limit: "
+                                      f"max-file-tokens in [tool.amplint], or --max-file-tokens)")
+    problem = parse_limits.address_space_problem(source)
+    if problem is not None:
+        raise SourceError(path, 1, 0, problem)
+
+
+def _out_of_memory(source: str) -> str:
+    # NB: nothing here may allocate much: memory has just run out.
+    return (f"not analysed: out of memory ({len(source) / 1e6:.1f} MB of source; "
+            f"max-file-tokens in [tool.amplint] sets how large a file amplint tries)")
 
 
 def syntax_check(source: str, path: str) -> None:
     """Raise SourceError if CPython cannot parse `source` (nothing is executed).
 
-    Used for files the pre-filter skips.  CPython's parser and symbol table (what
-    `compile` does before generating bytecode) cost about a fifteenth of libcst's parse
-    and a third less than `compile`; like libcst they accept `return` outside a
-    function, which only bytecode generation refuses.  Deep nesting is refused with an
-    exception, never a crash, so the nesting guard runs only to explain a failure.  The
-    parser's warnings (invalid escapes and the like) are not amplint's to print.
+    CPython's parser and symbol table (what `compile` does before generating bytecode)
+    cost about a fifteenth of libcst's parse and a third less than `compile`; like
+    libcst they accept `return` outside a function, which only bytecode generation
+    refuses.  Deep nesting is refused with an exception, never a crash, so the guard
+    runs only to find the line CPython does not give.  The parser's warnings (invalid
+    escapes and the like) are not amplint's to print.
     """
     import symtable
     import warnings
@@ -87,16 +121,15 @@ def syntax_check(source: str, path: str) -> None:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             symtable.symtable(source, path, "exec")
-    except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
-        problem = nesting_problem(source)  # names the level and the line where CPython does not
-        if problem is not None:
-            raise SourceError(path, problem[0], 0, problem[1]) from None
-        if isinstance(exc, SyntaxError):
-            line = exc.lineno or 1
-            col0 = max((exc.offset or 1) - 1, 0)
-            raise SourceError(path, line, col0, f"{type(exc).__name__}: {exc.msg}") from None
-        raise SourceError(path, 1, 0, f"SyntaxError: {exc}" if isinstance(exc, ValueError) else  # NUL bytes
-                          "too deeply nested to analyse (CPython cannot compile it either)") from None
+    except SyntaxError as exc:
+        line = exc.lineno or 1
+        col0 = max((exc.offset or 1) - 1, 0)
+        raise SourceError(path, line, col0, f"{type(exc).__name__}: {exc.msg}") from None
+    except ValueError as exc:  # NUL bytes
+        raise SourceError(path, 1, 0, f"SyntaxError: {exc}") from None
+    except (RecursionError, MemoryError):
+        line, reason = parse_limits.explain_refusal(source)
+        raise SourceError(path, line, 0, reason) from None
 
 
 def check_source(
@@ -132,6 +165,8 @@ def check_source(
     unused_noqa_on = unused_noqa.CODE in enabled
     rules = tuple(r for r in rules if r.code != unused_noqa.CODE)
     suppressed: list[tuple[int, str]] = []
+    # Before anything reads the text closely: the same refusal whether or not the pre-filter skips it.
+    refuse_oversized(source, path, config.max_file_tokens)
     if prefilter:
         rules = rules_that_may_fire(source, rules, path, project=project, reads=reads)
         if not rules:
@@ -145,22 +180,33 @@ def check_source(
         return _with_unused_noqa([], source, path, suppressed, enabled) if unused_noqa_on else []
     options = RuleOptions(target_torch=config.torch_version)
     with _cyclic_gc_paused():
-        module = parse(source, path)
+        module = parse(source, path, max_tokens=config.max_file_tokens)
     # Crashes are collected per attempt, so a retry does not report them twice; without a
     # `crashes` list a rule's exception propagates unchanged (API and test callers).
     found: list[RuleCrash] | None = [] if crashes is not None else None
     try:
-        with _cyclic_gc_paused():
-            out = analyse(module, source, path, rules, crashes=found, suppressed=suppressed, project=project, reads=reads, options=options)
-    except RecursionError:
-        # Deep but legal code (CPython compiles ~2,900 levels; the model and the libcst
-        # visitors recurse in Python, several frames per level): once more, with room.
-        found = [] if crashes is not None else None
-        suppressed.clear()
         try:
-            out = _with_deep_stack(lambda: analyse(module, source, path, rules, crashes=found, suppressed=suppressed, project=project, reads=reads, options=options))
+            with _cyclic_gc_paused():
+                out = analyse(module, source, path, rules, crashes=found, suppressed=suppressed, project=project,
+                              reads=reads, options=options)
         except RecursionError:
-            raise SourceError(path, 1, 0, "too deeply nested to analyse") from None
+            # Deep but legal code (CPython compiles ~3,000 levels; the model and the libcst
+            # visitors recurse in Python, several frames per level): once more, with room.
+            found = [] if crashes is not None else None
+            suppressed.clear()
+
+            def again() -> list[Diagnostic]:
+                with codegen_without_c_recursion():
+                    return analyse(module, source, path, rules, crashes=found, suppressed=suppressed,
+                                   project=project, reads=reads, options=options)
+
+            out = _with_deep_stack(again)
+    except RecursionError:
+        raise SourceError(path, parse_limits.deepest_line(source), 0,
+                          f"not analysed: too deeply nested for amplint's analysis on Python "
+                          f"{parse_limits.python_version()}") from None
+    except MemoryError:
+        raise SourceError(path, 1, 0, _out_of_memory(source)) from None
     if crashes is not None:
         crashes.extend(found)
     return _with_unused_noqa(out, source, path, suppressed, enabled) if unused_noqa_on else out
@@ -200,6 +246,28 @@ _DEEP_STACK_BYTES = 512 * 1024 * 1024
 def _with_deep_stack(fn):
     """Run `fn` in a thread with a large stack and a raised recursion limit; return or raise its result."""
     import sys
+
+    old_limit = sys.getrecursionlimit()
+    try:
+        sys.setrecursionlimit(max(old_limit, _DEEP_RECURSION_LIMIT))
+        return _in_thread(fn, _DEEP_STACK_BYTES, required=True)
+    finally:
+        sys.setrecursionlimit(old_limit)
+
+
+# Where a thread cannot be had (an address-space limit, no threads), a stack this small is
+# asked of the caller's own thread instead (8 MiB on a main thread).
+_SMALL_STACK = 8 << 20
+
+
+def _in_thread(fn, stack_bytes: int, *, required: bool = False):
+    """Run `fn` in a thread with `stack_bytes` of stack; return or raise its result.
+
+    libcst's native parser needs stack in proportion to the nesting (amplint.parse_limits
+    plans it), and a caller's thread may have little (an editor's worker, musl's 128 KiB).
+    If no such thread can be started, a small need is met on this thread; a large one, or
+    `required`, is a RecursionError (the caller reports the file as too deep here).
+    """
     import threading
 
     box: dict = {}
@@ -210,19 +278,18 @@ def _with_deep_stack(fn):
         except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
             box["error"] = exc
 
-    old_limit = sys.getrecursionlimit()
     old_stack = threading.stack_size()
     try:
-        threading.stack_size(_DEEP_STACK_BYTES)
-        sys.setrecursionlimit(max(old_limit, _DEEP_RECURSION_LIMIT))
+        threading.stack_size(stack_bytes)
         worker = threading.Thread(target=run, name="amplint-deep")
         worker.start()
         worker.join()
-    except (ValueError, RuntimeError, MemoryError):  # no such stack here: answer as before
-        raise RecursionError("no room for a deeper stack") from None
+    except (ValueError, RuntimeError, MemoryError):  # no such stack here
+        if required or stack_bytes > _SMALL_STACK:
+            raise RecursionError("no room for a deeper stack") from None
+        return fn()
     finally:
         threading.stack_size(old_stack)
-        sys.setrecursionlimit(old_limit)
     if "error" in box:
         raise box["error"]
     return box["value"]
@@ -239,7 +306,7 @@ def analyse(module: cst.Module, source: str, path: str, rules, *, crashes=None, 
     """
     try:
         model = ModuleModel.build(module, path, package_of(path), project=project)
-    except RecursionError:
+    except (RecursionError, MemoryError):
         raise
     except Exception as exc:  # noqa: BLE001 - a model bug on one file must not stop the run
         _record_crash(crashes, "model", path, exc)
@@ -250,7 +317,12 @@ def analyse(module: cst.Module, source: str, path: str, rules, *, crashes=None, 
         reads.merge(used)
     if not reports:
         return []
-    positions, inclusive = node_ranges(module, inclusive=any(r.fix for r in reports))
+    try:
+        positions, inclusive = node_ranges(module, inclusive=any(r.fix for r in reports))
+    except Exception as exc:  # noqa: BLE001 - re-raised
+        if _during_recursion_error(exc):  # libcst's context managers turn it into a KeyError on the way out
+            raise RecursionError("positions of a deep tree") from exc
+        raise
     noqa = noqa_map(source)
     edits = EditBuilder(module, source, positions, inclusive)
     out = []
@@ -297,12 +369,22 @@ def _run_rules(model, rules, path: str, crashes, options: RuleOptions | None = N
         try:
             rule.check()
             reports.extend(rule.finish())
-        except RecursionError:
+        except (RecursionError, MemoryError):  # the file's limits, not a rule's bug: check_source says so
             raise
         except Exception as exc:  # noqa: BLE001 - one rule's bug must not hide the others' findings
             _record_crash(crashes, rule_cls.code, path, exc)
             continue
     return reports
+
+
+def _during_recursion_error(exc: BaseException) -> bool:
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, RecursionError):
+            return True
+        seen.add(id(exc))
+        exc = exc.__context__
+    return False
 
 
 def _record_crash(crashes, code, path, exc) -> None:

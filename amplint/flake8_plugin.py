@@ -34,6 +34,11 @@ from typing import Any, ClassVar
 from amplint import __version__
 
 
+# Not a rule: the file was not analysed (amplint's limits).  `amplint check` prints the same
+# reason as an error line; flake8 has only codes to say it with.
+NOT_ANALYSED = "AMP000"
+
+
 def _opt_in_codes() -> tuple[str, ...]:
     from amplint.registry import ALL_RULES
 
@@ -117,9 +122,12 @@ class Flake8Plugin:
         crashes: list = []  # a crashing rule must not take flake8 down; the others still report
         try:
             diagnostics = check_source(self._source, self._filename, self._config(), crashes=crashes)
-        except SourceError:
-            # flake8 only runs tree plugins on files `ast` parses; libcst refusing one is
-            # not the user's error to see as an AMP code.
+        except SourceError as exc:
+            # flake8 runs tree plugins only on files CPython parses, and reports its syntax
+            # errors itself (E999).  What amplint still refuses is one of its own limits
+            # (size, nesting its parser would crash on): say so, never pass it silently.
+            reason = exc.reason.removeprefix("not analysed: ")
+            yield exc.line, exc.col0, f"{NOT_ANALYSED} amplint did not analyse this file: {reason}", type(self)
             return
         for d in diagnostics:
             line, col = to_flake8(d.span)

@@ -11,12 +11,12 @@ skips files whose bytes, amplint and configuration are unchanged (amplint/cache.
 
 from __future__ import annotations
 
-import concurrent.futures
 import os
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from amplint import notebooks, sources
+from amplint import notebooks, pool, sources
 from amplint.cache import ResultCache
 from amplint.config import Config
 from amplint.diagnostics import Diagnostic
@@ -60,8 +60,14 @@ class RunResult:
 def discover(paths: list[Path], config: Config, *, force_exclude: bool = False) -> tuple[list[Path], list[str]]:
     """Python files under `paths` (directories walked, excludes applied), sorted, deduplicated.
 
-    Files named explicitly are checked even when excluded, as ruff does, unless
-    `force_exclude` is set (pre-commit passes file names one by one).
+    A path named on the command line is checked even when excluded, as Ruff does: a
+    named file, and a named directory even when it lies in an excluded folder
+    (`amplint check build/proj`); excludes apply to what lies below it.  `force_exclude`
+    (pre-commit passes file names one by one) applies them to the named paths too.
+    Anything named that is not a directory is checked as a file, so that a FIFO or a
+    device named explicitly is reported (the reader refuses it without blocking); a
+    walk skips what is not a regular file (`mkfifo x.py` would block the read forever)
+    but keeps broken links, which the reader reports.
     """
     found: dict[str, Path] = {}
     missing: list[str] = []
@@ -69,9 +75,9 @@ def discover(paths: list[Path], config: Config, *, force_exclude: bool = False) 
         if not p.exists() and not p.is_symlink():
             missing.append(str(p))
             continue
-        if p.is_file() or (p.is_symlink() and not p.is_dir()):
-            if force_exclude and config.is_excluded(p):
-                continue
+        if force_exclude and config.is_excluded(p):
+            continue
+        if not p.is_dir():
             found.setdefault(str(p), p)
             continue
         seen_dirs: set[tuple[int, int]] = set()
@@ -85,12 +91,22 @@ def discover(paths: list[Path], config: Config, *, force_exclude: bool = False) 
                 dirs[:] = []
                 continue
             seen_dirs.add(ident)
-            dirs[:] = sorted(d for d in dirs if not config.is_excluded(Path(root) / d))
+            dirs[:] = sorted(d for d in dirs if not config.is_excluded(Path(root) / d, below=p))
             for name in sorted(files):
                 fp = Path(root) / name
-                if config.is_included(fp) and not config.is_excluded(fp):
+                if config.is_included(fp) and not _walk_skips(fp) and not config.is_excluded(fp, below=p):
                     found.setdefault(str(fp), fp)
     return sorted(found.values(), key=lambda q: str(q)), missing
+
+
+def _walk_skips(path: Path) -> bool:
+    """A walk checks regular files (and broken links, to report them), nothing else."""
+    try:
+        return not stat.S_ISREG(os.stat(path).st_mode)
+    except FileNotFoundError:
+        return False  # a broken link: the reader names its missing target
+    except OSError:
+        return False  # unreadable for another reason: the reader says which
 
 
 def check_file(path: Path, config: Config, *, fix: bool = False, unsafe: bool = False, diff: bool = False,
@@ -302,17 +318,20 @@ def _refuse_write(path: Path, src: sources.SourceFile, text: str, roots: tuple[s
 
 
 def check_paths(paths: list[Path], config: Config, *, fix: bool = False, unsafe: bool = False, diff: bool = False,
-                force_exclude: bool = False, jobs: int | None = 1, cache_dir: Path | None = None) -> RunResult:
+                force_exclude: bool = False, jobs: int | None = 1, cache_dir: Path | None = None,
+                named: list[Path] | None = None) -> RunResult:
     """Check (or fix) every Python file under `paths`.
 
     `jobs`: worker processes (None: one per available core; 1: in this process).
     `cache_dir`: where the result cache lives (None: no cache).
+    `named`: what the user named, when `paths` are files found in it (`--fix` writes only
+    inside what was named: a file found through a link to elsewhere is not inside).
     """
     files, missing = discover(paths, config, force_exclude=force_exclude)
     cache = ResultCache(cache_dir, config) if cache_dir is not None else None
     options = dict(fix=fix, unsafe=unsafe, diff=diff)
     if fix:
-        options["roots"] = tuple(_root(p) for p in paths)
+        options["roots"] = tuple(_root(p) for p in (paths if named is None else named))
     results = check_files(files, config, jobs=jobs, cache=cache, **options)
     return RunResult(results, missing)
 
@@ -348,12 +367,17 @@ def check_files(files: list[Path], config: Config, *, jobs: int | None = 1, cach
             if hit_result is not None:
                 results[i] = hit_result
         todo = [i for i in todo if results[i] is None]
-    if jobs > 1 and len(todo) > 1:
+    if jobs > 1 and todo:
+        # Even one file goes to a worker: if libcst's native code crashes or aborts on it (out
+        # of memory under `ulimit -v`), that is reported as the file's error, not a dead run.
         order = _largest_first(files, todo)
-        for i, r in _run_pool([files[i] for i in order], order, config, cache, options, min(jobs, len(todo))):
-            results[i] = r
+        try:
+            for i, r in _run_pool([files[i] for i in order], order, config, cache, options, min(jobs, len(todo))):
+                results[i] = r
+        except pool.PoolUnavailable:
+            pass  # no process could be started at all: what is left is checked here
     for i in todo:
-        if results[i] is None:  # in-process: --jobs 1, one file, or what a broken pool left
+        if results[i] is None:  # in-process: --jobs 1, or no worker could be started
             results[i] = check_file(files[i], config, cache=cache, **options)
     return results  # type: ignore[return-value]
 
@@ -397,20 +421,24 @@ def _work(path: Path) -> FileResult:
 
 
 def _run_pool(paths: list[Path], indexes: list[int], config: Config, cache, options: dict, workers: int):
-    """(index, result) pairs from a process pool; stops early (leaving the rest) if it breaks."""
+    """(index, result) pairs from isolated worker processes, a dead worker's file included."""
     # Small chunks: a few files (AMP-dense modules) cost a thousand times the others; the
     # largest come first (`_largest_first`), so the chunks left at the end are cheap.
     chunksize = max(1, min(16, len(paths) // (workers * 32)))
-    with concurrent.futures.ProcessPoolExecutor(
-        max_workers=workers, initializer=_init_worker, initargs=(config, cache, options)
-    ) as pool:
-        it = pool.map(_work, paths, chunksize=chunksize)
-        pos = 0
-        try:
-            for result in it:
-                yield indexes[pos], result
-                pos += 1
-        except concurrent.futures.process.BrokenProcessPool:
-            # A worker died (out of memory, a C-level crash): the caller checks the
-            # remaining files in-process, where an error is at least reported.
-            return
+    for pos, result in pool.run_isolated(_work, paths, workers=workers, initializer=_init_worker,
+                                         initargs=(config, cache, options), chunksize=chunksize):
+        if isinstance(result, pool.WorkerDied):
+            result = FileResult(str(paths[pos]), error=SourceError(str(paths[pos]), 1, 0, _death_reason(result)))
+        yield indexes[pos], result
+
+
+def _death_reason(death: pool.WorkerDied) -> str:
+    """What a worker's death on a file means, in words (the other files were still checked)."""
+    likely = {
+        "SIGSEGV": "a crash in native code, most likely libcst's parser: please report this file",
+        "SIGBUS": "a crash in native code, most likely libcst's parser: please report this file",
+        "SIGABRT": "an allocation failed under a memory limit such as ulimit -v, or native code gave up",
+        "SIGKILL": "by the kernel's out-of-memory killer, or by hand; max-file-tokens in [tool.amplint] "
+                   "sets how large a file amplint tries",
+    }.get(death.signal_name or "", "")
+    return f"not analysed: the process checking it {death}" + (f" ({likely})" if likely else "")

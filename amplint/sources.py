@@ -11,6 +11,7 @@ import codecs
 import io
 import os
 import re
+import stat
 import tempfile
 import tokenize
 from dataclasses import dataclass
@@ -33,7 +34,7 @@ class SourceFile:
 def decode(raw: bytes, path: str = "<bytes>") -> tuple[str, str, bool]:
     """(text, encoding, had_bom); newlines are kept as they are (CRLF stays CRLF)."""
     if b"\x00" in raw:
-        raise UnreadableSource(f"{path}: binary file (contains NUL bytes)")
+        raise UnreadableSource(f"{path}: {_why_nul_bytes(raw)}")
     try:
         encoding, _ = tokenize.detect_encoding(io.BytesIO(raw).readline)
     except SyntaxError as exc:
@@ -44,6 +45,11 @@ def decode(raw: bytes, path: str = "<bytes>") -> tuple[str, str, bool]:
                 raw.decode("utf-8")
             except UnicodeDecodeError as err:
                 msg = f"cannot decode as utf-8 (no coding cookie): {err}"
+        elif raw.startswith(codecs.BOM_UTF8) and msg.startswith("encoding problem"):
+            cookie = _COOKIE.search(b"\n".join(raw[len(codecs.BOM_UTF8):].splitlines()[:2]))
+            if cookie is not None:
+                msg = (f"the file starts with a UTF-8 byte-order mark but its coding cookie says "
+                       f"{cookie.group(1).decode('ascii', 'replace')} (Python refuses the mismatch too)")
         raise UnreadableSource(f"{path}: {msg}") from None
     bom = raw.startswith(codecs.BOM_UTF8)
     body = raw[len(codecs.BOM_UTF8):] if bom else raw
@@ -62,13 +68,82 @@ def decode(raw: bytes, path: str = "<bytes>") -> tuple[str, str, bool]:
     return text, codec, bom
 
 
+# PEP 263's cookie, as tokenize looks for it on the first two lines.
+_COOKIE = re.compile(rb"^[ \t\f]*#.*?coding[:=][ \t]*([-\w.]+)", re.MULTILINE)
+
+_BOMS = (  # UTF-32's little-endian BOM starts like UTF-16's: test it first
+    (codecs.BOM_UTF32_LE, "UTF-32"), (codecs.BOM_UTF32_BE, "UTF-32"),
+    (codecs.BOM_UTF16_LE, "UTF-16"), (codecs.BOM_UTF16_BE, "UTF-16"),
+)
+
+
+def _why_nul_bytes(raw: bytes) -> str:
+    """Why bytes with NULs are not Python source: text in a wide encoding, or not text at all."""
+    for bom, name in _BOMS:
+        if raw.startswith(bom):
+            return (f"{name} text (it starts with a {name} byte-order mark); Python source must be UTF-8 or "
+                    f"an ASCII-compatible encoding named in a coding cookie: convert it to UTF-8")
+    sample = raw[:4096]
+    for parity, order in ((1, "LE"), (0, "BE")):
+        # ASCII text in UTF-16 without a BOM: every other byte is NUL, and only those.
+        if len(sample) >= 4 and set(sample[parity::2]) == {0} and 0 not in sample[1 - parity::2]:
+            return (f"looks like UTF-16-{order} text without a byte-order mark; Python source must be UTF-8 or "
+                    f"an ASCII-compatible encoding named in a coding cookie: convert it to UTF-8")
+    return "binary file (contains NUL bytes)"
+
+
+_NOT_REGULAR = (
+    (stat.S_ISFIFO, "a named pipe (FIFO)"), (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a directory"),
+)
+
+
+def file_kind(mode: int) -> str | None:
+    """What a non-regular file is, in words (None for a regular file): such a file is never read."""
+    for test, words in _NOT_REGULAR:
+        if test(mode):
+            return words
+    return None if stat.S_ISREG(mode) else "not a regular file"
+
+
+def read_bytes(path: Path) -> bytes:
+    """The bytes of a regular file; OSError for anything else, before a read could block.
+
+    The file is opened without blocking and checked on the open descriptor, so a FIFO
+    (`mkfifo x.py`: reading it waits for a writer forever) or a device is refused even
+    if it replaced a regular file after the directory walk.
+    """
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    with os.fdopen(fd, "rb") as fh:
+        kind = file_kind(os.fstat(fd).st_mode)
+        if kind is not None:
+            raise _NotRegular(kind)
+        return fh.read()
+
+
+class _NotRegular(OSError):
+    pass
+
+
+def _link_target(path: Path) -> str | None:
+    try:
+        return os.readlink(path)
+    except OSError:  # not a link (or gone too)
+        return None
+
+
 def read(path: Path) -> SourceFile:
     try:
-        raw = path.read_bytes()
+        raw = read_bytes(path)
     except FileNotFoundError:
+        target = _link_target(path)
+        if target is not None:
+            raise UnreadableSource(f"{path}: cannot read: broken symbolic link (its target {target} does not exist)") from None
         raise UnreadableSource(f"{path}: cannot read: the file no longer exists (deleted during the run?)") from None
     except IsADirectoryError:
         raise UnreadableSource(f"{path}: cannot read: it is a directory") from None
+    except _NotRegular as exc:
+        raise UnreadableSource(f"{path}: not checked: it is {exc}, not a regular file") from None
     except OSError as exc:
         raise UnreadableSource(f"{path}: cannot read: {exc.strerror or exc}") from None
     text, encoding, bom = decode(raw, str(path))
@@ -134,25 +209,11 @@ def replace_if_unchanged(path: Path, expected: bytes | None, text: str, encoding
         raise
 
 
-# --- nesting guard: what libcst's native parser must never be given ----------------------
-#
-# libcst parses in native code.  Nesting it cannot take kills the process (a C stack
-# overflow: 5,000 nested parentheses segfault it) or takes minutes (its parse time grows
-# with the square of the depth: a 1,500-deep `a+a+...` chain takes 5 s, 4,000 deep 35 s).
-# CPython refuses both long before: more than 200 nested brackets is "too many nested
-# parentheses", and an expression about 3,000 levels deep is a RecursionError in its
-# compiler.  So amplint refuses what CPython refuses, and checks it cheaply first.
-
-MAX_BRACKET_DEPTH = 200  # CPython's tokenizer limit (MAXLEVEL)
-# A logical line shorter than this cannot nest deeper than this (one level needs at least
-# one character), so only longer ones are looked at closely.
-LONG_LOGICAL_LINE = 2000
-MAX_EXPRESSION_DEPTH = 1000
-
 # Comments and string literals, one scan: strings are matched whole (unterminated ones to the
 # end of their line, or of the file for triple quotes) so that a `#` in one is not taken for
 # a comment; Python 3.11's f-strings cannot nest their own quote, so quote matching finds
-# exactly the strings the tokenizer would.  Shared by the nesting guard and the pre-filter.
+# exactly the strings the tokenizer would.  Shared by the parse guard (amplint/parse_limits.py)
+# and the pre-filter.
 STRINGS_AND_COMMENTS = re.compile(
     r"""
     (?P<comment>\#[^\r\n]*)
@@ -165,60 +226,3 @@ STRINGS_AND_COMMENTS = re.compile(
     """,
     re.VERBOSE | re.DOTALL,
 )
-_STRUCTURE = re.compile(r"[(\[{]|[)\]}]|\\\r?\n|\n")
-
-
-def nesting_problem(text: str) -> tuple[int, str] | None:
-    """(line, reason) when the text is nested too deeply to parse safely, else None.
-
-    Cost: one regex substitution and a loop over brackets and newlines only (about 4%
-    of libcst's parse time); CPython's own parser runs only on files with a logical line
-    longer than LONG_LOGICAL_LINE characters, which real code rarely has.
-    """
-    stripped = STRINGS_AND_COMMENTS.sub("0", text)
-    depth = deepest = 0
-    deepest_at = start = longest = 0
-    for m in _STRUCTURE.finditer(stripped):
-        c = m.group()
-        if c in "([{":
-            depth += 1
-            if depth > deepest:
-                deepest, deepest_at = depth, m.start()
-        elif c in ")]}":
-            depth = max(depth - 1, 0)
-        elif c[0] == "\\":
-            continue  # a backslash continuation does not end the logical line
-        elif depth == 0:
-            longest = max(longest, m.start() - start)
-            start = m.end()
-    longest = max(longest, len(stripped) - start)
-    if deepest > MAX_BRACKET_DEPTH:
-        line = stripped.count("\n", 0, deepest_at) + 1
-        return line, f"SyntaxError: too many nested parentheses ({deepest} levels; Python allows {MAX_BRACKET_DEPTH})"
-    if longest > LONG_LOGICAL_LINE:
-        return _expression_depth_problem(text)
-    return None
-
-
-def _expression_depth_problem(text: str) -> tuple[int, str] | None:
-    """Ask CPython's parser (native, but guarded against deep input) how deep the text nests."""
-    import ast
-    import warnings
-
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # invalid escape sequences and the like
-            tree = ast.parse(text)
-    except (RecursionError, MemoryError):
-        return 1, "too deeply nested to analyse (CPython cannot compile it either)"
-    except (SyntaxError, ValueError):
-        return None  # libcst reports the syntax error with its own position
-    # Iterative walk (the point is not to recurse): the deepest expression below a statement.
-    stack = [(node, 1) for node in ast.iter_child_nodes(tree)]
-    while stack:
-        node, d = stack.pop()
-        if d > MAX_EXPRESSION_DEPTH:
-            line = getattr(node, "lineno", 1)
-            return line, f"too deeply nested to analyse (more than {MAX_EXPRESSION_DEPTH} levels)"
-        stack.extend((child, d + 1) for child in ast.iter_child_nodes(node))
-    return None

@@ -1,0 +1,297 @@
+"""What `amplint check` is given and what it answers (issue 17, items 7, 8, 10 and 11).
+
+Each case runs the real CLI in a subprocess: the defects were hangs, tracebacks, exit
+codes and words on the terminal, which only the whole program shows.  Every run has a
+timeout, so a hang fails the test instead of stalling the suite.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from amplint import sources
+
+ROOT = Path(__file__).resolve().parent.parent
+DEPRECATED = "import torch\n\nscaler = torch.cuda.amp.GradScaler()\n"
+BROKEN = "import torch\n\ndef f(:\n    pass\n"
+
+
+def amplint(*args: str, cwd: Path = ROOT, stdin=None, timeout: float = 60, **kwargs) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run(
+        [sys.executable, "-m", "amplint", "check", "--no-cache", *args],
+        cwd=cwd, env=env, stdin=stdin, capture_output=True, text=True, timeout=timeout, **kwargs,
+    )
+
+
+def no_traceback(proc: subprocess.CompletedProcess) -> None:
+    assert "Traceback" not in (proc.stderr or "") + (proc.stdout or ""), proc.stderr
+
+
+def reported_files(proc: subprocess.CompletedProcess) -> list[str]:
+    return sorted(d["filename"] for d in json.loads(proc.stdout))
+
+
+# --- item 7: files that are not files ------------------------------------------------------
+
+
+def test_a_fifo_in_a_walked_directory_is_skipped_not_waited_for(tmp_path: Path) -> None:
+    (tmp_path / "a.py").write_text(DEPRECATED)
+    os.mkfifo(tmp_path / "x.py")  # reading it would wait for a writer forever
+    proc = amplint("--isolated", "--output-format", "json", ".", cwd=tmp_path, timeout=60)
+    no_traceback(proc)
+    assert proc.returncode == 1, proc.stderr
+    assert reported_files(proc) == ["a.py"] and proc.stderr == ""
+
+
+@pytest.mark.parametrize("jobs", ["1", "2"])
+def test_a_fifo_named_explicitly_is_an_error_not_a_hang(tmp_path: Path, jobs: str) -> None:
+    os.mkfifo(tmp_path / "x.py")
+    (tmp_path / "a.py").write_text(DEPRECATED)
+    proc = amplint("--isolated", "--jobs", jobs, "x.py", "a.py", cwd=tmp_path)
+    no_traceback(proc)
+    assert proc.returncode == 2
+    assert "x.py:1:1: error: not checked: it is a named pipe (FIFO), not a regular file" in proc.stderr
+    assert "a.py:3:10: AMP401" in proc.stdout  # the other file was still checked
+
+
+def test_dev_null_named_explicitly_does_not_pass_silently() -> None:
+    proc = amplint("--isolated", "/dev/null")
+    no_traceback(proc)
+    assert proc.returncode == 2
+    assert "/dev/null:1:1: error: not checked: it is a character device, not a regular file" in proc.stderr
+    assert "All checks passed!" not in proc.stdout
+
+
+def test_reading_refuses_a_fifo_without_blocking(tmp_path: Path) -> None:
+    os.mkfifo(tmp_path / "x.py")
+    with pytest.raises(sources.UnreadableSource, match="named pipe"):
+        sources.read(tmp_path / "x.py")
+
+
+# --- item 8: named paths, empty runs, --exit-zero -------------------------------------------
+
+
+@pytest.mark.parametrize("folder", ["build", "dist", "venv", ".venv", "site-packages"])
+def test_a_named_directory_inside_a_default_excluded_folder_is_checked(tmp_path: Path, folder: str) -> None:
+    proj = tmp_path / folder / "proj"
+    (proj / "sub").mkdir(parents=True)
+    (proj / "dist").mkdir()
+    for f in (proj / "a.py", proj / "sub" / "c.py", proj / "dist" / "b.py"):
+        f.write_text(DEPRECATED)
+    proc = amplint("--isolated", "--output-format", "json", f"{folder}/proj", cwd=tmp_path)
+    no_traceback(proc)
+    assert proc.returncode == 1, proc.stderr
+    # what lies below the named directory is still subject to the excludes (its dist/)
+    assert reported_files(proc) == [f"{folder}/proj/a.py", f"{folder}/proj/sub/c.py"]
+    walked_from_above = amplint("--isolated", "--output-format", "json", ".", cwd=tmp_path)
+    assert walked_from_above.returncode == 0 and reported_files(walked_from_above) == []
+
+
+def test_a_named_directory_that_git_ignores_is_checked(tmp_path: Path) -> None:
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    (tmp_path / ".gitignore").write_text("generated/\n*_pb2.py\n")
+    proj = tmp_path / "generated" / "proj"
+    proj.mkdir(parents=True)
+    (proj / "a.py").write_text(DEPRECATED)
+    (proj / "msg_pb2.py").write_text(DEPRECATED)  # git ignores it by its own pattern, not by the folder's
+    (tmp_path / "pyproject.toml").write_text("[tool.amplint]\n")
+    proc = amplint("--output-format", "json", "generated/proj", cwd=tmp_path)
+    no_traceback(proc)
+    assert reported_files(proc) == ["generated/proj/a.py", "generated/proj/msg_pb2.py"]
+
+
+def test_force_exclude_applies_to_a_named_directory_too(tmp_path: Path) -> None:
+    (tmp_path / "build" / "proj").mkdir(parents=True)
+    (tmp_path / "build" / "proj" / "a.py").write_text(DEPRECATED)
+    proc = amplint("--isolated", "--force-exclude", "build/proj", cwd=tmp_path)
+    assert proc.returncode == 0
+    assert "no Python files found" in proc.stderr
+
+
+@pytest.mark.parametrize("layout", ["empty-directory", "only-excluded"])
+def test_a_run_that_checks_nothing_says_so(tmp_path: Path, layout: str) -> None:
+    (tmp_path / "src").mkdir()
+    if layout == "only-excluded":
+        (tmp_path / "src" / "build").mkdir()
+        (tmp_path / "src" / "build" / "a.py").write_text(DEPRECATED)
+    proc = amplint("--isolated", "src", cwd=tmp_path)
+    no_traceback(proc)
+    assert proc.returncode == 0
+    assert "All checks passed!" not in proc.stdout
+    assert proc.stdout == "No files checked.\n"
+    assert proc.stderr == "amplint: warning: no Python files found under the given paths (excluded, or none there)\n"
+
+
+@pytest.mark.parametrize(
+    "name, content",
+    [("broken.py", BROKEN), ("binary.py", b"\x89PNG\r\n\x1a\n\x00\x00"), ("ok.py", DEPRECATED)],
+    ids=["syntax-error", "undecodable", "findings"],
+)
+@pytest.mark.parametrize("jobs", ["1", "2"])
+def test_exit_zero_exits_zero_whatever_the_files_hold(tmp_path: Path, name: str, content, jobs: str) -> None:
+    target = tmp_path / name
+    target.write_bytes(content if isinstance(content, bytes) else content.encode())
+    (tmp_path / "other.py").write_text(DEPRECATED)
+    proc = amplint("--isolated", "--exit-zero", "--jobs", jobs, name, "other.py", cwd=tmp_path)
+    no_traceback(proc)
+    assert proc.returncode == 0, proc.stderr
+    assert "other.py:3:10: AMP401" in proc.stdout  # still reported
+    with open(target, "rb") as fh:
+        stdin = amplint("--isolated", "--exit-zero", "-", stdin=fh)
+    assert stdin.returncode == 0, stdin.stderr
+
+
+def test_exit_zero_still_fails_on_usage_errors(tmp_path: Path) -> None:
+    (tmp_path / "ok.py").write_text(DEPRECATED)
+    assert amplint("--isolated", "--exit-zero", "no_such.py", cwd=tmp_path).returncode == 2
+    assert amplint("--isolated", "--exit-zero", "--select", "AMP999", "ok.py", cwd=tmp_path).returncode == 2
+
+
+def test_sarif_recipe_with_a_syntax_error_still_writes_the_log(tmp_path: Path) -> None:
+    """README's code-scanning job: `--output-format sarif --output-file amplint.sarif --exit-zero`."""
+    (tmp_path / "broken.py").write_text(BROKEN)
+    (tmp_path / "ok.py").write_text(DEPRECATED)
+    proc = amplint("--isolated", "--output-format", "sarif", "--output-file", "amplint.sarif", "--exit-zero", ".",
+                   cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    results = json.loads((tmp_path / "amplint.sarif").read_text())["runs"][0]["results"]
+    assert [r["ruleId"] for r in results] == ["AMP401"]
+
+
+def test_a_file_named_twice_is_checked_once(tmp_path: Path) -> None:
+    """Its findings and its warnings (here: a fix not written through a link) were printed twice."""
+    (tmp_path / "outside").mkdir()
+    (tmp_path / "outside" / "t.py").write_text(DEPRECATED)
+    (tmp_path / "proj").mkdir()
+    os.symlink("../outside/t.py", tmp_path / "proj" / "link.py")
+    proc = amplint("--isolated", "--fix", "proj", "proj/link.py", "./proj/link.py", cwd=tmp_path)
+    no_traceback(proc)
+    assert proc.stdout.count("AMP401") == 1, proc.stdout
+    assert proc.stderr.count("warning: fix not written") == 1, proc.stderr
+
+
+# --- item 10: no tracebacks on closed streams and unwritable reports --------------------------
+
+
+def test_closed_stdin_is_an_error_not_a_traceback() -> None:
+    proc = amplint("--isolated", "-", stdin=subprocess.DEVNULL, preexec_fn=lambda: os.close(0))
+    no_traceback(proc)
+    assert proc.returncode == 2
+    assert proc.stderr == "amplint: error: cannot read stdin: it is closed\n"
+
+
+def test_closed_stdout_is_an_error_not_a_traceback(tmp_path: Path) -> None:
+    (tmp_path / "ok.py").write_text(DEPRECATED)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run(
+        [sys.executable, "-m", "amplint", "check", "--isolated", "--no-cache", "ok.py"],
+        cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, timeout=60,
+        preexec_fn=lambda: os.close(1),
+    )
+    no_traceback(proc)
+    assert proc.returncode == 2 and "stdout is closed" in proc.stderr
+
+
+@pytest.mark.parametrize("exit_zero", [False, True])
+@pytest.mark.parametrize("target", ["a-directory", "below-a-file"])
+def test_an_output_file_that_cannot_be_written_is_a_clear_error(tmp_path: Path, target: str, exit_zero: bool) -> None:
+    (tmp_path / "ok.py").write_text(DEPRECATED)
+    (tmp_path / "a-directory").mkdir()
+    (tmp_path / "plain").write_text("")
+    path = "a-directory" if target == "a-directory" else "plain/report.json"
+    proc = amplint("--isolated", *(["--exit-zero"] if exit_zero else []), "--output-file", path, "ok.py", cwd=tmp_path)
+    no_traceback(proc)
+    assert proc.returncode == 2  # nobody will see these findings: never 0, not even under --exit-zero
+    reason = "it is a directory" if target == "a-directory" else "cannot write it: Not a directory"
+    assert proc.stderr == f"amplint: error: --output-file {path}: {reason}\n"
+
+
+# --- item 11: messages -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "raw, reason",
+    [
+        (b"\xef\xbb\xbf# -*- coding: latin-1 -*-\nx = 1\n",
+         "the file starts with a UTF-8 byte-order mark but its coding cookie says latin-1"),
+        ("x = 1\n".encode("utf-16"), "UTF-16 text (it starts with a UTF-16 byte-order mark)"),
+        ("x = 1\n".encode("utf-16-le"), "looks like UTF-16-LE text without a byte-order mark"),
+        ("x = 1\n".encode("utf-16-be"), "looks like UTF-16-BE text without a byte-order mark"),
+        ("x = 1\n".encode("utf-32"), "UTF-32 text (it starts with a UTF-32 byte-order mark)"),
+        (b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR", "binary file (contains NUL bytes)"),
+    ],
+    ids=["bom-and-latin1-cookie", "utf16-bom", "utf16le", "utf16be", "utf32-bom", "binary"],
+)
+def test_undecodable_bytes_say_what_they_are(tmp_path: Path, raw: bytes, reason: str) -> None:
+    (tmp_path / "a.py").write_bytes(raw)
+    from_file = amplint("--isolated", "a.py", cwd=tmp_path)
+    no_traceback(from_file)
+    assert from_file.returncode == 2
+    line = f"a.py:1:1: error: {reason}"
+    assert from_file.stderr.startswith(line), from_file.stderr
+    # stdin: the same words in the same format, under the name the editor gave
+    with open(tmp_path / "a.py", "rb") as fh:
+        from_stdin = amplint("--isolated", "--stdin-filename", "a.py", "-", stdin=fh, cwd=tmp_path)
+    assert from_stdin.returncode == 2
+    assert from_stdin.stderr.splitlines()[0] == from_file.stderr.splitlines()[0]
+
+
+def test_syntax_errors_from_stdin_and_from_files_read_alike(tmp_path: Path) -> None:
+    (tmp_path / "a.py").write_text(BROKEN)
+    from_file = amplint("--isolated", "a.py", cwd=tmp_path)
+    from_stdin = amplint("--isolated", "--stdin-filename", "a.py", "-", input=BROKEN, cwd=tmp_path)
+    assert from_file.returncode == from_stdin.returncode == 2
+    assert from_stdin.stderr.splitlines()[0] == from_file.stderr.splitlines()[0] == (
+        "a.py:3:7: error: SyntaxError: invalid syntax")
+
+
+def test_a_dangling_symlink_is_called_a_broken_link(tmp_path: Path) -> None:
+    os.symlink("gone.py", tmp_path / "link.py")
+    (tmp_path / "a.py").write_text(DEPRECATED)
+    for args in (["link.py", "a.py"], ["."]):
+        proc = amplint("--isolated", *args, cwd=tmp_path)
+        no_traceback(proc)
+        assert proc.returncode == 2
+        assert "link.py:1:1: error: cannot read: broken symbolic link (its target gone.py does not exist)" in proc.stderr
+        assert "deleted during the run" not in proc.stderr
+        assert "a.py:3:10: AMP401" in proc.stdout
+
+
+def test_stdin_fix_reports_an_internal_error_once_not_once_per_pass(tmp_path: Path) -> None:
+    """Fixing lints once per pass; the file path deduplicated the crashes, stdin printed each."""
+    from test_bad_input import CRASHING_RULE_DRIVER  # a rule that raises on a.py
+
+    driver = tmp_path / "driver.py"
+    driver.write_text(CRASHING_RULE_DRIVER)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run([sys.executable, str(driver), "check", "--isolated", "--fix", "--stdin-filename", "a.py", "-"],
+                          input=DEPRECATED, capture_output=True, text=True, cwd=tmp_path, env=env, timeout=60)
+    no_traceback(proc)
+    assert proc.stdout == 'import torch\n\nscaler = torch.amp.GradScaler("cuda")\n'  # the fix still applied
+    assert proc.stderr.count("internal error in AMP999") == 1, proc.stderr
+
+
+@pytest.mark.parametrize("isolated", [False, True], ids=["pyproject", "isolated"])
+def test_fix_never_writes_through_a_linked_directory_to_outside(tmp_path: Path, isolated: bool) -> None:
+    """With a [tool.amplint] (files walked, then grouped by configuration) each walked file was
+    its own write root, so a file reached through `linked_dir -> ../outside` was fixed."""
+    (tmp_path / "outside").mkdir()
+    victim = tmp_path / "outside" / "shared.py"
+    victim.write_text(DEPRECATED)
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "pyproject.toml").write_text("[tool.amplint]\n")
+    (project / "linked_dir").symlink_to(tmp_path / "outside", target_is_directory=True)
+    (project / "own.py").write_text(DEPRECATED)
+    proc = amplint(*(["--isolated"] if isolated else []), "--fix", "project", cwd=tmp_path)
+    no_traceback(proc)
+    assert victim.read_text() == DEPRECATED, "wrote outside the named paths"
+    assert "outside the paths being checked" in proc.stderr
+    assert "torch.amp.GradScaler" in (project / "own.py").read_text()
