@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from amplint.analysis.bindings import Bindings
+from amplint.analysis.grad_norms import measures_only
 from amplint.analysis.names import dotted
 from amplint.analysis.scaler_protocol import event_is, search, training_loop
 from amplint.analysis.steps import Kind
@@ -91,6 +92,8 @@ class ClipBeforeUnscale(Rule):
                 for event in graph.reachable(backward, stop=stop, guarded=True, stop_at=unscales):
                     if event.kind is not Kind.CLIP:
                         continue
+                    if measures_only(event.node, event.scope.model):
+                        continue  # `max_norm=inf` clips nothing: a norm of scaled gradients (AMP112)
                     clip_name = dotted(event.node.func) or event.qualname or "clip_grad_norm_"
                     scaler = Bindings.text_of(backward.scaler) or "scaler"
                     optimizers = self._stepped_optimizers(graph, backward, event)
