@@ -66,8 +66,8 @@ def module_evidence(model) -> str | None:
             return f"uses `{ref.text}`"
         if qual in AUTOCAST_CONTEXTS and id(ref.node) not in disabled_funcs:
             return f"uses `{ref.text}`"
-        if qual == "apex" or qual.startswith("apex."):
-            return "uses apex"
+    if any(full == "apex" or full.startswith("apex.") for _, full in model.imports.items()):
+        return "imports apex"
     for site in model.calls:
         func = site.node.func
         if isinstance(func, cst.Attribute) and func.attr.value in _HALF_METHODS and not site.node.args:

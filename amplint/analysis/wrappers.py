@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from amplint.analysis.callees import method_of, resolve_call
+from amplint.analysis.callees import Callee, ForeignClass, bases_of, method_of, resolve_call
 from amplint.analysis.names import dotted
 from amplint.analysis.torch_api import SCALER_CONSTRUCTORS, SHARDED_SCALER_CONSTRUCTORS
 from amplint.analysis.values import value_branches
@@ -125,6 +125,27 @@ def wraps(a: ObjectPath, a_expr, a_scope, b: ObjectPath, b_expr, b_scope) -> boo
     return a in built_from(b_expr, b_scope) or b in built_from(a_expr, a_scope)
 
 
+def inherited_method(cls, name: str) -> Callee | None:
+    """`name` as `cls` defines or inherits it, from a base of this module or of another
+    module of the project, read whatever it mentions.
+
+    `callees.method_of` reads another module's method only when its text is about the
+    training step (the project index's relevance check); a `state_dict` that returns
+    `self.optimizer.state_dict()` is not, and it is exactly what AMP110 must read."""
+    if name in cls.methods:
+        return Callee(cls.model, cls.methods[name], cls)
+    for base in bases_of(cls):
+        if isinstance(base, ForeignClass):
+            symbol = base.symbol.index.method_in_class(base.symbol.path, base.symbol.name, name)
+            fn = symbol.node if symbol is not None else None
+            if fn is not None:
+                owner = symbol.model.classes.get(symbol.name.split(".")[0])
+                return Callee(symbol.model, fn, owner)
+        elif name in base.methods:
+            return Callee(base.model, base.methods[name], base)
+    return None
+
+
 # --- scalers a class owns ------------------------------------------------------------------
 
 
@@ -153,7 +174,7 @@ def _scaler_construction(value: cst.BaseExpression, scope, depth: int = 0) -> cs
     model = scope.model
     for branch in value_branches(value):
         if isinstance(branch, cst.Call):
-            qual = model.qualify(branch.func)
+            qual = model.qualify(branch.func) or _through_star_import(branch.func, model)
             if qual in SCALER_CONSTRUCTORS or qual in SHARDED_SCALER_CONSTRUCTORS:
                 if not _literally_disabled(branch, qual, model):
                     return branch
@@ -164,6 +185,16 @@ def _scaler_construction(value: cst.BaseExpression, scope, depth: int = 0) -> cs
                 if found is not None:
                     return found
     return None
+
+
+def _through_star_import(func: cst.BaseExpression, model) -> str | None:
+    """`torch.amp.GradScaler` in a module that has `torch` only from a `from x import *`
+    (DeepSpeed's stage3.py): the spelling is unambiguous, the import table cannot see it."""
+    text = dotted(func)
+    if text is None or not text.startswith("torch.") or model.imports.qualify_text("torch") is not None:
+        return None
+    stars = any(isinstance(node.names, cst.ImportStar) for node, _ in model.import_froms)
+    return text if stars and not model.module_scope.binds("torch") else None
 
 
 def _literally_disabled(call: cst.Call, qual: str, model) -> bool:

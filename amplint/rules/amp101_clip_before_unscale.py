@@ -22,7 +22,9 @@ class ClipBeforeUnscale(Rule):
     ## What it does
     Flags gradient clipping (`clip_grad_norm_`, `clip_grad_value_`, FSDP's
     `model.clip_grad_norm_`, under any alias) that can run after
-    `scaler.scale(loss).backward()` and before `scaler.unscale_(optimizer)`.
+    `scaler.scale(loss).backward()` and before `scaler.unscale_(optimizer)`. A
+    `clip_grad_norm_(..., max_norm=inf)` clips nothing: it only measures, and AMP112
+    reports it.
 
     ## Why is this bad?
     Until `unscale_` runs, every `.grad` holds the gradient times the loss scale

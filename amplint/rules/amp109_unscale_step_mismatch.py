@@ -39,8 +39,9 @@ class UnscaleStepMismatch(Rule):
     """
     ## What it does
     Flags `scaler.step(x)` when the same scaler unscales another object `y` in the same
-    iteration, never steps `y`, and `x` and `y` are an optimizer and a wrapper around it:
-    one is an attribute of the other (`self.fp32_optimizer` and
+    iteration, never steps `y`, and `x` and `y` are an optimizer and a wrapper around it.
+
+    An object and its wrapper: one is an attribute of the other (`self.fp32_optimizer` and
     `self.fp32_optimizer.optimizer`), or one was built from the other
     (`opt = Lookahead(base)`). Properties are followed (`self.optimizer` returning
     `self.fp32_optimizer.optimizer`, `self.scaler` returning `self._grad_scaler`). In an

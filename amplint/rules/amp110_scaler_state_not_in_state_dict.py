@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import libcst as cst
 
-from amplint.analysis.callees import method_of
 from amplint.analysis.names import dotted
 from amplint.analysis.steps import module_label
 from amplint.analysis.walk import walk
-from amplint.analysis.wrappers import mentions, owned_scalers, scaler_names
+from amplint.analysis.wrappers import inherited_method, mentions, owned_scalers, scaler_names
 from amplint.rules._base import Rule
 
 _STATE_METHODS = ("state_dict", "load_state_dict")
@@ -17,10 +16,12 @@ _STATE_METHODS = ("state_dict", "load_state_dict")
 class ScalerStateNotInStateDict(Rule):
     """
     ## What it does
-    Flags `state_dict()` and `load_state_dict()` of a class that owns a GradScaler (an
-    attribute it assigns a `GradScaler(...)` / `ShardedGradScaler(...)` construction that
-    is not literally disabled) when the method leaves the scaler out: it never reads the
-    scaler's attribute (or a property returning it), not even through the `self.` and
+    Flags `state_dict()` and `load_state_dict()` of a class that owns a GradScaler when the
+    method leaves the scaler out.
+
+    The class owns the scaler when it assigns an attribute a `GradScaler(...)` /
+    `ShardedGradScaler(...)` construction that is not literally disabled. The method leaves
+    it out when it never reads the scaler's attribute (or a property returning it), not even through the `self.` and
     `super()` helpers it calls. One finding per method, at its `def`; when the class
     defines neither and inherits them from a project base class that leaves the scaler
     out, one finding at the `class` line. A scaler only received from outside
@@ -102,7 +103,7 @@ class ScalerStateNotInStateDict(Rule):
                     if not mentions(fn, self.model, names):
                         self.report(fn, cls=cls.name, method=method, attr=attr)
                     continue
-                callee = method_of(cls, method)
+                callee = inherited_method(cls, method)
                 if callee is not None and not mentions(callee.fn, callee.model, names):
                     inherited.append((method, callee))
             if inherited:

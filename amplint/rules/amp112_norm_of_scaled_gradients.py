@@ -27,7 +27,9 @@ class NormOfScaledGradients(Rule):
     """
     ## What it does
     Flags a gradient norm computed after a scaled backward and before the gradients are
-    unscaled: `p.grad.norm()` (also summed over parameters in a helper),
+    unscaled.
+
+    Norms: `p.grad.norm()` (also summed over parameters in a helper),
     `torch.norm` / `torch.linalg.vector_norm` / `torch.nn.utils.get_total_norm` of
     gradients, Lightning's `grad_norm(...)`, and `clip_grad_norm_(..., max_norm=inf)`
     used only to measure. The backward is `scaler.scale(loss).backward()`, or a

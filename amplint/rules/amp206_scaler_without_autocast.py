@@ -15,11 +15,12 @@ class ScalerWithoutAutocast(Rule):
     """
     ## What it does
     Flags a `GradScaler(...)` construction (not literally `enabled=False`) whose scaler
-    scales a loss, in a program where nothing runs in reduced precision: no autocast
-    region that may be enabled (`autocast(enabled=False)` is none), no autocast
-    decorator on a `forward`, no module cast to half or bfloat16, no `torch.float16`
-    anywhere, no library told to use fp16 (`mixed_precision="fp16"`,
-    `precision="16-mixed"`). The program is the module, the project modules it imports,
+    scales a loss, in a program where nothing runs in reduced precision.
+
+    Reduced precision is any of: an autocast region that may be enabled
+    (`autocast(enabled=False)` is none), an autocast decorator on a `forward`, a module
+    cast to half or bfloat16, a use of `torch.float16` / `torch.bfloat16`, a library told
+    to use it (`mixed_precision="fp16"`, `precision="16-mixed"`), apex. The program is the module, the project modules it imports,
     and the project modules that import it with what they import: the autocast may sit
     on a model's `forward` in another file. A scaler built by a helper class (timm's
     `NativeScaler`) counts only when the program builds an instance of that class.

@@ -10,9 +10,11 @@ from amplint.rules._base import Rule
 class TrainsACastCopy(Rule):
     """
     ## What it does
-    Flags a dtype cast (`.to(torch.float32)`, `.to(dtype=...)`, `.float()`, `.half()`,
-    `.bfloat16()`, `.double()`) of a module parameter whose result replaces the parameter
-    in the training code while the module keeps (or the optimizer keeps) the old one:
+    Flags a dtype cast of a module parameter whose result takes the parameter's place in
+    training while the module (or the optimizer) keeps the old one.
+
+    The casts: `.to(torch.float32)`, `.to(dtype=...)`, `.float()`, `.half()`,
+    `.bfloat16()`, `.double()`. The shapes:
 
     - a name holding a parameter (`for param in model.parameters()`, `w = emb.weight`) is
       rebound to its cast (`param = param.to(torch.float32)`) and the copy is then made
