@@ -25,6 +25,7 @@ import libcst as cst
 from amplint.analysis.bindings import AutocastInfo, call_arg
 from amplint.analysis.callees import class_of_instance, resolve_call
 from amplint.analysis.conditions import Fact, consistent, facts
+from amplint.analysis.grad_norms import is_grad_norm, managed_unscale
 from amplint.analysis.names import dotted
 from amplint.analysis.walk import walk
 from amplint.analysis.torch_api import (
@@ -60,6 +61,10 @@ class Kind(enum.Enum):
     SCALER_NEW = "GradScaler()"
     SAVE = "save"
     LOAD = "load_state_dict"  # `x.load_state_dict(...)`: restoring state (scaler or optimizer role set)
+    # A norm of gradients (`p.grad.norm()`, `get_total_norm(grads)`; amplint/analysis/grad_norms.py).
+    GRAD_NORM = "grad norm"
+    # A library call that unscales a managed backward's gradients (`accelerator.clip_grad_norm_`).
+    MANAGED_UNSCALE = "managed unscale"
 
 
 @dataclass(frozen=True, eq=False)
@@ -595,6 +600,8 @@ class _Builder:
         b = self.b
         if qual in CLIP_FUNCTIONS:
             return self.make_event(Kind.CLIP, call, qualname=qual)
+        if is_grad_norm(call, qual, scope):
+            return self.make_event(Kind.GRAD_NORM, call, qualname=qual or dotted(func))
         if qual in AUTOGRAD_BACKWARD:
             tensors = call_arg(call, 0, "tensors")
             scaler = self._scaled_by(tensors)
@@ -647,9 +654,12 @@ class _Builder:
             if b.is_optimizer(receiver, scope):
                 return self.make_event(Kind.LOAD, call, optimizer=b.key(receiver, scope))
             return None
+        if managed_unscale(call):
+            # accelerator.clip_grad_norm_ unscales first: no clip of scaled gradients
+            return self.make_event(Kind.MANAGED_UNSCALE, call, managed=True, qualname=f"{recv_text}.{name}")
         if name in CLIP_METHODS and qual is None and self.callee(call) is None:
             if any(w in recv_text for w in MANAGED_RECEIVER_WORDS):
-                return None  # accelerator.clip_grad_norm_ unscales first
+                return None  # a trainer's or engine's clip_grad_norm_ unscales first
             return self.make_event(Kind.CLIP, call, qualname=f"{dotted(receiver) or '<expr>'}.{name}")
         return None
 

@@ -51,7 +51,9 @@ MAX_BASE_DEPTH = 6
 # for another module's step graph: the events and contexts the graphs are made of.
 CALLEE_VOCABULARY = frozenset(
     {Attr("backward"), Word("manual_backward"), Word("unscale_"), "clip_grad", re.compile(r"\.[\s\\]*step[\s\\]*\("),
-     Word("zero_grad"), "gradscaler", "scaler", re.compile(r"\bsave[\s\\]*\("), "load_state_dict", "autocast"}
+     Word("zero_grad"), "gradscaler", "scaler", re.compile(r"\bsave[\s\\]*\("), "load_state_dict", "autocast",
+     # a gradient norm (`p.grad.norm()`, amplint/analysis/grad_norms.py) computed in a helper
+     Attr("grad")}
 )
 # What a module-level value must mention to be worth parsing: dtypes, devices, contexts.
 VALUE_VOCABULARY = frozenset({"float16", "bfloat16", "half", "float32", "autocast", "fp16", "bf16", "dtype", "scaler", "cuda", "cpu"})
@@ -638,6 +640,12 @@ class ProjectIndex:
         found = other is not None and runs_autocast(other)
         self._autocast_memo[key] = (stat, found)
         return found
+
+    def imported_files(self, path: str) -> frozenset[str]:
+        """The project files a project file imports (absolute paths; read from its text,
+        cached by stat; noted as read)."""
+        entry = self._raw_imports(_abs(path))
+        return entry[1] if entry is not None else frozenset()
 
     def raw_text(self, path: str) -> str | None:
         """A project file's text, lowercased (cached by stat; noted as read)."""

@@ -12,15 +12,20 @@ from amplint.rules.amp105_scaler_in_loop import ScalerInLoop
 from amplint.rules.amp106_scaler_not_checkpointed import ScalerNotCheckpointed
 from amplint.rules.amp107_update_per_microbatch import UpdatePerMicrobatch
 from amplint.rules.amp108_unscale_twice import UnscaleTwice
+from amplint.rules.amp109_unscale_step_mismatch import UnscaleStepMismatch
+from amplint.rules.amp110_scaler_state_not_in_state_dict import ScalerStateNotInStateDict
+from amplint.rules.amp112_norm_of_scaled_gradients import NormOfScaledGradients
 from amplint.rules.amp201_backward_inside_autocast import BackwardInsideAutocast
 from amplint.rules.amp202_step_inside_autocast import StepInsideAutocast
 from amplint.rules.amp203_fp16_autocast_without_scaler import Fp16AutocastWithoutScaler
 from amplint.rules.amp204_scaler_with_bf16 import ScalerWithBf16
 from amplint.rules.amp205_custom_function_without_custom_fwd import CustomFunctionWithoutCustomFwd
+from amplint.rules.amp206_scaler_without_autocast import ScalerWithoutAutocast
 from amplint.rules.amp301_manual_half_model import ManualHalfModel
 from amplint.rules.amp302_redundant_input_cast import RedundantInputCast
 from amplint.rules.amp303_default_dtype_half import DefaultDtypeHalf
 from amplint.rules.amp304_fp16_eps_underflow import Fp16EpsUnderflow
+from amplint.rules.amp305_trains_a_cast_copy import TrainsACastCopy
 from amplint.rules.amp401_deprecated_cuda_amp import DeprecatedCudaAmp
 from amplint.rules.amp402_apex_amp import ApexAmp
 from amplint.rules.amp403_fsdp_needs_sharded_scaler import FsdpNeedsShardedScaler
@@ -37,15 +42,20 @@ ALL_RULES = (
     ScalerNotCheckpointed,
     UpdatePerMicrobatch,
     UnscaleTwice,
+    UnscaleStepMismatch,
+    ScalerStateNotInStateDict,
+    NormOfScaledGradients,
     BackwardInsideAutocast,
     StepInsideAutocast,
     Fp16AutocastWithoutScaler,
     ScalerWithBf16,
     CustomFunctionWithoutCustomFwd,
+    ScalerWithoutAutocast,
     ManualHalfModel,
     RedundantInputCast,
     DefaultDtypeHalf,
     Fp16EpsUnderflow,
+    TrainsACastCopy,
     DeprecatedCudaAmp,
     ApexAmp,
     FsdpNeedsShardedScaler,

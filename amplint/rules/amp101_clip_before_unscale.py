@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from amplint.analysis.bindings import Bindings
+from amplint.analysis.grad_norms import measures_only
 from amplint.analysis.names import dotted
 from amplint.analysis.scaler_protocol import event_is, search, training_loop
 from amplint.analysis.steps import Kind
@@ -21,7 +22,9 @@ class ClipBeforeUnscale(Rule):
     ## What it does
     Flags gradient clipping (`clip_grad_norm_`, `clip_grad_value_`, FSDP's
     `model.clip_grad_norm_`, under any alias) that can run after
-    `scaler.scale(loss).backward()` and before `scaler.unscale_(optimizer)`.
+    `scaler.scale(loss).backward()` and before `scaler.unscale_(optimizer)`. A
+    `clip_grad_norm_(..., max_norm=inf)` clips nothing: it only measures, and AMP112
+    reports it.
 
     ## Why is this bad?
     Until `unscale_` runs, every `.grad` holds the gradient times the loss scale
@@ -91,6 +94,8 @@ class ClipBeforeUnscale(Rule):
                 for event in graph.reachable(backward, stop=stop, guarded=True, stop_at=unscales):
                     if event.kind is not Kind.CLIP:
                         continue
+                    if measures_only(event.node, event.scope.model):
+                        continue  # `max_norm=inf` clips nothing: a norm of scaled gradients (AMP112)
                     clip_name = dotted(event.node.func) or event.qualname or "clip_grad_norm_"
                     scaler = Bindings.text_of(backward.scaler) or "scaler"
                     optimizers = self._stepped_optimizers(graph, backward, event)

@@ -41,13 +41,18 @@ EVIDENCE = {
     "AMP106": {"payload_holds"},
     "AMP107": {"updates", "scaler_steps"},
     "AMP108": {"stage_before"},
+    "AMP109": {"stage", "scale", "unscaled_through", "applied_to_expected"},
+    "AMP110": {"method", "live_scale"},
+    "AMP112": {"scale", "norm_seen", "norm_unscaled"},
     "AMP201": {"autocast"},
     "AMP202": {"autocast"},
     "AMP203": {"autocast_dtype", "zero_grad_share"},
     "AMP204": {"autocast_dtype"},
+    "AMP206": {"autocast_entered", "low_precision_params", "loss_dtype"},
     "AMP301": {"param_dtypes", "optimizer"},
     "AMP303": {"default_dtype"},
     "AMP304": {"eps", "param_dtype"},
+    "AMP305": {"optimizer", "stray_params", "cast"},
     "AMP401": {"warning"},
 }
 

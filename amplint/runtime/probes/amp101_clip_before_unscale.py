@@ -36,6 +36,10 @@ class ClipBeforeUnscaleProbe(Probe):
         return None
 
     def _pre(self, name, params, args, kwargs):
+        max_norm = args[0] if args else kwargs.get("max_norm")
+        if name == "clip_grad_norm_" and max_norm is not None and math.isinf(float(max_norm)):
+            self._pending = None
+            return  # `max_norm=inf` clips nothing: a norm of scaled gradients is AMP112's
         hit = self._scaled_owner(params)
         if hit is None:
             self._pending = None

@@ -1,0 +1,78 @@
+"""AMP305 trains-a-cast-copy."""
+
+from __future__ import annotations
+
+from amplint.analysis.param_copies import cast_copies
+from amplint.prefilter import Attr
+from amplint.rules._base import Rule
+
+
+class TrainsACastCopy(Rule):
+    """
+    ## What it does
+    Flags a dtype cast of a module parameter whose result takes the parameter's place in
+    training while the module (or the optimizer) keeps the old one.
+
+    The casts: `.to(torch.float32)`, `.to(dtype=...)`, `.float()`, `.half()`,
+    `.bfloat16()`, `.double()`. The shapes:
+
+    - a name holding a parameter (`for param in model.parameters()`, `w = emb.weight`) is
+      rebound to its cast (`param = param.to(torch.float32)`) and the copy is then made
+      trainable (`param.requires_grad = True`) or handed to an optimizer;
+    - a module attribute is replaced by `nn.Parameter(<cast of it>)` in `forward` (or a
+      helper `forward` calls), or after the optimizer was built.
+
+    The diagnostic points at the cast. `param.data = param.data.to(...)` is the correct
+    spelling and is not reported.
+
+    ## Why is this bad?
+    A cast to another dtype returns a new tensor. The model goes on using the parameter
+    it holds, the optimizer updates a copy nobody reads (or holds the old parameter while
+    the model uses a new one it never steps): the embedding, the mask vector or the
+    adapter that was meant to learn stays where it started, with no error and a loss that
+    still moves thanks to the other parameters. The real shapes: textual-inversion
+    scripts that upcast the token embedding after casting the text encoder to fp16, and
+    a forward that recasts a parameter for AMP on every call.
+
+    ## Example
+    ```python
+    text_encoder.to(dtype=torch.float16)
+    for param in text_encoder.get_input_embeddings().parameters():
+        param = param.to(torch.float32)
+        param.requires_grad = True
+    ```
+
+    Use instead:
+    ```python
+    text_encoder.to(dtype=torch.float16)
+    for param in text_encoder.get_input_embeddings().parameters():
+        param.data = param.data.to(torch.float32)
+        param.requires_grad = True
+    ```
+
+    ## Fix safety
+    No fix: rewriting the rebinding as `param.data = ...` changes which tensor the
+    optimizer holds, and code after it may rely on the copy.
+
+    ## Runtime confirmation
+    `amplint verify` records casts of parameters and the parameters of every module a
+    forward pass ran; an optimizer parameter that is such a cast (or the parameter a cast
+    replaced) and belongs to no module seen in the forward pass confirms the finding.
+    """
+
+    code = "AMP305"
+    name = "trains-a-cast-copy"
+    message = "`{target}` is rebound to a cast copy of the parameter: {why}, but the model never uses the copy"
+    replace_message = "`{target}` is replaced by a new `nn.Parameter` of its cast {why}: the optimizer still holds the old one"
+    # Pre-filter: every cast spelling is an attribute (`.to`, `.float`, `.half`, `.bfloat16`,
+    # `.double`, `.type`); a parameter is reached through `.parameters()`, `.weight`/`.bias`
+    # or `Parameter(...)`.
+    requires_any = tuple(Attr(w) for w in ("to", "float", "half", "bfloat16", "double", "type"))
+    and_requires_any = (("parameter", Attr("weight"), Attr("bias")),)
+
+    def check(self) -> None:
+        for copy in cast_copies(self.model):
+            if copy.shape == "rebind":
+                self.report(copy.cast, target=copy.target, why=copy.why)
+            else:
+                self.report(copy.cast, message=self.replace_message, target=copy.target, why=copy.why)
