@@ -234,6 +234,10 @@ class Checkpoints:
             receiver = func.value
             if self.b.is_scaler(receiver, scope):
                 return {SCALER}
+            if _owns_a_scaler(receiver, scope):
+                # An optimizer wrapper or precision plugin that builds its own scaler: whether
+                # its state_dict carries the scale is AMP110's question, asked at its class.
+                return {OPTIMIZER, SCALER}
             if self.b.is_optimizer(receiver, scope):
                 return {OPTIMIZER}
             text = (dotted(receiver) or "").lower()
@@ -376,3 +380,23 @@ class Checkpoints:
         if isinstance(expr, (cst.Name, cst.Attribute)):
             return any(self._from_file(v, vs, depth + 1) for v, vs in self.b.values.assigned(expr, scope))
         return False
+
+
+def _owns_a_scaler(receiver: cst.BaseExpression, scope) -> bool:
+    """`receiver` holds an instance of a project class that builds a GradScaler of its own."""
+    from amplint.analysis.callees import ForeignClass, class_of_instance, resolve_class
+    from amplint.analysis.wrappers import owned_scalers
+
+    classes = [class_of_instance(receiver, scope)]
+    if classes[0] is None and isinstance(receiver, cst.Attribute):
+        # `trainer.optimizer`: what the holder's class assigns to `self.optimizer`
+        holder = class_of_instance(receiver.value, scope)
+        for value, vscope in getattr(holder, "attributes", {}).get(receiver.attr.value, ()):
+            if isinstance(value, cst.Call):
+                classes.append(resolve_class(value.func, vscope.model))
+    for cls in classes:
+        if isinstance(cls, ForeignClass):  # defined in another module: read only when it names a scaler
+            cls = cls.info() if cls.symbol.relevant() else None
+        if cls is not None and hasattr(cls, "attributes") and owned_scalers(cls):
+            return True
+    return False

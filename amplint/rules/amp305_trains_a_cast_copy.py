@@ -66,9 +66,11 @@ class TrainsACastCopy(Rule):
     replace_message = "`{target}` is replaced by a new `nn.Parameter` of its cast {why}: the optimizer still holds the old one"
     # Pre-filter: every cast spelling is an attribute (`.to`, `.float`, `.half`, `.bfloat16`,
     # `.double`, `.type`); a parameter is reached through `.parameters()`, `.weight`/`.bias`
-    # or `Parameter(...)`.
+    # or `Parameter(...)`; and what trains the copy is in the same module: `requires_grad` or
+    # an optimizer (`torch.optim...`, `optimizer`, `add_param_group`), which model files rarely
+    # name (without this group nearly every model file was parsed for this rule alone).
     requires_any = tuple(Attr(w) for w in ("to", "float", "half", "bfloat16", "double", "type"))
-    and_requires_any = (("parameter", Attr("weight"), Attr("bias")),)
+    and_requires_any = (("parameter", Attr("weight"), Attr("bias")), ("requires_grad", "optim"))
 
     def check(self) -> None:
         for copy in cast_copies(self.model):

@@ -65,6 +65,9 @@ class AmpState:
         # strong references, cleared at every update and capped, so no graph outlives its iteration)
         self.scale_grad_fns: dict[int, Any] = {}
         self.last_autocast: tuple | None = None  # (device, dtype, enabled, site)
+        # state_dict() results of user objects that own an enabled scaler (optimizer wrappers,
+        # precision plugins): whether such a checkpoint keeps the scale is AMP110's question.
+        self.owner_state_dicts: dict[int, object] = {}
         self.facts = AmpFacts()
         self._tl = threading.local()
 

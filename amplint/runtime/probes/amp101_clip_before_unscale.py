@@ -11,7 +11,8 @@ from amplint.runtime.probes._base import Probe
 class ClipBeforeUnscaleProbe(Probe):
     """At each clip call: for every enabled scaler that scaled since its last update, and every
     optimizer holding a clipped parameter, the scaler's stage for that optimizer.  READY means the
-    gradients are still multiplied by the scale.  Evidence: stage, scale, the norm clip measured,
+    gradients are still multiplied by the scale, unless another optimizer holding them (the inner
+    optimizer of a wrapper) was unscaled: GradScaler divides the gradients, not an optimizer.  Evidence: stage, scale, the norm clip measured,
     norm/scale (the true norm) and max_norm."""
 
     code = "AMP101"
@@ -29,8 +30,12 @@ class ClipBeforeUnscaleProbe(Probe):
             owners = [o for o in list(self.state.optimizers) if any(id(p) in ids for g in o.param_groups for p in g["params"])]
             if not owners:
                 continue
-            for opt in owners:
-                stage = torch_state.scaler_stage(scaler, opt)
+            stages = [(opt, torch_state.scaler_stage(scaler, opt)) for opt in owners]
+            if any(stage in ("UNSCALED", "STEPPED") for _, stage in stages):
+                # Unscaled through an optimizer that holds these parameters: a wrapper around it
+                # (fairseq's AMPOptimizer) shows READY for the same, already unscaled, gradients.
+                continue
+            for opt, stage in stages:
                 if stage == "READY":
                     return scaler, opt, stage
         return None

@@ -155,6 +155,8 @@ class ScalerStateNotInStateDictProbe(Probe):
         scalers = [s for s in scalers if torch_state.scaler_enabled(s)]
         if not scalers:
             return
+        if name == "state_dict" and len(self.state.owner_state_dicts) < 64:
+            self.state.owner_state_dicts[id(result)] = result  # NB: kept alive, so the id stays its own
         if name == "state_dict" and _holds_scaler_state(result):
             return
         if name == "load_state_dict" and loaded:
