@@ -246,8 +246,13 @@ def _universe(rules: tuple, attribute: str) -> frozenset:
     for rule in rules:
         groups = token_groups(rule)
         for i in getattr(rule, attribute):
-            out.update(t.lower() if isinstance(t, str) else t for t in _flat(groups[i]))
+            out.update(t.lower() if isinstance(t, str) else t for t in _flat(_elsewhere_group(rule, groups, i)))
     return frozenset(out)
+
+
+def _elsewhere_group(rule, groups, i: int) -> tuple:
+    """The tokens of group `i` that count when met in another module (`elsewhere_tokens`)."""
+    return tuple(rule.elsewhere_tokens.get(i, groups[i]))
 
 
 _IDENTIFIER = re.compile(r"[a-z_][a-z0-9_]*")
@@ -287,13 +292,17 @@ def _groups_match(rule, text: str, memo: dict, bare, present: frozenset, indexes
     """
     groups = token_groups(rule)
 
-    def has(t) -> bool:
+    def has(t, elsewhere: bool) -> bool:
         if isinstance(t, tuple):
-            return all(has(p) for p in t)
+            return all(has(p, elsewhere) for p in t)
         t = t.lower() if isinstance(t, str) else t
-        return t in present or _has(text, t, memo, bare)
+        return (elsewhere and t in present) or _has(text, t, memo, bare)
 
-    return all(any(has(t) for t in groups[i]) for i in indexes)
+    def group(i: int) -> bool:
+        away = {id(t) for t in _elsewhere_group(rule, groups, i)}
+        return any(has(t, id(t) in away) for t in groups[i])
+
+    return all(group(i) for i in indexes)
 
 
 def _local_groups_match(rule, text: str, memo: dict, bare, elsewhere=None) -> bool:

@@ -341,7 +341,7 @@ def autocast_from_importers(model) -> tuple[str, bool] | None:
     project = model.project
     if project is None:
         return None
-    importers = project.importers(model.path)
+    importers = project.importers_among(model.path, _may_run_autocast)
     for path in importers:
         if project.runs_autocast(path):
             return path, True
@@ -349,6 +349,11 @@ def autocast_from_importers(model) -> tuple[str, bool] | None:
         if path not in importers and project.runs_autocast(path):
             return path, False
     return None
+
+
+def _may_run_autocast(text: str) -> bool:
+    """What `ProjectIndex.runs_autocast` needs in a module's lowercased text."""
+    return "autocast" in text or "gradscaler" in text
 
 
 def _names_fp16(text: str) -> bool:

@@ -43,6 +43,8 @@ _SETS_STATE = re.compile(r"self\.\w*(?:scaler|optim|autocast|dtype|fp16|amp)\w*\
 _CLASS_BASES = re.compile(r"^[ \t]*class[ \t]+\w+[ \t]*\(([^)]*)\)", re.MULTILINE)
 # How many levels of importers are searched (layers.py <- model.py <- engine.py <- main.py).
 IMPORTER_DEPTH = 4
+# Module names looked for in every project text before the whole import graph is built instead.
+_WORDS_BEFORE_GRAPH = 8
 # How far the relevance check follows what a definition calls.
 RELEVANCE_DEPTH = 1
 # How far a class's bases are followed by text.
@@ -143,7 +145,10 @@ class ProjectIndex:
         self._closures: dict = {}
         self._raw: dict = {}
         self._autocast_memo: dict = {}
+        self._listing_stats: dict = {}
+        self._forward: dict = {}  # (file, depth) -> (stat, {module: distance})
         self._reverse: dict = {}
+        self._raw_imported: dict = {}  # path -> (stat, imported project files)
         self._raw_tokens: dict = {}
         self._closure_memo: dict = {}
         self._setters: dict = {}
@@ -550,12 +555,30 @@ class ProjectIndex:
             reads.folders.update(listing.folders)
         if not listing.complete:
             return []
-        reverse = self._reverse_imports(listing)
+        self._note_listing(listing)
         level = {key}
         seen = {key}
         found: list[str] = []
         for _ in range(depth):
-            following = {f for p in level for f in reverse.get(p, ()) if f not in seen}
+            # A file can import a module only if its text spells the module's name (`mod` of
+            # `pkg.mod`, `from . import mod`, `from .mod import x`; a package's folder name for
+            # its __init__): only those files' imports are worked out, not the whole project's.
+            # Past a few modules (a utility everything imports), the project's whole import
+            # graph, built once, is cheaper than scanning every text for each name.
+            words = {_module_word(p) for p in level}
+            if len(words) > _WORDS_BEFORE_GRAPH:
+                reverse = self._reverse_imports(listing)
+                following = {f for p in level for f in reverse.get(p, ()) if f not in seen}
+            else:
+                following = set()
+                for f in listing.files:
+                    if f in seen:
+                        continue
+                    entry = self._raw_text(f)
+                    if entry is None or not any(w in entry for w in words):
+                        continue
+                    if self._imports_of(f) & level:
+                        following.add(f)
             if not following:
                 break
             found.extend(sorted(following))
@@ -563,27 +586,83 @@ class ProjectIndex:
             level = following
         return found
 
+    def importers_among(self, path: str, wanted, depth: int = IMPORTER_DEPTH) -> list[str]:
+        """The project files whose lowercased text satisfies `wanted(text)` and that import the
+        module at `path`, directly or through others (nearest first).
+
+        Answered from those files forward (their imports, then those modules' imports, ...),
+        so only the modules on the way are read for their imports: the rules ask for the
+        few files that enter autocast, not for every importer of a module."""
+        from amplint.project import census
+
+        key = _abs(path)
+        listing = census.list_project(str(layout.boundary(Path(key))))
+        for reads in self._reads:
+            reads.folders.update(listing.folders)
+        if not listing.complete:
+            return []
+        self._note_listing(listing)
+        found: list[tuple[int, str]] = []
+        for f in listing.files:
+            text = self._raw_text(f)
+            if f == key or text is None or not wanted(text):
+                continue
+            distance = self._import_distance(f, key, depth)
+            if distance is not None:
+                found.append((distance, f))
+        return [f for _, f in sorted(found)]
+
+    def _import_distance(self, start: str, target: str, depth: int) -> int | None:
+        """How many imports lead from `start` to the module `target` (None: more than `depth`)."""
+        return self._forward_closure(start, depth).get(target)
+
+    def _forward_closure(self, start: str, depth: int) -> dict[str, int]:
+        """module -> the fewest imports that lead from `start` to it (at most `depth`); once
+        per version of `start` (the modules on the way are stat-checked when first read)."""
+        stat = self._raw.get(start, (None,))[0]
+        memo = self._forward.get((start, depth))
+        if memo is not None and memo[0] == stat:
+            return memo[1]
+        distances: dict[str, int] = {}
+        level = {start}
+        for distance in range(1, depth + 1):
+            following = set()
+            for f in level:
+                if f not in self._raw:
+                    self._raw_text(f)
+                following |= self._imports_of(f)
+            level = {f for f in following if f not in distances and f != start}
+            for f in level:
+                distances[f] = distance
+            if not level:
+                break
+        self._forward[(start, depth)] = (stat, distances)
+        return distances
+
     def _reverse_imports(self, listing) -> dict[str, set[str]]:
-        """module file -> the project files that import it; built once per listing, from
-        each file's text (stat-cached), and every file noted as read."""
+        """module file -> the project files that import it, for the whole listing (once)."""
         reverse = self._reverse.get(id(listing))
         if reverse is None or reverse[0] is not listing:
             graph: dict[str, set[str]] = {}
-            stats: dict[str, tuple[int, int]] = {}
             for f in listing.files:
-                entry = self._raw_imports(f)
-                stat = self._raw.get(f, (None,))[0]
-                if stat is not None:
-                    stats[f] = stat
-                if entry is not None:
-                    for imported in entry[1]:
+                if self._raw_text(f) is not None:
+                    for imported in self._imports_of(f):
                         graph.setdefault(imported, set()).add(f)
-            reverse = (listing, graph, stats)
+            reverse = (listing, graph)
             self._reverse[id(listing)] = reverse
-        else:
-            for reads in self._reads:  # the answer depends on every file: note them all
-                reads.used.update(reverse[2])
         return reverse[1]
+
+    def _note_listing(self, listing) -> None:
+        """The upward answer depends on every file of the project (any may start importing
+        the module): note them all as read, for the result cache."""
+        stats = self._listing_stats.get(id(listing))
+        if stats is None or stats[0] is not listing:
+            for f in listing.files:
+                self._raw_text(f)
+            stats = (listing, {f: self._raw[f][0] for f in listing.files if f in self._raw})
+            self._listing_stats[id(listing)] = stats
+        for reads in self._reads:
+            reads.used.update(stats[1])
 
     def importer_tokens(self, path: str, tokens, reads: Reads | None = None) -> frozenset:
         """Which of `tokens` the files that import `path` (directly or not) contain."""
@@ -593,15 +672,16 @@ class ProjectIndex:
         present: set = set()
         self._reads.append(reads if reads is not None else Reads())
         try:
-            for importer in self.importers(path):
-                key = (importer, tokens)
-                stat = self._raw.get(importer, (None,))[0]
-                memo = self._raw_tokens.get(key)
-                if memo is None or memo[0] != stat:
-                    text = self.raw_text(importer)
-                    memo = (stat, tokens_in(text, tokens) if text is not None else frozenset())
-                    self._raw_tokens[key] = memo
-                present |= memo[1]
+            def found_in(text: str) -> frozenset:
+                # NB: keyed by the text object: `_raw_text` keeps one per version of a file
+                memo = self._raw_tokens.get((id(text), tokens))
+                if memo is None or memo[0] is not text:
+                    memo = (text, tokens_in(text, tokens))
+                    self._raw_tokens[(id(text), tokens)] = memo
+                return memo[1]
+
+            for importer in self.importers_among(path, lambda text: bool(found_in(text))):
+                present |= found_in(self._raw_text(importer) or "")
                 if present == tokens:
                     break
         finally:
@@ -649,14 +729,16 @@ class ProjectIndex:
 
     def raw_text(self, path: str) -> str | None:
         """A project file's text, lowercased (cached by stat; noted as read)."""
-        entry = self._raw_imports(_abs(path))
-        return entry[0] if entry is not None else None
+        return self._raw_text(_abs(path))
 
     def _raw_imports(self, key: str):
         """(lowercased text, imported project files) of one file, cached by stat; noted as read."""
+        text = self._raw_text(key)
+        return None if text is None else (text, self._imports_of(key))
+
+    def _raw_text(self, key: str) -> str | None:
+        """The lowercased text of one file, cached by stat; noted as read."""
         from amplint import sources
-        from amplint.prefilter import package_of
-        from amplint.project.text_imports import imported_files
 
         try:
             st = os.stat(key)
@@ -667,15 +749,36 @@ class ProjectIndex:
         cached = self._raw.get(key)
         if cached is not None and cached[0] == stat:
             return cached[1]
-        entry = None
+        text = None
         if st.st_size <= MAX_DEPENDENCY_BYTES:
             try:
-                text = sources.read(Path(key)).text
-                entry = (text.lower(), frozenset(_abs(p) for p in imported_files(text, Path(key), package_of(key))))
+                text = sources.read(Path(key)).text.lower()
             except sources.UnreadableSource:
-                entry = None
-        self._raw[key] = (stat, entry)
-        return entry
+                text = None
+        self._raw[key] = (stat, text)
+        self._raw_imported.pop(key, None)
+        return text
+
+    def _imports_of(self, key: str) -> frozenset[str]:
+        """The project files one file imports (absolute paths), worked out from its text once
+        per version of it (`_raw_text` must have read it)."""
+        from amplint import sources
+        from amplint.prefilter import package_of
+        from amplint.project.text_imports import imported_files
+
+        cached = self._raw.get(key)
+        if cached is None or cached[1] is None:
+            return frozenset()
+        memo = self._raw_imported.get(key)
+        if memo is not None and memo[0] == cached[0]:
+            return memo[1]
+        try:
+            text = sources.read(Path(key)).text  # NB: the original case: module names are case-sensitive
+            found = frozenset(_abs(p) for p in imported_files(text, Path(key), package_of(key)))
+        except sources.UnreadableSource:
+            found = frozenset()
+        self._raw_imported[key] = (cached[0], found)
+        return found
 
     # --- relevance ------------------------------------------------------------------------
     def relevant(self, path: str, name: str, vocabulary: frozenset = CALLEE_VOCABULARY) -> bool:

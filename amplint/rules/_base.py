@@ -126,6 +126,9 @@ class Rule:
     # autocast is entered in the training loop that uses the model that applies the
     # Function).  Looking upward reads the whole project, so only for rare local shapes.
     importer_tokens: ClassVar[tuple[int, ...]] = ()
+    # For a group of either: the only tokens of it that count when met in another module
+    # (AMP501: an imported autocast decorator, not the word float16 in any imported utility).
+    elsewhere_tokens: ClassVar[dict[int, tuple[object, ...]]] = {}
 
     def __init_subclass__(cls, **kwargs) -> None:
         super().__init_subclass__(**kwargs)

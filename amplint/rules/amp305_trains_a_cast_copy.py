@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import re
+
 from amplint.analysis.param_copies import cast_copies
-from amplint.prefilter import Attr
+from amplint.prefilter import Attr, CodeWord
 from amplint.rules._base import Rule
 
 
@@ -66,11 +68,20 @@ class TrainsACastCopy(Rule):
     replace_message = "`{target}` is replaced by a new `nn.Parameter` of its cast {why}: the optimizer still holds the old one"
     # Pre-filter: every cast spelling is an attribute (`.to`, `.float`, `.half`, `.bfloat16`,
     # `.double`, `.type`); a parameter is reached through `.parameters()`, `.weight`/`.bias`
-    # or `Parameter(...)`; and what trains the copy is in the same module: `requires_grad` or
-    # an optimizer (`torch.optim...`, `optimizer`, `add_param_group`), which model files rarely
-    # name (without this group nearly every model file was parsed for this rule alone).
+    # or `Parameter(...)`; and what trains the copy is in the same module: an assignment to
+    # `.requires_grad` or a `.requires_grad_()` that is not False, or an optimizer class of the packages amplint
+    # knows (`torch.optim`, `bitsandbytes.optim`, `apex.optimizers`, `transformers.optimization`),
+    # which model files rarely name (without this group nearly every model file of a library
+    # was parsed for this rule alone).
     requires_any = tuple(Attr(w) for w in ("to", "float", "half", "bfloat16", "double", "type"))
-    and_requires_any = (("parameter", Attr("weight"), Attr("bias")), ("requires_grad", "optim"))
+    and_requires_any = (
+        ("parameter", Attr("weight"), Attr("bias")),
+        # the shapes themselves: `name = name.<cast>` and `x.w = ...Parameter(x.w.<cast>)`
+        (re.compile(r"\b([a-z_]\w*)\s*=\s*\1\s*\."), re.compile(r"([a-z_][\w.]*)\s*=\s*[\w.]*parameter\s*\(\s*\1\s*\.")),
+        # NB: the text is lowercased; `= False` / `requires_grad_(False)` (freezing) train nothing
+        (re.compile(r"\.requires_grad\s*=(?!=)(?!\s*false\b)"), re.compile(r"\.requires_grad_\s*\((?!\s*false\b)"),
+         CodeWord("optim"), CodeWord("optimizers"), CodeWord("optimization")),
+    )
 
     def check(self) -> None:
         for copy in cast_copies(self.model):

@@ -269,8 +269,10 @@ class Fp16OverflowConstant(Rule):
     # 3. a sink: the writing methods and factories above, or an index (augmented)
     #    assignment `x[m] = v` / `(x[m]) += v` (comments are gone from the code text).
     requires_any = (_OverflowingFloat(), _FinfoOfFullDtype())
-    # The evidence may come from the project: a decorator of amp_utils.py on the forward.
+    # The evidence may come from the project: a decorator of amp_utils.py on the forward
+    # (the only evidence read from other modules: their mere mention of float16 is none).
     imported_tokens = (1,)
+    elsewhere_tokens = {1: ("autocast",)}
     and_requires_any = (
         ("autocast", "GradScaler", FLOAT16_NOT_BFLOAT16, Word("half"), "half_precision", "fp16", Word("apex"), STRING_ESCAPE),
         (*_WRITING_METHODS, "where", "full", re.compile(r"\][\s\\)]*[-+*]?=(?!=)")),
