@@ -6,6 +6,7 @@ import libcst as cst
 
 from amplint.analysis.bindings import call_arg
 from amplint.analysis.casts import OPTIMIZER_TOKENS
+from amplint.analysis.default_dtype import builds_only_frozen_modules, default_dtype_sets
 from amplint.analysis.steps import Kind
 from amplint.analysis.torch_api import REDUCED_DTYPE_TOKENS
 from amplint.prefilter import Attr, CodeWord
@@ -64,25 +65,31 @@ class DefaultDtypeHalf(Rule):
     # backward (as in AMP201) or a `.step`.
     requires_any = (CodeWord("set_default_dtype"), CodeWord("set_default_tensor_type"))
     and_requires_any = ((*REDUCED_DTYPE_TOKENS, "halftensor"), (*OPTIMIZER_TOKENS, CodeWord("backward"), Attr("step")))
+    # The call and the dtype may come from the project: a helper that passes its parameter
+    # to `set_default_dtype` (amplint/analysis/default_dtype.py), a dtype map or a
+    # `get_dtype` function of another module.  Training is judged in the file itself.
+    imported_tokens = (0, 1)
 
     def check(self) -> None:
         model = self.model
         found = []
+        for site in default_dtype_sets(model):
+            dtypes = model.bindings.values.dtypes(site.dtype, site.scope) or frozenset()
+            half = sorted(dtypes & {"float16", "bfloat16"})
+            if half and not builds_only_frozen_modules(site):
+                found.append((site.call, site.spelling, " or ".join(half), site.helper))
         for site in model.calls:
-            qual = model.qualify(site.node.func)
-            if qual == _SET_DEFAULT_DTYPE:
-                dtypes = model.bindings.values.dtypes(call_arg(site.node, 0, "d"), site.scope) or frozenset()
-                half = sorted(dtypes & {"float16", "bfloat16"})
-            elif qual == _SET_DEFAULT_TENSOR_TYPE:
+            if model.qualify(site.node.func) == _SET_DEFAULT_TENSOR_TYPE:
                 half = self._tensor_type(call_arg(site.node, 0, "t"))
-            else:
-                continue
-            if half:
-                found.append((site.node, qual, " or ".join(half)))
+                if half:
+                    found.append((site.node, _SET_DEFAULT_TENSOR_TYPE, " or ".join(half), None))
         if not found or not self._trains():
             return
-        for call, qual, dtype in found:
-            self.report(call, call=qual, dtype=dtype)
+        for call, spelling, dtype, helper in found:
+            related = ()
+            if helper is not None and helper.model is not model:
+                related = ((helper.model, helper.fn, f"via {helper.qualname}"),)
+            self.report(call, call=spelling, dtype=dtype, related=related)
 
     def _tensor_type(self, expr: cst.BaseExpression | None) -> list[str]:
         if expr is None:
