@@ -32,6 +32,16 @@ _MAX_SINK_DEPTH = 2
 
 
 @dataclass(frozen=True, eq=False)
+class Sink:
+    """The parameter of a helper that reaches `torch.set_default_dtype`."""
+
+    position: int | None  # among the call's positional arguments (None: keyword-only)
+    name: str
+    call: cst.Call  # the `torch.set_default_dtype(...)` it reaches (in its own module)
+    model: object  # the ModuleModel of `call`
+
+
+@dataclass(frozen=True, eq=False)
 class DefaultDtypeSet:
     """One call that sets the default dtype: `torch.set_default_dtype(x)` or a sink helper's call."""
 
@@ -39,6 +49,7 @@ class DefaultDtypeSet:
     scope: object  # where `call` is written (and `dtype` is evaluated)
     dtype: cst.BaseExpression | None  # the expression the default dtype is set to
     helper: object | None = None  # the sink's Callee when set through a helper
+    sink: Sink | None = None  # and what of it reaches `torch.set_default_dtype`
 
     @property
     def spelling(self) -> str:
@@ -58,10 +69,10 @@ def default_dtype_sets(model) -> list[DefaultDtypeSet]:
             continue
         if not _may_be_helper(call, model):
             continue
-        sink = _sink_of_call(call, scope, 0)
-        if sink is not None:
-            callee, position, name = sink
-            found.append(DefaultDtypeSet(call, scope, call_arg(call, position, name), callee))
+        got = _sink_of_call(call, scope, 0)
+        if got is not None:
+            callee, sink = got
+            found.append(DefaultDtypeSet(call, scope, call_arg(call, sink.position, sink.name), callee, sink))
     return found
 
 
@@ -76,24 +87,20 @@ def _may_be_helper(call: cst.Call, model) -> bool:
 
 
 def _sink_of_call(call: cst.Call, scope, depth: int):
-    """(callee, position, name) of the parameter of the function `call` runs that reaches
-    `torch.set_default_dtype`, or None."""
+    """(callee, Sink) for the function `call` runs, when one of its parameters reaches
+    `torch.set_default_dtype`; None otherwise."""
     from amplint.analysis.callees import resolve_call
 
     callee = resolve_call(call, scope, SINK_VOCABULARY)
     if callee is None or callee.scope is None:
         return None
-    param = sink_parameter(callee, depth)
-    if param is None:
-        return None
-    position, name = param
-    return callee, position, name
+    sink = sink_parameter(callee, depth)
+    return (callee, sink) if sink is not None else None
 
 
-def sink_parameter(callee, depth: int = 0) -> tuple[int | None, str] | None:
-    """(position among the call's positional arguments, name) of the parameter of `callee`
-    whose value its body hands to `torch.set_default_dtype` (or to another sink); None when
-    it has none.  The position is None for a keyword-only parameter; `self` is not counted."""
+def sink_parameter(callee, depth: int = 0) -> Sink | None:
+    """The parameter of `callee` whose value its body hands to `torch.set_default_dtype`
+    (or to another sink); None when it has none.  `self` is not counted."""
     fn, model = callee.fn, callee.model
     memo = _memo(model)
     if fn in memo:
@@ -106,15 +113,17 @@ def sink_parameter(callee, depth: int = 0) -> tuple[int | None, str] | None:
     walk(fn, collector)
     for call in collector.calls:
         if model.qualify(call.func) == SET_DEFAULT_DTYPE:
-            handed = call_arg(call, 0, "d")
+            handed, target, target_model = call_arg(call, 0, "d"), call, model
         elif depth < _MAX_SINK_DEPTH and call.args and _may_be_helper(call, model):
             inner = _sink_of_call(call, callee.scope, depth + 1)
-            handed = call_arg(call, inner[1], inner[2]) if inner is not None else None
+            if inner is None:
+                continue
+            handed, target, target_model = call_arg(call, inner[1].position, inner[1].name), inner[1].call, inner[1].model
         else:
             continue
         if isinstance(handed, cst.Name) and handed.value in names:
             name = handed.value
-            found = (params.index(name) if name in params else None, name)
+            found = Sink(params.index(name) if name in params else None, name, target, target_model)
             break
     memo[fn] = found
     return found

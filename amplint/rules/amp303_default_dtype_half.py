@@ -77,7 +77,7 @@ class DefaultDtypeHalf(Rule):
             dtypes = model.bindings.values.dtypes(site.dtype, site.scope) or frozenset()
             half = sorted(dtypes & {"float16", "bfloat16"})
             if half and not builds_only_frozen_modules(site):
-                found.append((site.call, site.spelling, " or ".join(half), site.helper))
+                found.append((site.call, site.spelling, " or ".join(half), site))
         for site in model.calls:
             if model.qualify(site.node.func) == _SET_DEFAULT_TENSOR_TYPE:
                 half = self._tensor_type(call_arg(site.node, 0, "t"))
@@ -85,11 +85,15 @@ class DefaultDtypeHalf(Rule):
                     found.append((site.node, _SET_DEFAULT_TENSOR_TYPE, " or ".join(half), None))
         if not found or not self._trains():
             return
-        for call, spelling, dtype, helper in found:
-            related = ()
-            if helper is not None and helper.model is not model:
-                related = ((helper.model, helper.fn, f"via {helper.qualname}"),)
-            self.report(call, call=spelling, dtype=dtype, related=related)
+        for call, spelling, dtype, site in found:
+            related = notes = ()
+            if site is not None and site.sink is not None:
+                via = f"via {site.helper.qualname}"
+                if site.sink.model is not model:
+                    related = ((site.sink.model, site.sink.call, via),)
+                else:
+                    notes = (via,)
+            self.report(call, call=spelling, dtype=dtype, related=related, notes=notes)
 
     def _tensor_type(self, expr: cst.BaseExpression | None) -> list[str]:
         if expr is None:
