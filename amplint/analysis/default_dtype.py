@@ -62,12 +62,15 @@ class DefaultDtypeSet:
 def default_dtype_sets(model) -> list[DefaultDtypeSet]:
     """Every call of `model` that sets the default dtype, directly or through a sink helper."""
     found: list[DefaultDtypeSet] = []
+    statements = None
     for site in model.calls:
         call, scope = site.node, site.scope
         if model.qualify(call.func) == SET_DEFAULT_DTYPE:
             found.append(DefaultDtypeSet(call, scope, call_arg(call, 0, "d")))
             continue
-        if not _may_be_helper(call, model):
+        if statements is None:
+            statements = _statement_calls(model.module)
+        if id(call) not in statements or not _may_be_helper(call, model):
             continue
         got = _sink_of_call(call, scope, 0)
         if got is not None:
@@ -114,7 +117,7 @@ def sink_parameter(callee, depth: int = 0) -> Sink | None:
     for call in collector.calls:
         if model.qualify(call.func) == SET_DEFAULT_DTYPE:
             handed, target, target_model = call_arg(call, 0, "d"), call, model
-        elif depth < _MAX_SINK_DEPTH and call.args and _may_be_helper(call, model):
+        elif depth < _MAX_SINK_DEPTH and id(call) in collector.statements and _may_be_helper(call, model):
             inner = _sink_of_call(call, callee.scope, depth + 1)
             if inner is None:
                 continue
@@ -262,10 +265,37 @@ class _FreezesParameter(cst.CSTVisitor):
             self.found = self.found or any(dotted(t.target) == f"{self.name}.requires_grad" for t in node.targets)
 
 
-class _CallsIn(cst.CSTVisitor):
-    """The calls a function's own body makes (not those of functions nested in it)."""
+def _statement_calls(module: cst.Module) -> set[int]:
+    """ids of the calls that can be a sink's: a `with` item or a statement of its own.
+
+    A helper that sets the default dtype returns nothing worth keeping (`with
+    set_default_dtype(d):`, `set_default_dtype(d)`); a call whose value is used (an
+    argument, an assignment) is not resolved, which keeps the search to a few calls a file.
+    """
+    collector = _StatementCalls()
+    walk(module, collector)
+    return collector.statements
+
+
+class _StatementCalls(cst.CSTVisitor):
+    def __init__(self) -> None:
+        self.statements: set[int] = set()
+
+    def visit_WithItem(self, node: cst.WithItem) -> None:
+        if isinstance(node.item, cst.Call):
+            self.statements.add(id(node.item))
+
+    def visit_Expr(self, node: cst.Expr) -> None:
+        if isinstance(node.value, cst.Call):
+            self.statements.add(id(node.value))
+
+
+class _CallsIn(_StatementCalls):
+    """The calls a function's own body makes (not those of functions nested in it), and
+    which of them can be a sink's (`statements`)."""
 
     def __init__(self, fn: cst.FunctionDef) -> None:
+        super().__init__()
         self.fn = fn
         self.calls: list[cst.Call] = []
 
