@@ -31,6 +31,13 @@ class DefaultDtypeHalf(Rule):
     `torch.set_default_tensor_type(torch.cuda.HalfTensor)` in a module that trains
     (it calls backward, steps an optimizer or builds one).
 
+    A project helper that passes
+    its parameter on to `torch.set_default_dtype` (a `with set_default_dtype(dtype):`
+    context manager, also in another module) counts as the call, with the dtype it is
+    given: a value of a dtype map, or what a `get_dtype(cfg.dtype)` function returns.
+    A `with` block that builds only modules its function freezes (`.eval()`,
+    `requires_grad_(False)`: a teacher or reference model) is not reported.
+
     ## Why is this bad?
     Every floating-point tensor and parameter created afterwards is half precision:
     the model's weights, the optimizer's state, `torch.zeros` accumulators and loss
@@ -54,7 +61,9 @@ class DefaultDtypeHalf(Rule):
     ```
 
     ## Runtime confirmation
-    `amplint verify` reads `torch.get_default_dtype()` at the first optimizer step.
+    `amplint verify` reads `torch.get_default_dtype()` at the first optimizer step, and
+    counts the optimizer's parameters that were created while the reported call's low
+    default dtype was in effect (a context manager restores it before training).
     """
 
     code = "AMP303"
