@@ -304,7 +304,7 @@ class Bindings:
             # `with self.autocast_context():` where the method returns `torch.autocast(...)`,
             # also from another module (`with amp_context(cfg):` from utils.py)
             found = []
-            for value in _returned_values(callee.fn):
+            for value in returned_values(callee.fn):
                 found.extend(callee.model.bindings.autocast_of(value, callee.scope, depth + 1))
             return found
         if isinstance(func, (cst.Name, cst.Attribute)) and qual is None:
@@ -436,7 +436,7 @@ def method_name(call: cst.Call) -> str | None:
     return attr_name(call.func) if isinstance(call.func, cst.Attribute) else None
 
 
-def _returned_values(fn: cst.FunctionDef) -> list[cst.BaseExpression]:
+def returned_values(fn: cst.FunctionDef) -> list[cst.BaseExpression]:
     """The expressions `fn` returns (not those of functions nested in it)."""
     collector = _ReturnCollector(fn)
     walk(fn, collector)

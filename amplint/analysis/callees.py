@@ -63,21 +63,27 @@ class Callee:
         return scope.name if scope is not None else self.fn.name.value
 
 
-def resolve_call(call: cst.Call, scope) -> Callee | None:
-    """The function `call`, written in `scope`, runs (None when we cannot tell)."""
+def resolve_call(call: cst.Call, scope, vocabulary: frozenset | None = None) -> Callee | None:
+    """The function `call`, written in `scope`, runs (None when we cannot tell).
+
+    `vocabulary`: what a function of another module must mention to be parsed (the
+    project index's relevance check); by default that of the step graphs
+    (CALLEE_VOCABULARY), another for an analysis that looks for something else (the
+    dtype a helper returns, the `set_default_dtype` it calls).
+    """
     model = scope.model
     func = call.func
     if isinstance(func, cst.Name):
-        return _by_name(func.value, scope)
+        return _by_name(func.value, scope, vocabulary)
     if not isinstance(func, cst.Attribute):
         return None
     name = func.attr.value
     receiver = func.value
     if isinstance(receiver, cst.Name) and scope.cls is not None and receiver.value == scope.self_name:
-        return method_of(scope.cls, name)
+        return method_of(scope.cls, name, vocabulary)
     if _is_super_call(receiver) and scope.cls is not None:
         for base in bases_of(scope.cls):
-            found = method_of(base, name)
+            found = method_of(base, name, vocabulary)
             if found is not None:
                 return found
         return None
@@ -85,28 +91,28 @@ def resolve_call(call: cst.Call, scope) -> Callee | None:
     qual = model.qualify(func)
     if qual is not None:
         symbol = project_symbol(qual, model)
-        return _callee_of_symbol(symbol) if symbol is not None else None
+        return _callee_of_symbol(symbol, vocabulary) if symbol is not None else None
     cls = class_of_instance(receiver, scope)
     if cls is not None:
-        return method_of(cls, name)
+        return method_of(cls, name, vocabulary)
     return None
 
 
-def _by_name(name: str, scope) -> Callee | None:
+def _by_name(name: str, scope, vocabulary: frozenset | None = None) -> Callee | None:
     model = scope.model
     local = not scope.binds(name) or scope.is_module
     if local and name in model.functions:
         return Callee(model, model.functions[name])
     if local and name in model.classes:
-        return method_of(model.classes[name], "__init__")
+        return method_of(model.classes[name], "__init__", vocabulary)
     qual = model.imports.qualify_text(name)
     if qual is None or not local:
         return None
     symbol = project_symbol(qual, model)
-    return _callee_of_symbol(symbol) if symbol is not None else None
+    return _callee_of_symbol(symbol, vocabulary) if symbol is not None else None
 
 
-def _callee_of_symbol(symbol) -> Callee | None:
+def _callee_of_symbol(symbol, vocabulary: frozenset | None = None) -> Callee | None:
     """A function (or a class's constructor) of another module, parsed only if relevant.
 
     The constructor of a training engine of the project (a DeepSpeed engine, a Trainer,
@@ -116,8 +122,8 @@ def _callee_of_symbol(symbol) -> Callee | None:
     if symbol.kind == "class":
         if any(word in symbol.name.lower() for word in _ENGINE_WORDS):
             return None
-        return method_of(ForeignClass(symbol), "__init__")
-    if symbol.kind != "function" or not symbol.relevant():
+        return method_of(ForeignClass(symbol), "__init__", vocabulary)
+    if symbol.kind != "function" or not symbol.relevant(vocabulary):
         return None
     fn = symbol.node
     if fn is None:
@@ -210,18 +216,18 @@ def bases_of(cls, _depth: int = 0):
     return out
 
 
-def method_of(cls, name: str) -> Callee | None:
+def method_of(cls, name: str, vocabulary: frozenset | None = None) -> Callee | None:
     """`name` defined on `cls` or inherited from one of its bases (method resolution order
     approximated depth-first, which is exact for single inheritance); a method from
     another module only when it is relevant (amplint/project/index.py)."""
     if isinstance(cls, ForeignClass):
         symbol = cls.symbol.index.method_in_class(cls.symbol.path, cls.symbol.name, name)
-        return _callee_of_symbol(symbol) if symbol is not None else None
+        return _callee_of_symbol(symbol, vocabulary) if symbol is not None else None
     if name in cls.methods:
         return Callee(cls.model, cls.methods[name], cls)
     for base in bases_of(cls):
         if isinstance(base, ForeignClass):
-            found = method_of(base, name)
+            found = method_of(base, name, vocabulary)
             if found is not None:
                 return found
         elif name in base.methods:

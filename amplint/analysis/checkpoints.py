@@ -16,7 +16,7 @@ import libcst as cst
 
 import re
 
-from amplint.analysis.bindings import _returned_values, call_arg
+from amplint.analysis.bindings import returned_values, call_arg
 from amplint.analysis.callees import resolve_call
 from amplint.analysis.names import dotted
 from amplint.analysis.steps import Kind
@@ -257,7 +257,7 @@ class Checkpoints:
         callee = resolve_call(call, scope)
         if callee is not None and callee.scope is not None:
             # `ckpt = build_checkpoint(model, optimizer, epoch)` of the project: what it returns
-            returned = _returned_values(callee.fn)
+            returned = returned_values(callee.fn)
             if not returned:
                 return {UNKNOWN}
             out = set()

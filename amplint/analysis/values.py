@@ -13,6 +13,11 @@ from amplint.analysis.names import dotted
 from amplint.analysis.torch_api import DTYPE_STRINGS, FULL_DTYPES, HALF_DTYPES
 
 _MAX_DEPTH = 6
+# A dtype returned by a function is followed through this many levels of expressions
+# (a call costs two): `get_dtype` returning a value of its module's map is one call.
+_MAX_CALL_DEPTH = 4
+# What a function of another module must mention to be read for the dtype it returns.
+DTYPE_VOCABULARY = frozenset({"float16", "bfloat16", "half", "float32", "dtype", "fp16", "bf16"})
 
 
 def _branches(expr: cst.BaseExpression) -> list[cst.BaseExpression]:
@@ -105,28 +110,53 @@ class ValueResolver:
             return None
         if isinstance(expr, cst.Subscript):
             # {"float16": torch.float16, ...}[name] -> any of the values
-            target = expr.value
-            dicts = [target] if isinstance(target, cst.Dict) else [v for v, _ in self.assigned(target, scope)]
-            found: set[str] = set()
-            for d in dicts:
-                if isinstance(d, cst.Dict):
-                    for el in d.elements:
-                        if isinstance(el, cst.DictElement):
-                            got = self.dtypes(el.value, scope, depth + 1)
-                            if got:
-                                found |= got
-            return frozenset(found) if found else None
+            return self._dict_values(expr.value, scope, depth)
         if isinstance(expr, cst.Call) and dotted(expr.func) == "getattr" and len(expr.args) >= 2:
             if self.model.qualify(expr.args[0].value) == "torch" and isinstance(expr.args[1].value, cst.SimpleString):
                 name = expr.args[1].value.evaluated_value
                 return self._dtype_of(cst.parse_expression(f"torch.{name}"), scope, depth) if isinstance(name, str) and name.isidentifier() else None
             return None
+        if isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute) and expr.func.attr.value == "get" and expr.args:
+            # DTYPES.get(name, default): a value of the map, or the default
+            values = self._dict_values(expr.func.value, scope, depth)
+            if values is not None:
+                default = expr.args[1].value if len(expr.args) > 1 else None
+                return _union((values, self.dtypes(default, scope, depth + 1) if default is not None else None))
+        if isinstance(expr, cst.Call):
+            return self._returned_dtypes(expr, scope, depth)
         if isinstance(expr, (cst.Name, cst.Attribute)):
             assigned = self.assigned(expr, scope)
             if not assigned:
                 return None
             return _union(self.dtypes(value, vscope, depth + 1) for value, vscope in assigned)
         return None
+
+    def _dict_values(self, target: cst.BaseExpression, scope, depth: int) -> frozenset[str] | None:
+        """The dtypes among the values of the dict `target` is (or names: a module-level map,
+        also one imported from another module of the project)."""
+        dicts = [(target, scope)] if isinstance(target, cst.Dict) else self.assigned(target, scope)
+        found: set[str] = set()
+        for d, dscope in dicts:
+            if isinstance(d, cst.Dict):
+                for el in d.elements:
+                    if isinstance(el, cst.DictElement):
+                        got = self.dtypes(el.value, dscope, depth + 1)
+                        if got:
+                            found |= got
+        return frozenset(found) if found else None
+
+    def _returned_dtypes(self, call: cst.Call, scope, depth: int) -> frozenset[str] | None:
+        """`get_dtype(cfg.dtype)` of this module or of another module of the project: the
+        dtypes any of its `return` expressions may hold (a linter reports what can happen)."""
+        from amplint.analysis.bindings import returned_values
+        from amplint.analysis.callees import resolve_call
+
+        if depth >= _MAX_CALL_DEPTH:
+            return None
+        callee = resolve_call(call, scope, DTYPE_VOCABULARY)
+        if callee is None or callee.scope is None:
+            return None
+        return _union(callee.model.bindings.values.dtypes(value, callee.scope, depth + 2) for value in returned_values(callee.fn))
 
     # --- literals ------------------------------------------------------------------------
     def strings(self, expr: cst.BaseExpression | None, scope, depth: int = 0) -> frozenset[str] | None:

@@ -271,6 +271,6 @@ class _MentionFinder(cst.CSTVisitor):
 
 
 def _returned(fn: cst.FunctionDef) -> list[cst.BaseExpression]:
-    from amplint.analysis.bindings import _returned_values
+    from amplint.analysis.bindings import returned_values
 
-    return _returned_values(fn)
+    return returned_values(fn)

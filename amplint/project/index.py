@@ -100,10 +100,11 @@ class Symbol:
             return model.functions.get(head)
         return None
 
-    def relevant(self) -> bool:
-        from amplint.project.index import CALLEE_VOCABULARY, VALUE_VOCABULARY
-
-        vocabulary = VALUE_VOCABULARY if self.kind == "value" else CALLEE_VOCABULARY
+    def relevant(self, vocabulary: frozenset | None = None) -> bool:
+        """`vocabulary`: what the definition must mention (by default the values' or the
+        step graphs' vocabulary, by kind)."""
+        if vocabulary is None:
+            vocabulary = VALUE_VOCABULARY if self.kind == "value" else CALLEE_VOCABULARY
         return self.index.relevant(self.path, self.name, vocabulary)
 
 

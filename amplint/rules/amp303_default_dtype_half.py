@@ -6,6 +6,7 @@ import libcst as cst
 
 from amplint.analysis.bindings import call_arg
 from amplint.analysis.casts import OPTIMIZER_TOKENS
+from amplint.analysis.default_dtype import builds_only_frozen_modules, default_dtype_sets
 from amplint.analysis.steps import Kind
 from amplint.analysis.torch_api import REDUCED_DTYPE_TOKENS
 from amplint.prefilter import Attr, CodeWord
@@ -30,6 +31,13 @@ class DefaultDtypeHalf(Rule):
     `torch.set_default_tensor_type(torch.cuda.HalfTensor)` in a module that trains
     (it calls backward, steps an optimizer or builds one).
 
+    A project helper that passes
+    its parameter on to `torch.set_default_dtype` (a `with set_default_dtype(dtype):`
+    context manager, also in another module) counts as the call, with the dtype it is
+    given: a value of a dtype map, or what a `get_dtype(cfg.dtype)` function returns.
+    A `with` block that builds only modules its function freezes (`.eval()`,
+    `requires_grad_(False)`: a teacher or reference model) is not reported.
+
     ## Why is this bad?
     Every floating-point tensor and parameter created afterwards is half precision:
     the model's weights, the optimizer's state, `torch.zeros` accumulators and loss
@@ -53,7 +61,9 @@ class DefaultDtypeHalf(Rule):
     ```
 
     ## Runtime confirmation
-    `amplint verify` reads `torch.get_default_dtype()` at the first optimizer step.
+    `amplint verify` reads `torch.get_default_dtype()` at the first optimizer step, and
+    counts the optimizer's parameters that were created while the reported call's low
+    default dtype was in effect (a context manager restores it before training).
     """
 
     code = "AMP303"
@@ -64,25 +74,35 @@ class DefaultDtypeHalf(Rule):
     # backward (as in AMP201) or a `.step`.
     requires_any = (CodeWord("set_default_dtype"), CodeWord("set_default_tensor_type"))
     and_requires_any = ((*REDUCED_DTYPE_TOKENS, "halftensor"), (*OPTIMIZER_TOKENS, CodeWord("backward"), Attr("step")))
+    # The call and the dtype may come from the project: a helper that passes its parameter
+    # to `set_default_dtype` (amplint/analysis/default_dtype.py), a dtype map or a
+    # `get_dtype` function of another module.  Training is judged in the file itself.
+    imported_tokens = (0, 1)
 
     def check(self) -> None:
         model = self.model
         found = []
+        for site in default_dtype_sets(model):
+            dtypes = model.bindings.values.dtypes(site.dtype, site.scope) or frozenset()
+            half = sorted(dtypes & {"float16", "bfloat16"})
+            if half and not builds_only_frozen_modules(site):
+                found.append((site.call, site.spelling, " or ".join(half), site))
         for site in model.calls:
-            qual = model.qualify(site.node.func)
-            if qual == _SET_DEFAULT_DTYPE:
-                dtypes = model.bindings.values.dtypes(call_arg(site.node, 0, "d"), site.scope) or frozenset()
-                half = sorted(dtypes & {"float16", "bfloat16"})
-            elif qual == _SET_DEFAULT_TENSOR_TYPE:
+            if model.qualify(site.node.func) == _SET_DEFAULT_TENSOR_TYPE:
                 half = self._tensor_type(call_arg(site.node, 0, "t"))
-            else:
-                continue
-            if half:
-                found.append((site.node, qual, " or ".join(half)))
+                if half:
+                    found.append((site.node, _SET_DEFAULT_TENSOR_TYPE, " or ".join(half), None))
         if not found or not self._trains():
             return
-        for call, qual, dtype in found:
-            self.report(call, call=qual, dtype=dtype)
+        for call, spelling, dtype, site in found:
+            related = notes = ()
+            if site is not None and site.sink is not None:
+                via = f"via {site.helper.qualname}"
+                if site.sink.model is not model:
+                    related = ((site.sink.model, site.sink.call, via),)
+                else:
+                    notes = (via,)
+            self.report(call, call=spelling, dtype=dtype, related=related, notes=notes)
 
     def _tensor_type(self, expr: cst.BaseExpression | None) -> list[str]:
         if expr is None:

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import weakref
 
+import torch
+from torch.nn.modules.module import register_module_parameter_registration_hook
+
 from amplint.runtime import torch_state
 from amplint.runtime.attribution import user_stack
 from amplint.runtime.probes._base import Probe
@@ -13,7 +16,9 @@ class ManualHalfModelProbe(Probe):
     """Remembers where each parameter was cast to low precision (.half(), .bfloat16(), .to(dtype));
     at an optimizer's first step, low-precision parameters it holds confirm the cast site.
     Evidence: dtypes, the optimizer, how many parameters; the share of updates lost comes from the
-    AMP903 probe's measurement (event `lost_updates`)."""
+    AMP903 probe's measurement (event `lost_updates`).  A parameter never cast but created in
+    low precision because the default dtype was (`with set_default_dtype(torch.bfloat16):`
+    around the model's construction) is AMP303's finding, not this one's."""
 
     code = "AMP301"
 
@@ -21,7 +26,9 @@ class ManualHalfModelProbe(Probe):
         self.cast_site: dict[int, tuple] = {}
         self.checked: weakref.WeakSet = weakref.WeakSet()
         self.confirmed: dict[int, list] = {}
+        self.by_default_dtype: set[int] = set()  # id(parameter) created low by the default dtype
         yield self.on("module_cast", self._cast)
+        yield register_module_parameter_registration_hook(self._registered)
         yield self.on("opt_step_pre", self._step)
         yield self.bus.subscribe("lost_updates", self._lost)
 
@@ -29,6 +36,11 @@ class ManualHalfModelProbe(Probe):
         stack = user_stack(1)
         for p in module.parameters():
             self.cast_site[id(p)] = (stack, torch_state.dtype_name(dtype), how)
+
+    def _registered(self, module, name, param):
+        if param is not None and param.dtype in torch_state.LOW_PRECISION and torch.get_default_dtype() in torch_state.LOW_PRECISION:
+            self.by_default_dtype.add(id(param))
+        # NB: returns None: the parameter is registered unchanged.
 
     def _step(self, opt, in_scaler):
         if opt in self.checked:
@@ -39,6 +51,8 @@ class ManualHalfModelProbe(Probe):
             for p in g["params"]:
                 if p.dtype in torch_state.LOW_PRECISION:
                     hit = self.cast_site.get(id(p))
+                    if hit is None and id(p) in self.by_default_dtype:
+                        continue  # AMP303's: low because the default dtype was, never cast
                     key = tuple(hit[0][0].as_list()) if hit and hit[0] else None
                     entry = found.setdefault(key, {"stack": hit[0] if hit else [], "dtypes": set(), "params": 0, "how": hit[2] if hit else None})
                     entry["dtypes"].add(torch_state.dtype_name(p.dtype))
