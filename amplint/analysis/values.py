@@ -13,6 +13,8 @@ from amplint.analysis.names import dotted
 from amplint.analysis.torch_api import DTYPE_STRINGS, FULL_DTYPES, HALF_DTYPES
 
 _MAX_DEPTH = 6
+# Words that make an option of unknown values a dtype option (`train_dtype`, `precision`).
+_DTYPE_OPTION_WORDS = ("dtype", "precision")
 
 
 def _branches(expr: cst.BaseExpression) -> list[cst.BaseExpression]:
@@ -117,9 +119,8 @@ class ValueResolver:
                                 found |= got
             return frozenset(found) if found else None
         if isinstance(expr, cst.Call) and dotted(expr.func) == "getattr" and len(expr.args) >= 2:
-            if self.model.qualify(expr.args[0].value) == "torch" and isinstance(expr.args[1].value, cst.SimpleString):
-                name = expr.args[1].value.evaluated_value
-                return self._dtype_of(cst.parse_expression(f"torch.{name}"), scope, depth) if isinstance(name, str) and name.isidentifier() else None
+            if self.model.qualify(expr.args[0].value) == "torch":
+                return self._torch_attribute_dtypes(expr.args[1].value, scope, depth)
             return None
         if isinstance(expr, (cst.Name, cst.Attribute)):
             assigned = self.assigned(expr, scope)
@@ -127,6 +128,26 @@ class ValueResolver:
                 return None
             return _union(self.dtypes(value, vscope, depth + 1) for value, vscope in assigned)
         return None
+
+    def _torch_attribute_dtypes(self, name: cst.BaseExpression, scope, depth: int) -> frozenset[str] | None:
+        """`getattr(torch, name)`: the dtypes among the strings `name` may hold.
+
+        `getattr(torch, args.train_dtype)` with `--train-dtype` declared with
+        `choices=["float16", "float32", "O1"]` may be float16 or float32 ("O1" names no
+        dtype).  A name whose strings are unknown but that is spelled as a dtype option
+        (`cfg.train_dtype`, `args.precision`) is analysed as if the option were on
+        (DESIGN.md): it may be a reduced dtype, as it may be float32."""
+        strings = self.strings(name, scope, depth + 1)
+        if strings is None:
+            last = (dotted(name) or "").rsplit(".", 1)[-1].lower()
+            if any(word in last for word in _DTYPE_OPTION_WORDS):
+                return frozenset({"float16", "bfloat16", "float32"})
+            return None
+        found: set[str] = set()
+        for text in strings:
+            qual = f"torch.{text}"
+            found.update(d for d in (HALF_DTYPES.get(qual), FULL_DTYPES.get(qual)) if d is not None)
+        return frozenset(found) if found else None
 
     # --- literals ------------------------------------------------------------------------
     def strings(self, expr: cst.BaseExpression | None, scope, depth: int = 0) -> frozenset[str] | None:
@@ -143,7 +164,13 @@ class ValueResolver:
             if isinstance(branch, (cst.Name, cst.Attribute)):
                 assigned = self.assigned(branch, scope)
                 if not assigned:
-                    return None
+                    # `args.train_dtype`: an attribute nothing here assigns, read from a
+                    # parsed command line; its argparse choices if some module declares them.
+                    choices = self.model.options.choices(branch.attr.value) if isinstance(branch, cst.Attribute) else None
+                    if choices is None:
+                        return None
+                    found |= choices
+                    continue
                 for value, vscope in assigned:
                     got = self.strings(value, vscope, depth + 1)
                     if got is None:
