@@ -52,15 +52,25 @@ class Options:
 
     def choices(self, dest: str) -> frozenset[str] | None:
         """The strings option `dest` may hold, from this module or the modules importing it."""
+        if dest not in self._choices:
+            self._choices[dest] = self._find_choices(dest)
+        return self._choices[dest]
+
+    @cached_property
+    def _choices(self) -> dict[str, frozenset[str] | None]:
+        return {}
+
+    def _find_choices(self, dest: str) -> frozenset[str] | None:
         found = set(self.declared.get(dest, ()))
         project = self.model.project
         if project is not None and self.model.path:
-            spellings = (dest, dest.replace("_", "-"))
+            # The flag or destination spelled as a string literal (raw text is lowercased).
+            spellings = [f"{q}{name}{q}" for q in "\"'" for name in (f"--{dest}", f"--{dest.replace('_', '-')}", dest)]
             for path in project.importers(self.model.path):
                 text = project.raw_text(path)
                 if text is None or not all(w in text for w in _DECLARATION_WORDS):
                     continue
-                if not any(s in text for s in spellings):
+                if not any(s.lower() in text for s in spellings):
                     continue
                 other = project.model_at(path)
                 if other is not None and other is not self.model:
