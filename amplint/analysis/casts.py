@@ -184,7 +184,8 @@ class Casts:
         `torch.optim.Adam(model_params, ..., eps=1e-9)` on its parameter: the call is an
         optimizer construction of the caller's parameters, with the factory's settings.
         The factory may live in another module (resolve_call); only a construction in
-        the factory's own body that is handed one of its parameters counts."""
+        the factory's own body whose parameters to optimize come from one of its own
+        parameters counts (`Adam(net.parameters(), lr=lr)` optimizes a global)."""
         memo = self._factories.get(id(call))
         if memo is None:
             memo = (self._find_factory_construction(call, scope),)
@@ -207,7 +208,8 @@ class Casts:
         for site in model.calls:
             if site.scope is not inner_scope or not model.bindings.is_optimizer_constructor(site.node, site.scope):
                 continue
-            mentioned = {(dotted(n) or "").split(".")[0] for a in site.node.args for n in _dotted_names(a.value)}
+            given = call_arg(site.node, 0, "params")  # what it optimizes, not `lr=lr`
+            mentioned = {(dotted(n) or "").split(".")[0] for n in _dotted_names(given)} if given is not None else set()
             if mentioned & params:
                 return site.node, site.scope
         return None
