@@ -318,3 +318,98 @@ def test_scaled_backward_through_names_and_arithmetic() -> None:
     )
     flags = [e.scaled for e in graph_of(model, "f").of_kind(Kind.BACKWARD)]
     assert flags == [True, True, False]
+
+
+# --- dtypes from command-line options, spread keywords, optimizer factories --------------
+
+
+def dtypes_of_cast(src: str):
+    """The dtypes of the `.to(...)` call in the module (ModuleCast, else `_to_dtypes`)."""
+    model = build(src)
+    site = call_named(model, "model.to")
+    return model.casts._to_dtypes(site.node, site.scope)
+
+
+@pytest.mark.parametrize(
+    "declaration, expected",
+    [
+        # the flag's spelling gives the destination; "O1" names no torch dtype
+        ('p.add_argument("--train-dtype", choices=["float16", "float32", "O1"])', {"float16", "float32"}),
+        ('p.add_argument("-t", "--train_dtype", choices=("bfloat16", "float64"))', {"bfloat16", "float64"}),
+        ('p.add_argument("--dt", dest="train_dtype", choices=["half", "float"])', {"float16", "float32"}),
+        ('DTYPES = ["float16", "float32"]\np.add_argument("--train-dtype", choices=DTYPES)', {"float16", "float32"}),
+        ('p.add_argument("--train-dtype", choices=["float32", "float64"])', {"float32", "float64"}),
+    ],
+)
+def test_getattr_torch_of_an_option_is_the_dtypes_among_its_choices(declaration: str, expected: set) -> None:
+    src = f"import argparse, torch\np = argparse.ArgumentParser()\n{declaration}\n\ndef train(args):\n    model.to(dtype=getattr(torch, args.train_dtype))\n"
+    assert dtypes_of_cast(src) == frozenset(expected)
+
+
+def test_an_undeclared_option_named_like_a_dtype_may_be_reduced_precision() -> None:
+    """DESIGN.md: code under an option is analysed as if the option were on."""
+    src = "import torch\ndef train(cfg):\n    model.to(getattr(torch, cfg.precision))\n"
+    assert dtypes_of_cast(src) == frozenset({"float16", "bfloat16", "float32"})
+    # a name that says nothing of dtypes stays unknown
+    assert dtypes_of_cast("import torch\ndef train(cfg):\n    model.to(getattr(torch, cfg.name))\n") is None
+
+
+def test_option_choices_declared_by_a_script_that_imports_the_module(tmp_path) -> None:
+    """backend.py's `args.train_dtype` is declared in train.py, which imports backend."""
+    from amplint.project.index import ProjectIndex
+
+    (tmp_path / "pyproject.toml").write_text("")
+    (tmp_path / "train.py").write_text(
+        'import argparse\np = argparse.ArgumentParser()\np.add_argument("--train-dtype", choices=["float16", "float32"])\n'
+        "def main():\n    from backend import train\n    train(p.parse_args())\n"
+    )
+    (tmp_path / "backend.py").write_text("import torch\ndef train(args):\n    dtype = getattr(torch, args.train_dtype)\n")
+    model = ProjectIndex().model_at(tmp_path / "backend.py")
+    scope = next(s for s in model.scopes if s.name == "train")
+    assert model.options.choices("train_dtype") == frozenset({"float16", "float32"})
+    assert model.bindings.values.dtypes(scope.assignments["dtype"][0], scope) == frozenset({"float16", "float32"})
+    assert model.options.choices("other") is None
+
+
+@pytest.mark.parametrize(
+    "gate, hardware",
+    [
+        ("torch.cuda.is_available() and torch.cuda.is_bf16_supported()", True),
+        ("args.bf16", False),  # an option: the float16 default may run anywhere
+    ],
+)
+def test_autocast_spread_keywords_and_a_dtype_the_hardware_picks(gate: str, hardware: bool) -> None:
+    info = autocast_info(
+        "import torch\nautocast_args = dict()\n"
+        f"if {gate}:\n    autocast_args = dict(dtype=torch.bfloat16)\n"
+        'with torch.autocast("cuda", **autocast_args):\n    pass\n'
+    )
+    assert info.dtypes == frozenset({"float16", "bfloat16"})  # cuda's default, or the dict's dtype
+    assert info.bf16_where_supported is hardware
+
+
+def test_a_spread_dict_literal_gives_its_dtype() -> None:
+    info = autocast_info('import torch\nkw = {"dtype": torch.bfloat16}\nwith torch.autocast("cuda", **kw):\n    pass\n')
+    assert info.dtypes == frozenset({"bfloat16"})
+
+
+def test_an_optimizer_factory_builds_from_its_parameter() -> None:
+    model = build(
+        """
+        import torch
+        def get_std_opt(model_params, lr):
+            return torch.optim.Adam(model_params, lr=lr, eps=1e-9)
+        def global_net_opt(lr):
+            return torch.optim.Adam(net.parameters(), lr=lr)
+        def train(model):
+            a = get_std_opt(model.parameters(), 1.0)
+            b = global_net_opt(1.0)
+        """
+    )
+    std = call_named(model, "get_std_opt")
+    inner, scope = model.casts.factory_construction(std.node, std.scope)
+    assert model.module.code_for_node(inner.func) == "torch.optim.Adam" and scope.name == "get_std_opt"
+    other = call_named(model, "global_net_opt")
+    # it optimizes a global module; `lr=lr` passes a parameter that is no parameter tensor
+    assert model.casts.factory_construction(other.node, other.scope) is None
+    assert model.casts.factory_construction(call_named(model, "torch.optim.Adam").node, std.scope) is None

@@ -221,3 +221,22 @@ def test_a_module_that_appears_recomputes_the_importer(tmp_path) -> None:
     moved.write_text(text)
     reset_shared()
     assert [c for _, _, c in _codes_by_line(check_paths([project / "train.py"], config, cache_dir=cdir))] == ["AMP101"]
+
+
+@pytest.mark.parametrize("one_file", [False, True], ids=["tree", "one-file"])
+def test_editing_the_option_choices_in_the_bin_script_recomputes_the_backend(tmp_path, one_file) -> None:
+    """backend.py reads `args.train_dtype`, declared with its choices in asr_train.py (an
+    importer): drop float16 from the choices and the cached findings of backend.py go."""
+    from amplint.project.index import reset_shared
+
+    project, cdir = _project_copy(tmp_path, "train_dtype_option"), tmp_path / "cache"
+    config = Config(root=project)
+    target = [project / "backend.py"] if one_file else [project]
+    cold = check_paths(target, config, cache_dir=cdir)
+    assert [c for _, _, c in _codes_by_line(cold)] == ["AMP301", "AMP304", "AMP304"]
+    script = project / "asr_train.py"
+    script.write_text(script.read_text().replace('default="float16"', 'default="float32"')
+                      .replace('choices=["float16", "float32",', 'choices=["float32",'))
+    reset_shared()
+    warm = check_paths(target, config, cache_dir=cdir)
+    assert _codes_by_line(warm) == [] == _codes_by_line(check_paths(target, config))

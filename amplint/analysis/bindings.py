@@ -24,6 +24,7 @@ from amplint.analysis.torch_api import (
     SCALER_CONSTRUCTORS,
     SHARDED_SCALER_CONSTRUCTORS,
 )
+from amplint.analysis.spread_kwargs import hardware_gated_values, spread_keyword
 from amplint.analysis.values import ValueResolver, value_branches
 from amplint.analysis.walk import walk
 
@@ -59,6 +60,9 @@ class AutocastInfo:
     dtypes: frozenset[str] | None  # possible dtypes; None when unknown
     enabled: bool | None  # False only for a literal `enabled=False`
     managed: bool = False  # accelerator.autocast(): the library chooses
+    # Its bfloat16 is picked by the hardware (`if torch.cuda.is_bf16_supported():`): that is
+    # what runs on any GPU that supports it; a float16 alternative only on older ones.
+    bf16_where_supported: bool = False
 
     @property
     def may_be_enabled(self) -> bool:
@@ -341,14 +345,25 @@ class Bindings:
             dtype_expr = call_arg(fake, 1, "dtype")
             enabled_expr = call_arg(fake, 2, "enabled")
         device = next(iter(device_values)) if device_values and len(device_values) == 1 else None
+        default = frozenset(AUTOCAST_DEFAULT_DTYPE.get(d, "float16") for d in device_values) if device_values else None
+        spread = spread_keyword(args, "dtype", scope, self.values) if dtype_expr is None else None
+        bf16_where_supported = False
         if dtype_expr is not None:
             dtypes = self.values.dtypes(dtype_expr, scope)
-        elif device_values:
-            dtypes = frozenset(AUTOCAST_DEFAULT_DTYPE.get(d, "float16") for d in device_values)
+        elif spread:
+            # `autocast(**autocast_args)`: the dtype of each dict the name may hold
+            each = [self.values.dtypes(v.value, v.scope) if v.value is not None else default for v in spread]
+            dtypes = None if any(d is None for d in each) else frozenset().union(*each)
+            bf16_where_supported = any(v.hardware_gated and d == frozenset({"bfloat16"}) for v, d in zip(spread, each))
         else:
-            dtypes = None
+            dtypes = default
         enabled = True if enabled_expr is None else self.values.literal_bool(enabled_expr)
-        return AutocastInfo(node=node, device=device, dtypes=dtypes, enabled=enabled)
+        return AutocastInfo(node=node, device=device, dtypes=dtypes, enabled=enabled, bf16_where_supported=bf16_where_supported)
+
+    @cached_property
+    def hardware_gated_values(self) -> frozenset[int]:
+        """id() of values assigned under `if torch.cuda.is_bf16_supported():` (spread_kwargs)."""
+        return hardware_gated_values(self.model)
 
     def _device_type_strings(self, expr, scope) -> frozenset[str] | None:
         """`device.type` where `device = torch.device("cuda" if ... else "cpu")` -> {"cuda", "cpu"}."""

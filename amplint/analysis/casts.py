@@ -171,9 +171,48 @@ class Casts:
     def _builds_optimizer(self, call: cst.Call, scope=None) -> bool:
         if self.b.is_optimizer_constructor(call, scope):
             return True
+        if scope is not None and self.factory_construction(call, scope) is not None:
+            return True
         name = (dotted(call.func) or "").split(".")[-1].lower()
         # `create_optimizer(model)`, `configure_optimizers()`, not `get_optimizer_cls_and_kwargs(...)`
         return OPTIMIZER_FACTORY.match(name) is not None
+
+    def factory_construction(self, call: cst.Call, scope) -> tuple[cst.Call, object] | None:
+        """The optimizer a project factory builds from its arguments, with its scope.
+
+        `get_std_opt(model.parameters(), ...)` (espnet's transformer/optimizer.py) runs
+        `torch.optim.Adam(model_params, ..., eps=1e-9)` on its parameter: the call is an
+        optimizer construction of the caller's parameters, with the factory's settings.
+        The factory may live in another module (resolve_call); only a construction in
+        the factory's own body whose parameters to optimize come from one of its own
+        parameters counts (`Adam(net.parameters(), lr=lr)` optimizes a global)."""
+        memo = self._factories.get(id(call))
+        if memo is None:
+            memo = (self._find_factory_construction(call, scope),)
+            self._factories[id(call)] = memo
+        return memo[0]
+
+    @cached_property
+    def _factories(self) -> dict[int, tuple]:
+        return {}
+
+    def _find_factory_construction(self, call: cst.Call, scope) -> tuple[cst.Call, object] | None:
+        from amplint.analysis.callees import resolve_call
+
+        callee = resolve_call(call, scope)
+        inner_scope = callee.scope if callee is not None else None
+        if inner_scope is None or not inner_scope.params:
+            return None
+        model = callee.model
+        params = set(inner_scope.params)
+        for site in model.calls:
+            if site.scope is not inner_scope or not model.bindings.is_optimizer_constructor(site.node, site.scope):
+                continue
+            given = call_arg(site.node, 0, "params")  # what it optimizes, not `lr=lr`
+            mentioned = {(dotted(n) or "").split(".")[0] for n in _dotted_names(given)} if given is not None else set()
+            if mentioned & params:
+                return site.node, site.scope
+        return None
 
     def _keys_through(self, expr: cst.BaseExpression, scope, depth: int, origin=None) -> set[str]:
         keys: set[str] = set()

@@ -256,6 +256,12 @@ class ModuleModel:
         return Deprecations(self)
 
     @cached_property
+    def options(self):
+        from amplint.analysis.options import Options
+
+        return Options(self)
+
+    @cached_property
     def casts(self):
         from amplint.analysis.casts import Casts
 

@@ -242,6 +242,16 @@ class Precision:
             found |= info.dtypes
         return frozenset(found)
 
+    @cached_property
+    def bf16_where_supported(self) -> bool:
+        """Every autocast that may be enabled runs bfloat16 on hardware that supports it:
+        each is bf16, or picks bf16 by `torch.cuda.is_bf16_supported()` and falls back to
+        float16 only on older GPUs (espnet2's module-level `autocast_args`)."""
+        sites = [info for _, _, info in self.autocast_sites if info.may_be_enabled and not info.managed]
+        if not sites or any(info.dtypes is None or not info.may_be_bf16 for info in sites):
+            return False
+        return all(info.dtypes == frozenset({"bfloat16"}) or info.bf16_where_supported for info in sites)
+
     # --- scalers -------------------------------------------------------------------------
     @cached_property
     def enabled_scaler(self) -> bool:

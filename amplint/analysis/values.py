@@ -18,6 +18,8 @@ _MAX_DEPTH = 6
 _MAX_CALL_DEPTH = 4
 # What a function of another module must mention to be read for the dtype it returns.
 DTYPE_VOCABULARY = frozenset({"float16", "bfloat16", "half", "float32", "dtype", "fp16", "bf16"})
+# Words that make an option of unknown values a dtype option (`train_dtype`, `precision`).
+_DTYPE_OPTION_WORDS = ("dtype", "precision")
 
 
 def _branches(expr: cst.BaseExpression) -> list[cst.BaseExpression]:
@@ -112,9 +114,8 @@ class ValueResolver:
             # {"float16": torch.float16, ...}[name] -> any of the values
             return self._dict_values(expr.value, scope, depth)
         if isinstance(expr, cst.Call) and dotted(expr.func) == "getattr" and len(expr.args) >= 2:
-            if self.model.qualify(expr.args[0].value) == "torch" and isinstance(expr.args[1].value, cst.SimpleString):
-                name = expr.args[1].value.evaluated_value
-                return self._dtype_of(cst.parse_expression(f"torch.{name}"), scope, depth) if isinstance(name, str) and name.isidentifier() else None
+            if self.model.qualify(expr.args[0].value) == "torch":
+                return self._torch_attribute_dtypes(expr.args[1].value, scope, depth)
             return None
         if isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute) and expr.func.attr.value == "get" and expr.args:
             # DTYPES.get(name, default): a value of the map, or the default
@@ -158,6 +159,26 @@ class ValueResolver:
             return None
         return _union(callee.model.bindings.values.dtypes(value, callee.scope, depth + 2) for value in returned_values(callee.fn))
 
+    def _torch_attribute_dtypes(self, name: cst.BaseExpression, scope, depth: int) -> frozenset[str] | None:
+        """`getattr(torch, name)`: the dtypes among the strings `name` may hold.
+
+        `getattr(torch, args.train_dtype)` with `--train-dtype` declared with
+        `choices=["float16", "float32", "O1"]` may be float16 or float32 ("O1" names no
+        dtype).  A name whose strings are unknown but that is spelled as a dtype option
+        (`cfg.train_dtype`, `args.precision`) is analysed as if the option were on
+        (DESIGN.md): it may be a reduced dtype, as it may be float32."""
+        strings = self.strings(name, scope, depth + 1)
+        if strings is None:
+            last = (dotted(name) or "").rsplit(".", 1)[-1].lower()
+            if any(word in last for word in _DTYPE_OPTION_WORDS):
+                return frozenset({"float16", "bfloat16", "float32"})
+            return None
+        found: set[str] = set()
+        for text in strings:
+            qual = f"torch.{text}"
+            found.update(d for d in (HALF_DTYPES.get(qual), FULL_DTYPES.get(qual)) if d is not None)
+        return frozenset(found) if found else None
+
     # --- literals ------------------------------------------------------------------------
     def strings(self, expr: cst.BaseExpression | None, scope, depth: int = 0) -> frozenset[str] | None:
         """Possible string values (device names), or None if unknown."""
@@ -173,7 +194,13 @@ class ValueResolver:
             if isinstance(branch, (cst.Name, cst.Attribute)):
                 assigned = self.assigned(branch, scope)
                 if not assigned:
-                    return None
+                    # `args.train_dtype`: an attribute nothing here assigns, read from a
+                    # parsed command line; its argparse choices if some module declares them.
+                    choices = self.model.options.choices(branch.attr.value) if isinstance(branch, cst.Attribute) else None
+                    if choices is None:
+                        return None
+                    found |= choices
+                    continue
                 for value, vscope in assigned:
                     got = self.strings(value, vscope, depth + 1)
                     if got is None:

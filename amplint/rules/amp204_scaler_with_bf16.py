@@ -17,8 +17,10 @@ class ScalerWithBf16(Rule):
     ## What it does
     Flags a `GradScaler(...)` construction that may be enabled in a module whose
     autocast contexts all run in bfloat16 (an explicit `dtype=torch.bfloat16`, or cpu
-    autocast's default). A dtype option that can also be float16 keeps the scaler
-    useful and is not reported, nor is a scaler whose `enabled=` tests for float16.
+    autocast's default, or a dtype picked by `torch.cuda.is_bf16_supported()`, which
+    is bfloat16 on every GPU that supports it). A dtype option that can also be
+    float16 keeps the scaler useful and is not reported, nor is a scaler whose
+    `enabled=` tests for float16.
 
     ## Why is this bad?
     bfloat16 has float32's exponent range: gradients do not underflow, so there is
@@ -54,9 +56,11 @@ class ScalerWithBf16(Rule):
     imported_tokens = (0,)  # the scaler may be built by a project helper
 
     def check(self) -> None:
-        dtypes = precision_of(self.model).autocast_dtypes
-        if dtypes != frozenset({"bfloat16"}):
-            return  # no autocast, an unknown dtype, or a float16 path that needs the scaler
+        view = precision_of(self.model)
+        if view.autocast_dtypes != frozenset({"bfloat16"}) and not view.bf16_where_supported:
+            # No autocast, an unknown dtype, or a float16 path that needs the scaler (one
+            # that only older GPUs without bfloat16 take does not count).
+            return
         for c in self.model.bindings.scaler_constructions:
             if c.enabled is False:
                 continue

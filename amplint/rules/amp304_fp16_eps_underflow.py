@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from amplint.analysis.bindings import call_arg
+from amplint.analysis.names import dotted
 from amplint.analysis.precision import number_of
 from amplint.analysis.casts import OPTIMIZER_TOKENS
 from amplint.analysis.torch_api import FP16_DTYPE_TOKENS
@@ -76,7 +77,9 @@ class Fp16EpsUnderflow(Rule):
         proto = protocol(model)
         for call, keys in casts.optimizer_inputs:
             scope = casts.scope_of_optimizer.get(id(call))
-            found = self._eps(call, scope)
+            factory = casts.factory_construction(call, scope) if scope is not None else None
+            # `get_std_opt(params, ...)`: the eps is the one the factory passes its optimizer.
+            found = self._eps(*factory) if factory is not None else self._eps(call, scope)
             if found is None:
                 continue
             name, eps = found
@@ -84,21 +87,32 @@ class Fp16EpsUnderflow(Rule):
                 if proto.exclusive_calls(cast.call, call):
                     continue  # `if args.fp16: model.half(); Adam(eps=1e-4) else: Adam(...)`
                 if any(k == cast.key or cast.key.startswith(k + ".") or k.startswith(cast.key + ".") for k in keys):
-                    self.report(call, optimizer=name or "optimizer", eps=eps, target=cast.target_text)
+                    self.report(call, optimizer=name or "optimizer", eps=eps, target=cast.target_text, **self._evidence(call, factory))
                     break
+
+    def _evidence(self, call, factory) -> dict:
+        """Where a factory builds the optimizer: a located note when it is another module."""
+        if factory is None:
+            return {}
+        inner, scope = factory
+        what = f"via {dotted(call.func) or 'the factory'}"
+        if scope.model is not self.model:
+            return {"related": ((scope.model, inner, what),)}
+        return {"notes": (what,)}
 
     def _eps(self, call, scope) -> tuple[str, float] | None:
         """(optimizer name, the eps it uses below float16's reach): a literal argument, else
         the default of the class (of any class a name may hold); None when the eps is fine
         or unknown."""
-        classes = [q.rsplit(".", 1)[-1] for q in self.model.bindings.optimizer_classes(call, scope)]
+        model = scope.model if scope is not None and scope.model is not None else self.model
+        classes = [q.rsplit(".", 1)[-1] for q in model.bindings.optimizer_classes(call, scope)]
         if not classes:
-            qual = self.model.qualify(call.func) or ""
+            qual = model.qualify(call.func) or ""
             classes = [qual.rsplit(".", 1)[-1]] if qual else []
         for name in classes or [""]:
             default, position = EPS_DEFAULTS.get(name, (None, None))
             expr = call_arg(call, position, "eps")
-            eps = number_of(expr) if expr is not None else (default if self.model.bindings.is_optimizer_constructor(call, scope) else None)
+            eps = number_of(expr) if expr is not None else (default if model.bindings.is_optimizer_constructor(call, scope) else None)
             if eps is not None and eps < FP16_TINY:
                 return name, eps
         return None
