@@ -178,6 +178,77 @@ def test_amp205_function_without_backward_override_and_custom_fwd_alias() -> Non
     assert lint("AMP205", re.sub(r"\n\s*@custom_fwd\n", "\n", src).replace("x.softmax(-1)", "x.view_as(x)")) == []
 
 
+_MATMUL_FUNCTION = """
+import torch
+class F(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, w):
+        ctx.save_for_backward(x, w)
+        return x @ w
+    @staticmethod
+    def backward(ctx, g):
+        x, w = ctx.saved_tensors
+        return g @ w.t(), x.t() @ g
+"""
+
+
+def test_amp205_apply_only_with_autocast_disabled_is_handled() -> None:
+    disabled = _MATMUL_FUNCTION + """
+def run(x, w):
+    with torch.autocast("cuda", enabled=False):
+        return F.apply(x.float(), w)
+with torch.autocast("cuda"):
+    y = run(x, w)
+"""
+    assert lint("AMP205", disabled) == []
+    # Re-enabled inside the disabled block: the apply runs under autocast again.
+    reenabled = disabled.replace("        return F.apply(x.float(), w)",
+                                 "        with torch.autocast('cuda'):\n            return F.apply(x.float(), w)")
+    assert lint("AMP205", reenabled) == [(3, "AMP205")]
+    # `F.apply` handed over under another name: where it runs is not known.
+    aliased = disabled + "project = F.apply\nwith torch.autocast('cuda'):\n    z = project(x, w)\n"
+    assert lint("AMP205", aliased) == [(3, "AMP205")]
+
+
+def test_amp205_forward_reading_the_autocast_state_through_a_helper_is_handled() -> None:
+    reads = _MATMUL_FUNCTION.replace(
+        "        ctx.save_for_backward(x, w)\n",
+        "        ctx.dtype = _dtype(x)\n        ctx.save_for_backward(x, w)\n",
+    ) + """
+def _dtype(x):
+    return _ask(x.device.type)
+def _ask(d):
+    return torch.get_autocast_dtype(d) if torch.is_autocast_enabled(d) else torch.float32
+with torch.autocast("cuda"):
+    y = F.apply(x, w)
+"""
+    assert lint("AMP205", reads) == []
+    # A helper that only reads a dtype off the tensor is not the autocast state.
+    assert lint("AMP205", reads.replace("torch.get_autocast_dtype(d) if torch.is_autocast_enabled(d) else ", "")) == [
+        (3, "AMP205")]
+
+
+def test_amp205_forward_only_function_is_not_reported_unless_backward_is_inherited() -> None:
+    forward_only = """
+import torch
+class Mixin:
+    @staticmethod
+    def backward(ctx, g):
+        return g @ g.t()
+class KernelNamespace(torch.autograd.Function):
+    @staticmethod
+    def forward(a, b):
+        return torch.matmul(a, b)
+with torch.autocast("cuda"):
+    y = KernelNamespace.forward(a, b)
+"""
+    # No backward: nothing runs in another precision than the forward's ops.
+    assert lint("AMP205", forward_only) == []
+    # A backward inherited from another base still runs outside autocast.
+    inherited = forward_only.replace("(torch.autograd.Function)", "(torch.autograd.Function, Mixin)")
+    assert lint("AMP205", inherited) == [(7, "AMP205")]
+
+
 def test_amp303_needs_training_in_the_module() -> None:
     src = """
     import torch

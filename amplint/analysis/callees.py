@@ -252,7 +252,27 @@ def class_of_instance(expr: cst.BaseExpression, scope, depth: int = 0):
                 if found is not None and found != cls:
                     return None  # two classes: which method runs depends on the path
                 found = cls
+    if found is None and isinstance(expr, cst.Name):
+        found = _annotated_class(expr.value, scope)
     return found
+
+
+def _annotated_class(name: str, scope):
+    """The project class `name` is annotated with where it is bound (`scaler: ScalerBase =
+    get_scaler(cfg)`, `def step(self, scaler: AmpScaler)`): what the value is built by may be
+    out of sight (a factory chosen by a config string), its declared class is not."""
+    s = scope
+    while s is not None:
+        if name in s.annotations:
+            annotation = s.annotations[name]
+            if isinstance(annotation, cst.SimpleString):  # `scaler: "ScalerBase"`
+                text = annotation.evaluated_value
+                return resolve_class_text(text, s.model) if isinstance(text, str) and text.isidentifier() else None
+            return resolve_class(annotation, s.model)
+        if s.binds(name):
+            return None
+        s = s.parent
+    return None
 
 
 def _branches(expr):

@@ -168,9 +168,15 @@ class Checkpoints:
         """The state a call's arguments carry: `save_checkpoint(model, optimizer, epoch, path)`."""
         out: set[str] = set()
         for a in call.args:
-            if a.star:
-                return {UNKNOWN}  # `**state`: may hold anything, the scaler included
             value = a.value
+            if a.star:
+                # `**extras` built in sight (`extras = {"nc": nc, "date": ...}`) holds what
+                # its keys say; anything else may hold anything, the scaler included.
+                spread = self._describe(value, scope, 1)
+                if UNKNOWN in spread:
+                    return {UNKNOWN}
+                out |= spread
+                continue
             if a.keyword is not None:
                 part = _key_part(a.keyword.value)
                 if part is not None:

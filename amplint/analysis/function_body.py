@@ -12,9 +12,16 @@ hold: mismatched matmuls raise, or the backward quietly runs another precision.
 
 A Function that only moves, gathers, permutes or communicates tensors, or calls a
 dtype-generic kernel, computes the same under any autocast state.
+
+A Function that asks for the autocast state itself (`torch.is_autocast_enabled(...)`,
+`torch.get_autocast_dtype(...)`, directly or through a helper of its module) and
+computes in the dtype it learns handles autocast by hand: what `custom_fwd` records for
+backward, the Function records in `ctx` (`reads_autocast_state`).
 """
 
 from __future__ import annotations
+
+import re
 
 import libcst as cst
 
@@ -105,3 +112,38 @@ class _UpcastFinder(cst.CSTVisitor):
                     target = a.value
             if target is not None and self.model.qualify(target) in ("torch.float32", "torch.float"):
                 self.found = True
+
+
+# `torch.is_autocast_enabled`, `torch.is_autocast_cpu_enabled`, `torch.get_autocast_dtype`,
+# `torch.get_autocast_gpu_dtype`, ...: the readers of the autocast state, old and new.
+_AUTOCAST_STATE_READER = re.compile(r"torch\.(is_autocast_\w*enabled|get_autocast_\w*dtype)")
+# How deep helpers of the same module are followed (`_compute_dtype(hidden)` in forward).
+_MAX_HELPER_DEPTH = 2
+
+
+def reads_autocast_state(fn: cst.FunctionDef, model, depth: int = 0) -> bool:
+    """`fn` (or a function of its module that it calls) asks torch for the autocast state:
+    `torch.get_autocast_dtype(d) if torch.is_autocast_enabled(d) else x.dtype`."""
+    finder = _StateReaderFinder(model)
+    walk(fn.body, finder)
+    if finder.found:
+        return True
+    if depth >= _MAX_HELPER_DEPTH:
+        return False
+    return any(
+        reads_autocast_state(model.functions[name], model, depth + 1)
+        for name in finder.helpers
+        if model.functions.get(name) is not None and model.functions[name] is not fn
+    )
+
+
+class _StateReaderFinder(cst.CSTVisitor):
+    def __init__(self, model) -> None:
+        self.model, self.found, self.helpers = model, False, set()
+
+    def visit_Call(self, node: cst.Call) -> None:
+        qual = self.model.qualify(node.func)
+        if qual is not None and _AUTOCAST_STATE_READER.fullmatch(qual):
+            self.found = True
+        elif isinstance(node.func, cst.Name) and node.func.value in self.model.functions:
+            self.helpers.add(node.func.value)

@@ -30,6 +30,8 @@ class Scope:
     # plain local names (and dotted targets like `self.x`) -> the expressions assigned to them
     assignments: dict[str, list[cst.BaseExpression]] = field(default_factory=dict)
     globals_: set[str] = field(default_factory=set)
+    # plain local names (and parameters) -> their annotation (`scaler: ScalerBase = get_scaler(...)`)
+    annotations: dict[str, cst.BaseExpression] = field(default_factory=dict)
     # The module the scope belongs to: values and calls found through the project index
     # come with scopes of other modules, and names inside them qualify through those.
     model: "ModuleModel | None" = None
@@ -124,6 +126,9 @@ class _Collector(cst.CSTVisitor):
             node.name.value if parent.is_module else f"{parent.name}.{node.name.value}"
         )
         scope = Scope(node=node, name=qual, parent=parent, cls=cls, params=params, model=self.m)
+        for p in (*node.params.posonly_params, *node.params.params, *node.params.kwonly_params):
+            if p.annotation is not None:
+                scope.annotations[p.name.value] = p.annotation.annotation
         self.m.scopes.append(scope)
         self.m.scope_of[node] = scope
         self.scopes.append(scope)
@@ -182,6 +187,8 @@ class _Collector(cst.CSTVisitor):
 
     def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
         self._bind(node.target, node.value)
+        if isinstance(node.target, cst.Name):
+            self.scope.annotations.setdefault(node.target.value, node.annotation.annotation)
 
     def visit_AugAssign(self, node: cst.AugAssign) -> None:
         self._bind(node.target, None)

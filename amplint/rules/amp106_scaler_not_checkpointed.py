@@ -19,8 +19,12 @@ class ScalerNotCheckpointed(Rule):
     `scaler.load_state_dict(...)`.
 
     Not flagged: a bare export of weights (`torch.save(model.state_dict(), path)`), a
-    payload we cannot see through (`**extra`, a dict returned by another function),
-    and functions that save the scaler's state in a file of its own.
+    payload we cannot see through (`**extra` of a dict built out of sight, a dict
+    returned by another function), functions that save the scaler's state in a file of
+    its own, and a checkpoint written where no `scaler.step` / `update` can have run
+    before it (a one-shot export that returns before the training loop): its scale is
+    the initial one. A helper that builds its own scaler and saves without it holds the
+    whole bug: it is reported inside the helper, not again at each call.
 
     ## Why is this bad?
     The loss scale is learned state: after thousands of steps it sits where fp16
@@ -87,9 +91,14 @@ class ScalerNotCheckpointed(Rule):
             saves = [(e, ckpt.payload(e)) for e in graph.of_kind(Kind.SAVE)]
             if any(p.has_scaler for _, p in saves):
                 continue  # the scaler gets a file of its own next to these
+            updates = graph.of_kind(Kind.SCALER_STEP, Kind.UPDATE)
             for ev, payload in saves:
                 if not payload.known or payload.has_scaler or not payload.is_training_checkpoint:
                     continue
+                if updates and not any(ev in graph.reachable(u) for u in updates):
+                    continue  # written before any scaler step can run (yolov5's one-shot export): its scale is the initial one
+                if ev.inlined and any(n.kind is Kind.SCALER_NEW and n.inlined and n.anchor is ev.anchor for n in graph.events):
+                    continue  # the helper builds its own scaler and saves: the whole bug is inside it, reported there
                 held = " and ".join(
                     f"{part} state" for part in ("model", "optimizer") if part in payload.parts
                 ) or "training state"

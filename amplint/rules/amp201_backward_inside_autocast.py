@@ -5,6 +5,7 @@ from __future__ import annotations
 import libcst as cst
 
 from amplint.analysis.steps import Kind
+from amplint.analysis.walk import walk
 from amplint.diagnostics import Applicability
 from amplint.prefilter import CodeWord
 from amplint.rules._base import FixAvailability, Replace, Rule
@@ -16,7 +17,10 @@ class BackwardInsideAutocast(Rule):
     Flags a backward pass (`loss.backward()`, `scaler.scale(loss).backward()`,
     `torch.autograd.backward(...)`, `accelerator.backward(loss)`) that runs lexically
     inside an autocast region that may be enabled, directly or through a helper
-    called inside the region.
+    called inside the region. A helper's backward is not flagged when the function
+    entering autocast never steps an optimizer (nor updates a scaler, nor zeroes
+    gradients): a memory or speed probe such as an auto-batch-size search that runs
+    forward and backward on a copy of the model trains nothing.
 
     ## Why is this bad?
     Autocast is meant for the forward pass and the loss. Backward ops run in the
@@ -64,10 +68,16 @@ class BackwardInsideAutocast(Rule):
 
     def check(self) -> None:
         for graph in self.model.steps:
+            own_withs: set[int] | None = None
             for event in graph.of_kind(Kind.BACKWARD):
                 region = event.active_autocast
                 if region is None:
                     continue
+                if event.inlined:
+                    if own_withs is None:
+                        own_withs = _with_statements(graph.scope.node)
+                    if not _trains(graph, event, id(region.with_node) in own_withs):
+                        continue  # the function entering autocast never steps: a measurement (a memory probe)
                 call_text = self.model.module.code_for_node(event.anchor.func) + "()"
                 self.report_event(event, changes=self._move_out(event, region), call=call_text)
 
@@ -90,3 +100,34 @@ class BackwardInsideAutocast(Rule):
             return None  # NB: re-indenting would change the text of multi-line strings
         # The engine re-indents a replaced statement's continuation lines by its column.
         return [Replace(with_node, f"{with_text}\n{stmt_text}")]
+
+
+_TRAINING_KINDS = (Kind.OPT_STEP, Kind.SCALER_STEP, Kind.UPDATE, Kind.ZERO_GRAD)
+
+
+def _trains(graph, backward, own_region: bool) -> bool:
+    """Whether the function that enters the backward's autocast region also steps (or
+    updates a scaler, or zeroes gradients): the graph's own function when it enters the
+    region itself, else the helper reached through the same call as the backward."""
+    steps = graph.of_kind(*_TRAINING_KINDS)
+    if own_region:
+        return bool(steps)
+    return any(e.inlined and e.anchor is backward.anchor for e in steps)
+
+
+def _with_statements(node: cst.CSTNode) -> set[int]:
+    """The `with` statements of a function's (or the module's) own code, not of nested defs."""
+    finder = _WithFinder()
+    walk(node.body if isinstance(node, cst.FunctionDef) else node, finder)
+    return finder.found
+
+
+class _WithFinder(cst.CSTVisitor):
+    def __init__(self) -> None:
+        self.found: set[int] = set()
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+        return False  # its own step graph
+
+    def visit_With(self, node: cst.With) -> None:
+        self.found.add(id(node))

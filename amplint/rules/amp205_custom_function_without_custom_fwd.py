@@ -7,9 +7,10 @@ import re
 import libcst as cst
 
 from amplint.analysis.names import dotted
+from amplint.analysis.walk import walk
 from amplint.analysis.bindings import autocast_entered_in
-from amplint.analysis.function_body import autocast_sensitive, called_parameters, upcasts_inputs
-from amplint.analysis.precision import autocast_from_importers, precision_of, runs_autocast
+from amplint.analysis.function_body import autocast_sensitive, called_parameters, reads_autocast_state, upcasts_inputs
+from amplint.analysis.precision import active_region, autocast_from_importers, precision_of, runs_autocast
 from amplint.analysis.scaler_protocol import SCALER_USE_TOKENS
 from amplint.analysis.torch_api import AUTOCAST_SENSITIVE_OPS
 from amplint.prefilter import CodeWord, Word
@@ -47,8 +48,13 @@ class CustomFunctionWithoutCustomFwd(Rule):
     that only moves, gathers or communicates tensors computes the same in any autocast
     state. Not reported either: a `forward` that switches autocast off itself
     (`with torch.autocast(..., enabled=False)`) or turns its inputs into float32
-    (`x.float()`), and a `backward` that re-enters the autocast state the forward
-    recorded (a hand-written `custom_bwd`). The diagnostic points at the `class` line.
+    (`x.float()`); a `forward` that asks torch for the autocast state
+    (`torch.get_autocast_dtype(d) if torch.is_autocast_enabled(d) else x.dtype`, also
+    through a helper of its module) and computes in that dtype; a Function whose every
+    `Cls.apply(...)` in its module sits inside `autocast(enabled=False)`; one without any
+    backward (a namespace of inference kernels); and a `backward` that re-enters the
+    autocast state the forward recorded (a hand-written `custom_bwd`). The diagnostic
+    points at the `class` line.
 
     ## Why is this bad?
     Autocast does not know a custom Function's forward: its inputs arrive in whatever
@@ -130,6 +136,12 @@ class CustomFunctionWithoutCustomFwd(Rule):
             backward = cls.methods.get("backward")
             if backward is not None and _only_raises(backward):
                 continue  # an inference-only Function: no backward to run in another precision
+            if backward is None and all(model.imports.qualify_text(b) in _FUNCTION_BASES for b in cls.bases):
+                continue  # no backward at all (none inherited): forward-only, cast op by op like inline code
+            if reads_autocast_state(forward, model):
+                continue  # asks torch for the autocast state and computes in that dtype: custom_fwd by hand
+            if self._applied_only_without_autocast(cls.name):
+                continue  # every apply of its module runs inside `autocast(enabled=False)`
             if backward is not None and autocast_entered_in(backward, model):
                 continue  # custom_bwd by hand: backward re-enters the autocast state forward saw
             rerun = called_parameters(forward)
@@ -160,9 +172,49 @@ class CustomFunctionWithoutCustomFwd(Rule):
         for cls, missing in undecorated:
             self.report(cls.node, cls=cls.name, missing="` / `".join(missing), notes=notes)
 
+    def _applied_only_without_autocast(self, name: str) -> bool:
+        """`Cls.apply` is used in this module, always called, and every call sits inside an
+        autocast-disabled `with` (`with torch.autocast(dev, enabled=False): Cls.apply(...)`)."""
+        finder = _ApplyFinder(name)
+        walk(self.model.module, finder)
+        if not finder.calls or finder.other_uses:
+            return False
+        precision = precision_of(self.model)
+        for call in finder.calls:
+            regions = precision.regions_of(call)
+            if not any(r.info.enabled is False for r in regions) or active_region(regions) is not None:
+                return False
+        return True
+
     def _disables_autocast(self, forward: cst.FunctionDef) -> bool:
         scope = self.model.scope_of.get(forward)
         return any(r.scope is scope and r.info.enabled is False for r in precision_of(self.model).regions)
+
+
+class _ApplyFinder(cst.CSTVisitor):
+    """The calls `Cls.apply(...)` of a module, and whether `Cls.apply` is also used otherwise
+    (bound to a name, handed over: then where it runs is not known)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.calls: list[cst.Call] = []
+        self.mentions = 0
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if self._is_apply(node.func):
+            self.calls.append(node)
+
+    def visit_Attribute(self, node: cst.Attribute) -> None:
+        if self._is_apply(node):
+            self.mentions += 1
+
+    def _is_apply(self, node: cst.BaseExpression) -> bool:
+        return (isinstance(node, cst.Attribute) and node.attr.value == "apply" and isinstance(node.value, cst.Name)
+                and node.value.value == self.name)
+
+    @property
+    def other_uses(self) -> int:
+        return self.mentions - len(self.calls)  # each call's func is a mention too
 
 
 def _relative(path: str, beside: str) -> str:

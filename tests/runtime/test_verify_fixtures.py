@@ -71,7 +71,6 @@ NOT_RUNTIME_VISIBLE = {
     "AMP108/bad_two_clip_options": ("not-run", "clip_value is None: the second unscale_ never runs"),
     "AMP203/bad_scaler_literally_disabled": ("behaved", "--fp16 is off: the run uses bfloat16"),
     "AMP303/bad_dtype_option": ("behaved", "--bf16 is off: the default dtype stays float32"),
-    "AMP106/bad_resume_then_save_script:13": ("behaved", "the save runs before the GradScaler exists"),
     "AMP107/bad_trainer_accumulation": ("behaved", "accumulation_steps=1: every micro-batch steps"),
     # With accum > 1 torch itself raises at the second micro-batch; test_verify_runs confirms that
     # shape (tests/runtime/scripts/update_every_microbatch.py).
