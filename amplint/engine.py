@@ -187,8 +187,8 @@ def check_source(
     try:
         try:
             with _cyclic_gc_paused():
-                out = analyse(module, source, path, rules, crashes=found, suppressed=suppressed, project=project,
-                              reads=reads, options=options)
+                out = _with_room(lambda: analyse(module, source, path, rules, crashes=found, suppressed=suppressed,
+                                                 project=project, reads=reads, options=options))
         except RecursionError:
             # Deep but legal code (CPython compiles ~3,000 levels; the model and the libcst
             # visitors recurse in Python, several frames per level): once more, with room.
@@ -255,6 +255,30 @@ def _with_deep_stack(fn):
         sys.setrecursionlimit(old_limit)
 
 
+# The stack the analysis gets when it is asked for on a thread other than the main one.
+_ANALYSIS_STACK_BYTES = 64 << 20
+
+
+def _with_room(fn):
+    """`fn()` with room for the analysis' recursion: on the main thread as it is, else in a
+    thread of `_ANALYSIS_STACK_BYTES`.  A caller's thread may be small (an editor's worker,
+    musl's 128 KiB, a test's 256 KiB), and before Python 3.11 every Python call also takes
+    C stack, so the recursion limit is reached only after the stack ran out: a segfault.
+    Where no such thread can be started, `fn` runs here (RecursionError then retries deeper)."""
+    import threading
+
+    if threading.current_thread() is threading.main_thread():
+        return fn()
+    try:
+        return _in_thread(fn, _ANALYSIS_STACK_BYTES, required=True)
+    except _NoThread:
+        return fn()
+
+
+class _NoThread(RecursionError):
+    """No thread with the stack asked for could be started (not a recursion of the code)."""
+
+
 # Where a thread cannot be had (an address-space limit, no threads), a stack this small is
 # asked of the caller's own thread instead (8 MiB on a main thread).
 _SMALL_STACK = 8 << 20
@@ -286,7 +310,7 @@ def _in_thread(fn, stack_bytes: int, *, required: bool = False):
         worker.join()
     except (ValueError, RuntimeError, MemoryError):  # no such stack here
         if required or stack_bytes > _SMALL_STACK:
-            raise RecursionError("no room for a deeper stack") from None
+            raise _NoThread("no room for a deeper stack") from None
         return fn()
     finally:
         threading.stack_size(old_stack)

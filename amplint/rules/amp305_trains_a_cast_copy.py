@@ -9,6 +9,10 @@ from amplint.prefilter import Attr, CodeWord
 from amplint.rules._base import Rule
 
 
+# `self.enc.w = torch.nn.Parameter(self.enc.w.half())` in lowercased code text
+_REPLACED_BY_A_CAST = re.compile(r"([a-z_][\w.]*)\s*=\s*[\w.]*parameter\s*\(\s*\1\s*\.")
+
+
 class TrainsACastCopy(Rule):
     """
     ## What it does
@@ -77,10 +81,11 @@ class TrainsACastCopy(Rule):
     and_requires_any = (
         ("parameter", Attr("weight"), Attr("bias")),
         # the shapes themselves: `name = name.<cast>` and `x.w = ...Parameter(x.w.<cast>)`
-        (re.compile(r"\b([a-z_]\w*)\s*=\s*\1\s*\."), re.compile(r"([a-z_][\w.]*)\s*=\s*[\w.]*parameter\s*\(\s*\1\s*\.")),
-        # NB: the text is lowercased; `= False` / `requires_grad_(False)` (freezing) train nothing
+        (re.compile(r"\b([a-z_]\w*)\s*=\s*\1\s*\."), _REPLACED_BY_A_CAST),
+        # NB: the text is lowercased; `= False` / `requires_grad_(False)` (freezing) train nothing.
+        # A replacement may be judged by `forward` calling it instead (espnet's cast_mask_emb).
         (re.compile(r"\.requires_grad\s*=(?!=)(?!\s*false\b)"), re.compile(r"\.requires_grad_\s*\((?!\s*false\b)"),
-         CodeWord("optim"), CodeWord("optimizers"), CodeWord("optimization")),
+         CodeWord("optim"), CodeWord("optimizers"), CodeWord("optimization"), _REPLACED_BY_A_CAST),
     )
 
     def check(self) -> None:
