@@ -548,15 +548,10 @@ class ProjectIndex:
     def importers(self, path: str, depth: int = IMPORTER_DEPTH) -> list[str]:
         """Project files that import the module at `path`, directly or through others
         (breadth first, nearest first), from the project's import graph read as text."""
-        from amplint.project import census
-
         key = _abs(path)
-        listing = census.list_project(str(layout.boundary(Path(key))))
-        for reads in self._reads:
-            reads.folders.update(listing.folders)
-        if not listing.complete:
+        listing = self._whole_project(key)
+        if listing is None:
             return []
-        self._note_listing(listing)
         level = {key}
         seen = {key}
         found: list[str] = []
@@ -594,15 +589,10 @@ class ProjectIndex:
         Answered from those files forward (their imports, then those modules' imports, ...),
         so only the modules on the way are read for their imports: the rules ask for the
         few files that enter autocast, not for every importer of a module."""
-        from amplint.project import census
-
         key = _abs(path)
-        listing = census.list_project(str(layout.boundary(Path(key))))
-        for reads in self._reads:
-            reads.folders.update(listing.folders)
-        if not listing.complete:
+        listing = self._whole_project(key)
+        if listing is None:
             return []
-        self._note_listing(listing)
         found: list[tuple[int, str]] = []
         for f in listing.files:
             text = self._raw_text(f)
@@ -652,6 +642,19 @@ class ProjectIndex:
             reverse = (listing, graph)
             self._reverse[id(listing)] = reverse
         return reverse[1]
+
+    def _whole_project(self, key: str):
+        """The listing of the project of `key`, every file of it noted as read; None when
+        the project is too large to list (nothing upward is then looked at)."""
+        from amplint.project import census
+
+        listing = census.list_project(str(layout.boundary(Path(key))))
+        for reads in self._reads:
+            reads.folders.update(listing.folders)
+        if not listing.complete:
+            return None
+        self._note_listing(listing)
+        return listing
 
     def _note_listing(self, listing) -> None:
         """The upward answer depends on every file of the project (any may start importing

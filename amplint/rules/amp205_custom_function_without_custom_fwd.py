@@ -123,6 +123,9 @@ class CustomFunctionWithoutCustomFwd(Rule):
         (*(Word(op) for op in sorted(AUTOCAST_SENSITIVE_OPS)), _MATMUL_OPERATOR, _CTX_CALL),
     )
     importer_tokens = (1,)  # the autocast may be entered by a module that uses this one
+    # ... which `autocast_from_importers` finds by its text naming autocast or a GradScaler
+    # (a scaler's use alone, `scale` and `backward`, is in nearly every module of a library)
+    elsewhere_tokens = {1: (and_requires_any[0][0], and_requires_any[0][1])}
 
     def check(self) -> None:
         model = self.model
