@@ -214,6 +214,17 @@ def rules_that_may_fire(source: str, rules, path: str | None = None, *, project=
     # met by the project code it calls: only then is that code read.
     memo: dict = {}
     bare_or_none = without_strings if passing else None  # no second lexer pass for a skipped file
+    if not passing and any(
+        (r.importer_tokens or r.imported_tokens) and _local_groups_match(r, own_text, memo, None, r.imported_tokens or r.importer_tokens)
+        for r in rules
+    ):
+        # The whole text (docstrings and comments too) meets a rule's local groups: judge
+        # them on the code, as for a file that passed, before any other module is read
+        # ("call loss.backward()" in a docstring is no training code).
+        passing, raw_code = tuple(rules), code_text(source)
+        code = raw_code.lower()
+        own_text = f"{code}\n{package}" if package else code
+        memo, bare_or_none = {}, without_strings
     upward = {
         r for r in rules
         if r not in own and r.importer_tokens and _local_groups_match(r, own_text, memo, bare_or_none, r.importer_tokens)
@@ -292,15 +303,21 @@ def _groups_match(rule, text: str, memo: dict, bare, present: frozenset, indexes
     """
     groups = token_groups(rule)
 
-    def has(t, elsewhere: bool) -> bool:
+    def here(t) -> bool:
         if isinstance(t, tuple):
-            return all(has(p, elsewhere) for p in t)
+            return all(here(p) for p in t)
+        return _has(text, t.lower() if isinstance(t, str) else t, memo, bare)
+
+    def anywhere(t) -> bool:
+        if isinstance(t, tuple):
+            return all(anywhere(p) for p in t)
         t = t.lower() if isinstance(t, str) else t
-        return (elsewhere and t in present) or _has(text, t, memo, bare)
+        return t in present or _has(text, t, memo, bare)
 
     def group(i: int) -> bool:
-        away = {id(t) for t in _elsewhere_group(rule, groups, i)}
-        return any(has(t, id(t) in away) for t in groups[i])
+        # NB: a group's tokens in the file itself, or those of them (`elsewhere_tokens`) that
+        # count in another module, there or here
+        return any(here(t) for t in groups[i]) or any(anywhere(t) for t in _elsewhere_group(rule, groups, i))
 
     return all(group(i) for i in indexes)
 

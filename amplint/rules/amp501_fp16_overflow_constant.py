@@ -272,7 +272,9 @@ class Fp16OverflowConstant(Rule):
     # The evidence may come from the project: a decorator of amp_utils.py on the forward
     # (the only evidence read from other modules: their mere mention of float16 is none).
     imported_tokens = (1,)
-    elsewhere_tokens = {1: ("autocast",)}
+    # NB: an autocast that is not literally switched off (`autocast(..., enabled=False)` of
+    # a rotary-embedding helper is no evidence), in lowercased text
+    elsewhere_tokens = {1: (re.compile(r"autocast\s*\((?![^()]*enabled\s*=\s*false)"),)}
     and_requires_any = (
         ("autocast", "GradScaler", FLOAT16_NOT_BFLOAT16, Word("half"), "half_precision", "fp16", Word("apex"), STRING_ESCAPE),
         (*_WRITING_METHODS, "where", "full", re.compile(r"\][\s\\)]*[-+*]?=(?!=)")),
