@@ -13,6 +13,8 @@ block does not run there, so every function body starts outside any region.
 
 from __future__ import annotations
 
+import os
+
 import re
 from dataclasses import dataclass
 from functools import cached_property
@@ -355,7 +357,9 @@ def autocast_from_importers(model) -> tuple[str, bool] | None:
     for path in importers:
         if project.runs_autocast(path):
             return path, True
-    for path in project.project_files(model.path):
+    here = os.path.dirname(os.path.abspath(model.path))
+    # the nearest first: a folder's own trainer before one elsewhere in a repository
+    for path in sorted(project.project_files(model.path), key=lambda p: -len(os.path.commonpath((here, p)))):
         if path not in importers and project.runs_autocast(path):
             return path, False
     return None

@@ -669,23 +669,30 @@ class ProjectIndex:
             reads.used.update(stats[1])
 
     def importer_tokens(self, path: str, tokens, reads: Reads | None = None) -> frozenset:
-        """Which of `tokens` the files that import `path` (directly or not) contain."""
+        """Which of `tokens` the project files that may run the module at `path` contain.
+
+        As `precision.autocast_from_importers` answers: the files that import it, directly
+        or not, and failing those any file of the project (a library's training loop runs
+        the models users plug in), so every file of the project is looked at, as text."""
         from amplint.prefilter import tokens_in
 
         tokens = frozenset(tokens)
         present: set = set()
         self._reads.append(reads if reads is not None else Reads())
         try:
-            def found_in(text: str) -> frozenset:
-                # NB: keyed by the text object: `_raw_text` keeps one per version of a file
+            key = _abs(path)
+            listing = self._whole_project(key)
+            for f in (listing.files if listing is not None else ()):
+                if f == key:
+                    continue
+                text = self._raw_text(f)
+                if text is None:
+                    continue
                 memo = self._raw_tokens.get((id(text), tokens))
-                if memo is None or memo[0] is not text:
+                if memo is None or memo[0] is not text:  # NB: one text object per version of a file
                     memo = (text, tokens_in(text, tokens))
                     self._raw_tokens[(id(text), tokens)] = memo
-                return memo[1]
-
-            for importer in self.importers_among(path, lambda text: bool(found_in(text))):
-                present |= found_in(self._raw_text(importer) or "")
+                present |= memo[1]
                 if present == tokens:
                     break
         finally:
