@@ -36,19 +36,10 @@ def attr_name(node: cst.BaseExpression) -> str | None:
 
 def module_name_of(import_from: cst.ImportFrom, package: str | None) -> str | None:
     """Absolute module named by a (possibly relative) `from X import ...`."""
+    from amplint.project.text_imports import absolute_module
+
     base = dotted(import_from.module) if import_from.module is not None else None
-    level = len(import_from.relative)
-    if level == 0:
-        return base
-    if package is None:
-        return None
-    parts = package.split(".") if package else []
-    if level - 1 > len(parts):
-        return None
-    parent = parts[: len(parts) - (level - 1)]
-    if base:
-        parent.append(base)
-    return ".".join(parent) if parent else None
+    return absolute_module(base, len(import_from.relative), package)
 
 
 class ImportTable:

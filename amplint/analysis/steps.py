@@ -244,28 +244,36 @@ class StepGraph:
             self._repeated = frozenset(t for t, n in count.items() if n > 1)
         return self._repeated
 
+    def _entering(self, p: Point, facts: frozenset, seen: set, headers: dict, tracked: frozenset) -> frozenset | None:
+        """The facts a path holds once it enters `p`, or None when it cannot (a branch that
+        contradicts what the path already decided) or need not (this state was explored)."""
+        if len(seen) > self._MAX_GUARDED_STATES:
+            facts = frozenset()  # NB: bounded cost; forgetting only adds paths
+        if id(p) in headers and facts:
+            facts = headers[id(p)].keep_invariant(facts)
+        if p.guards:
+            if not consistent(facts, p.guards):
+                return None
+            facts = facts | frozenset(g for g in p.guards if g[0] in tracked)
+        state = (id(p), facts)
+        if state in seen:
+            return None
+        seen.add(state)
+        return facts
+
     def _reachable_guarded(self, origin: Point, stop, include_start: bool, stop_at=None) -> Iterator[Event]:
         tracked = self._repeated_conditions
         start_facts = origin.event.guards if origin.event is not None else ()
         facts0 = frozenset((t, v) for t, v in start_facts if t in tracked)
-        headers = {id(loop.header): loop for loop in self.loops}
+        headers = self._header_loops()
         yielded: set[int] = set()
         seen: set[tuple[int, frozenset]] = set()
         queue = deque((p, facts0) for p in (origin.succ if not include_start else [origin]))
         while queue:
             p, facts = queue.popleft()
-            if len(seen) > self._MAX_GUARDED_STATES:
-                facts = frozenset()  # NB: bounded cost; forgetting only adds paths
-            if id(p) in headers and facts:
-                facts = headers[id(p)].keep_invariant(facts)
-            if p.guards:
-                if not consistent(facts, p.guards):
-                    continue  # this branch contradicts what the path already decided
-                facts = facts | frozenset(g for g in p.guards if g[0] in tracked)
-            state = (id(p), facts)
-            if state in seen:
+            facts = self._entering(p, facts, seen, headers, tracked)
+            if facts is None:
                 continue
-            seen.add(state)
             if p.event is not None:
                 if id(p) not in yielded:
                     yielded.add(id(p))
@@ -294,18 +302,9 @@ class StepGraph:
         seen: set[tuple[int, frozenset]] = set()
         while queue:
             p, facts = queue.popleft()
-            if len(seen) > self._MAX_GUARDED_STATES:
-                facts = frozenset()  # NB: bounded cost; forgetting only adds paths
-            if id(p) in headers and facts:
-                facts = headers[id(p)].keep_invariant(facts)
-            if p.guards:
-                if not consistent(facts, p.guards):
-                    continue
-                facts = facts | frozenset(g for g in p.guards if g[0] in tracked)
-            state = (id(p), facts)
-            if state in seen:
+            facts = self._entering(p, facts, seen, headers, tracked)
+            if facts is None:
                 continue
-            seen.add(state)
             if found(p):
                 return True
             if blocked(p):

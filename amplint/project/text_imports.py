@@ -66,9 +66,14 @@ def imported_names(code: str, package: str | None) -> list[ImportedName]:
 
 def _absolute(module: str, package: str | None) -> str | None:
     level = len(module) - len(module.lstrip("."))
-    base = module[level:]
+    return absolute_module(module[level:] or None, level, package)
+
+
+def absolute_module(base: str | None, level: int, package: str | None) -> str | None:
+    """The absolute module of `from <level dots><base> import ...` written in `package`
+    (None for a relative import outside any package, or one that climbs above it)."""
     if level == 0:
-        return base or None
+        return base
     if package is None:
         return None
     parts = package.split(".") if package else []
