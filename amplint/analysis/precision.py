@@ -353,7 +353,9 @@ def autocast_from_importers(model) -> tuple[str, bool] | None:
     project = model.project
     if project is None:
         return None
-    importers = project.importers_among(model.path, _may_run_autocast)
+    from amplint.project.index import may_run_autocast
+
+    importers = project.importers_among(model.path, may_run_autocast)
     for path in importers:
         if project.runs_autocast(path):
             return path, True
@@ -364,10 +366,6 @@ def autocast_from_importers(model) -> tuple[str, bool] | None:
             return path, False
     return None
 
-
-def _may_run_autocast(text: str) -> bool:
-    """What `ProjectIndex.runs_autocast` needs in a module's lowercased text."""
-    return "autocast" in text or "gradscaler" in text
 
 
 def _names_fp16(text: str) -> bool:

@@ -715,7 +715,7 @@ class ProjectIndex:
 
         key = _abs(path)
         text = self.raw_text(key)
-        if text is None or ("autocast" not in text and "gradscaler" not in text):
+        if text is None or not may_run_autocast(text):
             return False
         stat = self._raw.get(key, (None,))[0]
         memo = self._autocast_memo.get(key)
@@ -906,3 +906,8 @@ def reset_shared() -> None:
     _SHARED = None
     layout.clear_caches()
     census.clear()
+
+
+def may_run_autocast(text: str) -> bool:
+    """What `ProjectIndex.runs_autocast` needs in a module's lowercased text before parsing it."""
+    return "autocast" in text or "gradscaler" in text

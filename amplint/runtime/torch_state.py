@@ -8,6 +8,7 @@ and an extra entry makes `GradScaler.__getstate__` refuse to pickle mid-iteratio
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 import warnings
 
 import torch
@@ -102,3 +103,17 @@ def dtype_name(dtype) -> str:
 
 
 LOW_PRECISION = (torch.float16, torch.bfloat16)
+
+
+def payload_holds(payload, ids: set[int], depth: int = 0) -> bool:
+    """`payload` (what torch.save is given) is, or holds in its mappings, lists and tuples, an
+    object whose id() is in `ids`: looked for by identity, 4 levels and 200 items a level deep."""
+    if id(payload) in ids:
+        return True
+    if depth > 4:
+        return False
+    if isinstance(payload, Mapping):
+        return any(payload_holds(v, ids, depth + 1) for v in list(payload.values())[:200])
+    if isinstance(payload, (list, tuple)):
+        return any(payload_holds(v, ids, depth + 1) for v in payload[:200])
+    return False

@@ -42,20 +42,6 @@ def _kinds(obj, depth: int = 0, out: set | None = None, keys: list | None = None
     return out
 
 
-def _holds_any(payload, targets, depth: int = 0) -> bool:
-    """`payload` is, or holds in its dicts, lists and tuples, one of `targets` (by identity)."""
-    targets = targets if isinstance(targets, set) else {id(t) for t in targets}
-    if not targets or depth > 4:
-        return False
-    if id(payload) in targets:
-        return True
-    if isinstance(payload, dict):
-        return any(_holds_any(v, targets, depth + 1) for v in payload.values())
-    if isinstance(payload, (list, tuple)):
-        return any(_holds_any(v, targets, depth + 1) for v in payload)
-    return False
-
-
 def _is_weights_export(obj) -> bool:
     """A bare module or `model.state_dict()`: weights to deploy, not a checkpoint to resume from."""
     if isinstance(obj, torch.nn.Module):
@@ -118,7 +104,7 @@ class ScalerNotCheckpointedProbe(Probe):
             return
         if not ({"model", "optimizer"} & kinds) or _is_weights_export(obj):
             return
-        if _holds_any(obj, self.state.owner_state_dicts.values()):
+        if self.state.owner_state_dicts and torch_state.payload_holds(obj, set(self.state.owner_state_dicts)):
             return  # the state of a scaler-owning wrapper: AMP110 judges whether it keeps the scale
         evidence = {"payload_holds": sorted(kinds), "payload_keys": keys[:20], "live_scale": torch_state.scale_value(scalers[0])}
         self._judging = (self.sink.step, user_stack(1), evidence)

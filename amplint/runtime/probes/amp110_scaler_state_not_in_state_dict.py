@@ -31,19 +31,6 @@ def _holds_scaler_state(obj, depth: int = 0) -> bool:
     return False
 
 
-def _contains(payload, target, depth: int = 0) -> bool:
-    """`target` itself (by identity) is somewhere in a torch.save payload."""
-    if payload is target:
-        return True
-    if depth > 4:
-        return False
-    if isinstance(payload, Mapping):
-        return any(_contains(v, target, depth + 1) for v in list(payload.values())[:200])
-    if isinstance(payload, (list, tuple)):
-        return any(_contains(v, target, depth + 1) for v in payload[:200])
-    return False
-
-
 def _builder() -> object | None:
     """The `self` of the innermost user frame: the object whose method built the scaler."""
     frame = sys._getframe(1)
@@ -102,7 +89,7 @@ class ScalerStateNotInStateDictProbe(Probe):
             return
         kept = []
         for result, site, evidence in self.pending:
-            if not _contains(payload, result):
+            if not torch_state.payload_holds(payload, {id(result)}):
                 kept.append((result, site, evidence))
             elif not _holds_scaler_state(payload):
                 self.sink.record_site(self.code, site, {**evidence, "saved_without_scaler_state": True})
