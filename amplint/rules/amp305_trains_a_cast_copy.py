@@ -5,12 +5,46 @@ from __future__ import annotations
 import re
 
 from amplint.analysis.param_copies import cast_copies
-from amplint.prefilter import Attr, CodeWord
+from amplint.prefilter import Attr, CodeWord, Near
 from amplint.rules._base import Rule
 
 
 # `self.enc.w = torch.nn.Parameter(self.enc.w.half())` in lowercased code text
-_REPLACED_BY_A_CAST = re.compile(r"([a-z_][\w.]*)\s*=\s*[\w.]*parameter\s*\(\s*\1\s*\.")
+_REPLACED_BY_A_CAST = Near("parameter", re.compile(r"([a-z_][\w.]*)\s*=\s*[\w.]*parameter\s*\(\s*\1\s*\."))
+# `name = name.<...>`: a name rebound to something made of itself
+_REBOUND_TO_ITSELF = re.compile(r"\b([a-z_]\w*)\s*=\s*\1\s*\.")
+# `.requires_grad = <not False>` / `.requires_grad_(<not False>)`, right after the attribute
+_UNFROZEN = re.compile(r"(?:\s*=(?!=)(?!\s*false\b)|_\s*\((?!\s*false\b))")
+
+
+class _RebindThenUnfrozen:
+    """The rebind shape's own evidence in lowercased code text: `name.requires_grad` set to
+    anything but False (or `requires_grad_()`), after `name = name.<...>` of the same name.
+
+    Each is common alone in model code (`hidden_states = hidden_states.to(dtype)`, an
+    `unfreeze_backbone()` loop), and apart they had every such file of transformers parsed
+    for this rule."""
+
+    outside_strings = True
+
+    def search(self, text: str) -> bool:
+        at = text.find(".requires_grad")
+        first_rebind: dict[str, int] = {}
+        while at != -1:
+            end = at + len(".requires_grad")
+            if _UNFROZEN.match(text, end):
+                start = at
+                while start > 0 and (text[start - 1].isalnum() or text[start - 1] == "_"):
+                    start -= 1
+                name = text[start:at]
+                if name and not text[start - 1 : start] == ".":
+                    if name not in first_rebind:
+                        m = re.search(rf"(?<![\w.]){re.escape(name)}\s*=\s*{re.escape(name)}\s*\.", text)
+                        first_rebind[name] = m.start() if m else -1
+                    if 0 <= first_rebind[name] < at:
+                        return True
+            at = text.find(".requires_grad", end)
+        return False
 
 
 class TrainsACastCopy(Rule):
@@ -80,12 +114,12 @@ class TrainsACastCopy(Rule):
     requires_any = tuple(Attr(w) for w in ("to", "float", "half", "bfloat16", "double", "type"))
     and_requires_any = (
         ("parameter", Attr("weight"), Attr("bias")),
-        # the shapes themselves: `name = name.<cast>` and `x.w = ...Parameter(x.w.<cast>)`
-        (re.compile(r"\b([a-z_]\w*)\s*=\s*\1\s*\."), _REPLACED_BY_A_CAST),
-        # NB: the text is lowercased; `= False` / `requires_grad_(False)` (freezing) train nothing.
-        # A replacement may be judged by `forward` calling it instead (espnet's cast_mask_emb).
-        (re.compile(r"\.requires_grad\s*=(?!=)(?!\s*false\b)"), re.compile(r"\.requires_grad_\s*\((?!\s*false\b)"),
-         CodeWord("optim"), CodeWord("optimizers"), CodeWord("optimization"), _REPLACED_BY_A_CAST),
+        # the shapes with what trains the copy: `name = name.<cast>` then the same name
+        # unfrozen (`= False` / `requires_grad_(False)`, freezing, trains nothing) or an
+        # optimizer in the module; `x.w = ...Parameter(x.w.<cast>)` (judged by `forward`
+        # calling it, or an optimizer built before: espnet's cast_mask_emb).
+        (_RebindThenUnfrozen(), _REPLACED_BY_A_CAST,
+         *((_REBOUND_TO_ITSELF, CodeWord(word)) for word in ("optim", "optimizers", "optimization"))),
     )
 
     def check(self) -> None:
