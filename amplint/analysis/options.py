@@ -65,13 +65,14 @@ class Options:
         project = self.model.project
         if project is not None and self.model.path:
             # The flag or destination spelled as a string literal (raw text is lowercased).
-            spellings = [f"{q}{name}{q}" for q in "\"'" for name in (f"--{dest}", f"--{dest.replace('_', '-')}", dest)]
-            for path in project.importers(self.model.path):
-                text = project.raw_text(path)
-                if text is None or not all(w in text for w in _DECLARATION_WORDS):
-                    continue
-                if not any(s.lower() in text for s in spellings):
-                    continue
+            spellings = [f"{q}{name}{q}".lower() for q in "\"'" for name in (f"--{dest}", f"--{dest.replace('_', '-')}", dest)]
+
+            def may_declare(text: str) -> bool:
+                return all(w in text for w in _DECLARATION_WORDS) and any(s in text for s in spellings)
+
+            # Only the few files that may declare it are followed forward to this module
+            # (the whole project's reverse import graph cost seconds on transformers).
+            for path in project.importers_among(self.model.path, may_declare):
                 other = project.model_at(path)
                 if other is not None and other is not self.model:
                     found |= other.options.declared.get(dest, frozenset())

@@ -196,10 +196,10 @@ def class_constructed_in_program(model, cls) -> bool:
         return False
     here = os.path.abspath(model.path)
     word = cls.name.lower()
-    for path in project.importers(model.path) + _beside_namespace_package(model, project):
-        text = project.raw_text(path)
-        if text is None or word not in text:
-            continue
+    candidates = project.importers_among(model.path, lambda text: word in text) + [
+        p for p in _beside_namespace_package(model, project) if word in (project.raw_text(p) or "")
+    ]
+    for path in candidates:
         other = project.model_at(path)
         if other is None:
             continue
