@@ -393,14 +393,15 @@ class ProjectIndex:
 
     def _segment(self, file: Path, module_text, name: str, tokens: frozenset):
         """(tokens in a definition's text, the names it uses), remembered per definition."""
-        from amplint.prefilter import tokens_in
+        from amplint.prefilter import code_text, tokens_in
         from amplint.project.text_index import used_names
 
         key = (_abs(file), name, tokens)
         found = self._segments.get(key)
         if found is None:
             segment = _segment_text(module_text, name) or ""
-            found = (tokens_in(segment.lower(), tokens), used_names(segment))
+            found = (tokens_in(segment.lower(), tokens, lambda: code_text(segment, strings=False).lower()),
+                     used_names(segment))
             self._segments[key] = found
         return found
 

@@ -12,7 +12,7 @@ from amplint.analysis.names import dotted
 from amplint.analysis.precision import may_run_fp16, number_of, overflows_fp16, precision_of
 from amplint.analysis.torch_api import FLOAT16_NOT_BFLOAT16
 from amplint.diagnostics import Applicability
-from amplint.prefilter import STRING_ESCAPE, Word, closing_bracket, identifier_span
+from amplint.prefilter import STRING_ESCAPE, CodePattern, Word, closing_bracket, identifier_span
 from amplint.rules._base import FixAvailability, Replace, Rule
 
 # Tensor methods that write a scalar into their receiver (or a copy of it):
@@ -274,7 +274,8 @@ class Fp16OverflowConstant(Rule):
     imported_tokens = (1,)
     # NB: an autocast that is not literally switched off (`autocast(..., enabled=False)` of
     # a rotary-embedding helper is no evidence), in lowercased text
-    elsewhere_tokens = {1: (re.compile(r"autocast\s*\((?![^()]*enabled\s*=\s*false)"),)}
+    # and in code, not in a message that quotes it.
+    elsewhere_tokens = {1: (CodePattern(re.compile(r"autocast\s*\((?![^()]*enabled\s*=\s*false)")),)}
     and_requires_any = (
         ("autocast", "GradScaler", FLOAT16_NOT_BFLOAT16, Word("half"), "half_precision", "fp16", Word("apex"), STRING_ESCAPE),
         (*_WRITING_METHODS, "where", "full", re.compile(r"\][\s\\)]*[-+*]?=(?!=)")),
