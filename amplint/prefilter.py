@@ -18,12 +18,13 @@ checks on every fixture (and on a real-code corpus when present) that findings a
 same with and without the pre-filter.
 
 A token is a substring, a `Word` (a whole identifier), a `CodeWord` (the same outside
-string literals), an `Attr` (a whole identifier after a dot, outside string literals), a
-compiled pattern (run on the lowercased text; a `CodePattern` outside string literals),
-a pattern `Near` a literal (run only on the lines that hold it), a rule's own object with `search(text)`
+string literals; a `Use` not where a `def` or `class` names it), an `Attr` (a whole
+identifier after a dot, outside string literals), a compiled pattern (run on the
+lowercased text; a `CodePattern` outside string literals), a pattern `Near` a literal
+(run only on the lines that hold it), a rule's own object with `search(text)`
 (`outside_strings = True` to get the code with string contents emptied) or a tuple of
-tokens that must all be present.  Tokens shared by rules
-(the GradScaler ones) are evaluated once per file.
+tokens that must all be present.  Tokens shared by rules (the GradScaler ones) are
+evaluated once per file.
 """
 
 from __future__ import annotations
@@ -69,15 +70,32 @@ class CodeWord(Word):
     """A whole word in code, outside string literals: for names only code can spell.
 
     `autocast` in `torch.autocast(...)` or an import, not in a message that says "use
-    torch.autocast".  f-strings keep their text (they hold code).  NB: the package that
-    the pre-filter appends for a relative import is not searched: a rule that may need it
-    (AMP402's `apex`) uses a `Word`.
+    torch.autocast".  f-strings keep their text (they hold code).  The package that the
+    pre-filter appends for a relative import is searched too.
     """
 
     outside_strings = True
 
 
 _BLANKS = " \t\f\r\n\\"
+
+
+class Use(CodeWord):
+    """A whole word in code that is not the name a `def` or `class` gives: a use of it.
+
+    `backward` of `loss.backward()` or `backward(loss)`, not of the `def backward(ctx, ...)`
+    that every autograd Function of a model library has (AMP303 parsed every such model
+    file of transformers that imports a helper naming set_default_dtype).
+    """
+
+    def _fits(self, text: str, at: int) -> bool:
+        at -= 1
+        while at >= 0 and text[at] in _BLANKS:
+            at -= 1
+        begin = at
+        while begin >= 0 and (text[begin].isalnum() or text[begin] == "_"):
+            begin -= 1
+        return text[begin + 1 : at + 1] not in ("def", "class")
 
 
 class Attr(CodeWord):
@@ -208,10 +226,11 @@ def _rule_may_fire(rule, text: str, memo: dict, bare) -> bool:
     return all(any(_has(text, t, memo, bare) for t in group) for group in _cheapest_first(rule))
 
 
-def _passing(rules, text: str, bare=None) -> tuple:
+def _passing(rules, text: str, bare=None, memo: dict | None = None) -> tuple:
     """The rules whose groups all match `text`; `bare()` gives the text without string
-    contents, for tokens marked `outside_strings` (a float literal is never in a string)."""
-    memo: dict = {}
+    contents, for tokens marked `outside_strings` (a float literal is never in a string).
+    `memo` keeps what each token found in this text, for a later look at the same text."""
+    memo = {} if memo is None else memo
     return tuple(r for r in rules if _rule_may_fire(r, text, memo, bare))
 
 
@@ -240,14 +259,17 @@ def rules_that_may_fire(source: str, rules, path: str | None = None, *, project=
     package = ""
     if path is not None and _RELATIVE_IMPORT.search(text):
         package = (package_of(path) or "").lower()
-    passing = _passing(rules, f"{text}\n{package}" if package else text)
+    whole_memo: dict = {}
+    passing = _passing(rules, f"{text}\n{package}" if package else text, memo=whole_memo)
     raw_code = code_text(source) if passing else ""
     code = raw_code.lower()
     bare: list[str] = []
 
     def without_strings() -> str:
         if not bare:
-            bare.append(code_text(source, strings=False).lower())
+            # NB: with the package too, as for the other tokens (more text only passes more)
+            stripped = code_text(source, strings=False).lower()
+            bare.append(f"{stripped}\n{package}" if package else stripped)
         return bare[0]
 
     own_text = (f"{code}\n{package}" if package else code) if passing else (f"{text}\n{package}" if package else text)
@@ -256,7 +278,8 @@ def rules_that_may_fire(source: str, rules, path: str | None = None, *, project=
         return own
     # Rules whose other groups the file meets, and whose `imported_tokens` groups may be
     # met by the project code it calls: only then is that code read.
-    memo: dict = {}
+    # NB: a skipped file's own text is the whole text again: what stage 1 found there holds
+    memo: dict = {} if passing else whole_memo
     bare_or_none = without_strings if passing else None  # no second lexer pass for a skipped file
     if not passing and any(
         (r.importer_tokens or r.imported_tokens) and _local_groups_match(r, own_text, memo, None, r.imported_tokens or r.importer_tokens)
@@ -330,6 +353,9 @@ def tokens_in(text: str, tokens: frozenset, bare=None) -> frozenset:
             if code is None:
                 code = bare()
             if t.search(code):
+                found.append(t)
+        elif isinstance(t, Use):  # NB: whether it is a `def` of the name, only its neighbours say
+            if t.search(text):
                 found.append(t)
         elif isinstance(t, Word):
             if t.word not in text:

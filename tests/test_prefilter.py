@@ -288,6 +288,81 @@ def test_optimizer_token_wants_a_package_part_or_a_factory() -> None:
         assert may_fire(text, (rule,)), text
 
 
+def test_optimizer_token_is_not_read_in_a_message_but_counts_in_the_package(tmp_path: Path) -> None:
+    from amplint.analysis.casts import OPTIMIZER_TOKENS
+
+    rule = type("R", (), {"requires_any": OPTIMIZER_TOKENS, "and_requires_any": ()})
+    assert not may_fire('logger.warning("LoRA weights are not applied due to optimization.")\n', (rule,))
+    pkg = tmp_path / "optim"  # `from . import adam` inside a package named optim
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "user.py").write_text("from . import adam\n")
+    assert may_fire("from . import adam\n", (rule,), str(pkg / "user.py"))
+
+
+def test_use_is_a_call_or_a_name_not_a_definition() -> None:
+    from amplint.prefilter import Use
+
+    backward = Use("backward")
+    for text in ("loss.backward()", "backward(loss)", "torch.autograd.backward([loss])", "from torch.autograd import backward"):
+        assert backward.search(text), text
+    for text in ("def backward(ctx, grad):", "    def   backward(ctx):", "class backward:", "def backward_hook(m):"):
+        assert not backward.search(text), text
+    # AMP303 judges training in the file: an autograd Function's `def backward` is none
+    amp303 = registry.BY_CODE["AMP303"]
+    function = "torch.set_default_dtype(torch.float16)\nclass F(torch.autograd.Function):\n    def backward(ctx, g):\n        return g\n"
+    assert not may_fire(function, (amp303,))
+    assert may_fire(function + "loss.backward()\n", (amp303,))
+
+
+def test_near_finds_what_its_pattern_finds_around_the_literal() -> None:
+    from amplint.prefilter import Near
+
+    pattern = re.compile(r"([a-z_][\w.]*)\s*=\s*[\w.]*parameter\s*\(\s*\1\s*\.")
+    near = Near("parameter", pattern)
+    texts = [
+        "self.enc.w = torch.nn.parameter(self.enc.w.half())",
+        "x = 1\n    self.w = nn.parameter(\n        self.w.to(torch.float16))",
+        "for p in model.parameters():\n    pass\nself.w = nn.parameter(self.w.half())",
+        "self.w = nn.parameter(other.half())",
+        "no literal at all",
+    ]
+    for text in texts:
+        assert bool(near.search(text)) == bool(pattern.search(text)), text
+
+
+def test_code_pattern_is_not_read_in_a_string() -> None:
+    from amplint.prefilter import CodePattern, tokens_in
+
+    token = CodePattern(re.compile(r"autocast\s*\("))
+    message = 'raise ValueError(f"use `with torch.autocast(device_type={d!r})`")\n'
+    code = "with torch.autocast(device_type='cuda'):\n    pass\n"
+    assert tokens_in(message.lower(), frozenset({token}), lambda: code_text(message, strings=False).lower()) == frozenset()
+    assert tokens_in(code, frozenset({token}), lambda: code_text(code, strings=False).lower()) == {token}
+    assert tokens_in(message.lower(), frozenset({token})) == {token}  # without the code text: a necessary condition
+
+
+@pytest.mark.parametrize("source, passes", [
+    # the rebind shape: the same name, cast, then unfrozen after it
+    ("for p in m.parameters():\n    p = p.to(torch.float32)\n    p.requires_grad = True\n", True),
+    ("for p in m.parameters():\n    p = p.data.float()\n    p.requires_grad_()\n", True),
+    ("for p in m.parameters():\n    p = p.detach() \\\n        .float()\n    p.requires_grad_(True)\n", True),
+    # what transformers' model files have: each half alone, or a rebinding that is no cast
+    ("h = h.to(torch.float16)\nfor p in m.parameters():\n    p.requires_grad_(True)\n", False),
+    ("h = h.transpose(1, 2)\nh.weight\nh.requires_grad = True\n", False),
+    ("p.requires_grad = True\np = p.to(torch.float32)\nw = m.weight\n", False),
+    ("for p in m.parameters():\n    p = p.float()\n    p.requires_grad = False\n", False),
+    # handed to an optimizer instead
+    ("p = m.weight\np = p.float()\nopt = torch.optim.SGD([p])\n", True),
+    ("p = m.weight\np = p.transpose(0, 1)\nopt = torch.optim.SGD([p])\n", False),
+    # the replace shape
+    ("self.w = torch.nn.Parameter(self.w.half())\n", True),
+])
+def test_amp305_tokens_tie_the_cast_to_what_trains_it(source: str, passes: bool) -> None:
+    rule = registry.BY_CODE["AMP305"]
+    assert bool(may_fire(source, (rule,))) is passes
+
+
 def test_apex_and_amp_as_words(tmp_path: Path) -> None:
     rule = registry.BY_CODE["AMP402"]
     assert not may_fire("if is_apex_available():\n    import torch.amp\n", (rule,))

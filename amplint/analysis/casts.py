@@ -392,8 +392,11 @@ class _OptimizerName:
     `optimization`: a constructor is only qualified through an import or a dotted name
     that spells one, or through the package of a relative import, which the pre-filter
     appends) or the name of a factory.  `self.optimizer`, `optimizer.step()` and
-    `optimum` are none of these.
+    `optimum` are none of these; nor is "optimization" in a message (searched outside
+    strings; the package of a relative import is appended to that text too).
     """
+
+    outside_strings = True
 
     def search(self, text: str) -> bool:
         at = text.find("optim")

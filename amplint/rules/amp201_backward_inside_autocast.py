@@ -7,7 +7,7 @@ import libcst as cst
 from amplint.analysis.steps import Kind
 from amplint.analysis.walk import walk
 from amplint.diagnostics import Applicability
-from amplint.prefilter import CodeWord
+from amplint.prefilter import CodeWord, Use
 from amplint.rules._base import FixAvailability, Replace, Rule
 
 
@@ -62,7 +62,7 @@ class BackwardInsideAutocast(Rule):
     # (whole words in code, not `_backward_compatibility` or `norm="backward"`); every
     # autocast context (AUTOCAST_CONTEXTS, `accelerator.autocast`) has `autocast` as a
     # word of its name, in code (a message that says "use torch.autocast" is no context).
-    requires_any = (CodeWord("backward"), CodeWord("manual_backward"))
+    requires_any = (Use("backward"), Use("manual_backward"))
     and_requires_any = ((CodeWord("autocast"),),)
     imported_tokens = (0,)  # the backward may sit in a project helper called in the region
 

@@ -6,7 +6,7 @@ import libcst as cst
 
 from amplint.analysis.precision import may_run_fp16, precision_of
 from amplint.analysis.steps import Kind
-from amplint.prefilter import Attr, CodeWord
+from amplint.prefilter import Attr, CodeWord, Use
 from amplint.rules._base import Rule
 
 
@@ -65,7 +65,7 @@ class Fp16AutocastWithoutScaler(Rule):
     # Pre-filter (as in AMP201): an autocast, an unmanaged backward (`.backward`,
     # `autograd.backward`) and an optimizer or scaler `.step` in the same function.
     requires_any = (CodeWord("autocast"),)
-    and_requires_any = ((CodeWord("backward"),), (Attr("step"),))
+    and_requires_any = ((Use("backward"),), (Attr("step"),))
     imported_tokens = (1, 2)  # the training (backward, step) may run in project helpers
 
     def check(self) -> None:

@@ -9,7 +9,7 @@ from amplint.analysis.casts import OPTIMIZER_TOKENS
 from amplint.analysis.default_dtype import builds_only_frozen_modules, default_dtype_sets
 from amplint.analysis.steps import Kind
 from amplint.analysis.torch_api import REDUCED_DTYPE_TOKENS
-from amplint.prefilter import Attr, CodeWord
+from amplint.prefilter import Attr, CodeWord, Use
 from amplint.rules._base import Rule
 
 _SET_DEFAULT_DTYPE = "torch.set_default_dtype"
@@ -73,7 +73,7 @@ class DefaultDtypeHalf(Rule):
     # (or a `HalfTensor` type name); training: an optimizer (casts.py), an unmanaged
     # backward (as in AMP201) or a `.step`.
     requires_any = (CodeWord("set_default_dtype"), CodeWord("set_default_tensor_type"))
-    and_requires_any = ((*REDUCED_DTYPE_TOKENS, "halftensor"), (*OPTIMIZER_TOKENS, CodeWord("backward"), Attr("step")))
+    and_requires_any = ((*REDUCED_DTYPE_TOKENS, "halftensor"), (*OPTIMIZER_TOKENS, Use("backward"), Attr("step")))
     # The call and the dtype may come from the project: a helper that passes its parameter
     # to `set_default_dtype` (amplint/analysis/default_dtype.py), a dtype map or a
     # `get_dtype` function of another module.  Training is judged in the file itself.

@@ -9,17 +9,50 @@ from amplint.prefilter import Attr, CodeWord, Near
 from amplint.rules._base import Rule
 
 
-# `self.enc.w = torch.nn.Parameter(self.enc.w.half())` in lowercased code text
+# --- pre-filter tokens, on lowercased code text -----------------------------------------------
+
+# `self.enc.w = torch.nn.Parameter(self.enc.w.half())`
 _REPLACED_BY_A_CAST = Near("parameter", re.compile(r"([a-z_][\w.]*)\s*=\s*[\w.]*parameter\s*\(\s*\1\s*\."))
 # `name = name.<...>`: a name rebound to something made of itself
 _REBOUND_TO_ITSELF = re.compile(r"\b([a-z_]\w*)\s*=\s*\1\s*\.")
+_CAST_ATTR = re.compile(r"\.\s*(?:to|float|half|bfloat16|double|type)\b")
 # `.requires_grad = <not False>` / `.requires_grad_(<not False>)`, right after the attribute
 _UNFROZEN = re.compile(r"(?:\s*=(?!=)(?!\s*false\b)|_\s*\((?!\s*false\b))")
 
 
+def _statement_end(text: str, at: int, limit: int = 2000) -> int:
+    """The end of the logical line that goes on at `at`: its first line break outside
+    brackets and not after a backslash (or `limit` characters on: more text only passes more)."""
+    depth = 0
+    stop = min(len(text), at + limit)
+    for i in range(at, stop):
+        c = text[i]
+        if c in "([{":
+            depth += 1
+        elif c in ")]}":
+            depth -= 1
+        elif c == "\n" and depth <= 0 and text[i - 1] != "\\":
+            return i
+    return stop
+
+
+def _rebinds_to_a_cast(text: str, rebinding: re.Match) -> bool:
+    """The statement of `name = name.` spells a cast attribute (`.to`, `.float()`; `.transpose()` is none)."""
+    return bool(_CAST_ATTR.search(text, rebinding.end() - 1, _statement_end(text, rebinding.end())))
+
+
+class _ReboundToACast:
+    """`name = name.<...cast...>` of some name."""
+
+    outside_strings = True
+
+    def search(self, text: str) -> bool:
+        return any(_rebinds_to_a_cast(text, m) for m in _REBOUND_TO_ITSELF.finditer(text))
+
+
 class _RebindThenUnfrozen:
-    """The rebind shape's own evidence in lowercased code text: `name.requires_grad` set to
-    anything but False (or `requires_grad_()`), after `name = name.<...>` of the same name.
+    """The rebind shape's own evidence: `name.requires_grad` set to anything but False (or
+    `requires_grad_()`), after `name = name.<...cast...>` of the same name.
 
     Each is common alone in model code (`hidden_states = hidden_states.to(dtype)`, an
     `unfreeze_backbone()` loop), and apart they had every such file of transformers parsed
@@ -28,23 +61,33 @@ class _RebindThenUnfrozen:
     outside_strings = True
 
     def search(self, text: str) -> bool:
-        at = text.find(".requires_grad")
         first_rebind: dict[str, int] = {}
+        at = text.find(".requires_grad")
         while at != -1:
             end = at + len(".requires_grad")
-            if _UNFROZEN.match(text, end):
-                start = at
-                while start > 0 and (text[start - 1].isalnum() or text[start - 1] == "_"):
-                    start -= 1
-                name = text[start:at]
-                if name and not text[start - 1 : start] == ".":
-                    if name not in first_rebind:
-                        m = re.search(rf"(?<![\w.]){re.escape(name)}\s*=\s*{re.escape(name)}\s*\.", text)
-                        first_rebind[name] = m.start() if m else -1
-                    if 0 <= first_rebind[name] < at:
-                        return True
+            start = at
+            while start > 0 and (text[start - 1].isalnum() or text[start - 1] == "_"):
+                start -= 1
+            name = text[start:at]
+            # NB: the rebound target is a plain name: `self.p.requires_grad` is not its copy
+            if name and text[start - 1 : start] != "." and _UNFROZEN.match(text, end):
+                if name not in first_rebind:
+                    first_rebind[name] = self._first_rebind(text, name)
+                if 0 <= first_rebind[name] < at:
+                    return True
             at = text.find(".requires_grad", end)
         return False
+
+    @staticmethod
+    def _first_rebind(text: str, name: str) -> int:
+        for m in re.finditer(rf"(?<![\w.]){re.escape(name)}\s*=\s*{re.escape(name)}\s*\.", text):
+            if _rebinds_to_a_cast(text, m):
+                return m.start()
+        return -1
+
+
+# NB: one object each, so that a file's answer is memoized once
+_REBOUND_TO_A_CAST = _ReboundToACast()
 
 
 class TrainsACastCopy(Rule):
@@ -119,7 +162,7 @@ class TrainsACastCopy(Rule):
         # optimizer in the module; `x.w = ...Parameter(x.w.<cast>)` (judged by `forward`
         # calling it, or an optimizer built before: espnet's cast_mask_emb).
         (_RebindThenUnfrozen(), _REPLACED_BY_A_CAST,
-         *((_REBOUND_TO_ITSELF, CodeWord(word)) for word in ("optim", "optimizers", "optimization"))),
+         *((CodeWord(word), _REBOUND_TO_A_CAST) for word in ("optim", "optimizers", "optimization"))),
     )
 
     def check(self) -> None:
