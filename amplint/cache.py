@@ -88,7 +88,12 @@ class ResultCache:
         self._prepared = False
 
     # --- lookup --------------------------------------------------------------------------
-    def lookup(self, path: Path) -> tuple[Hit | None, Probe]:
+    def lookup(self, path: Path, states: FileStates | None = None) -> tuple[Hit | None, Probe]:
+        """The stored result for `path` if it and every file it depends on are unchanged.
+
+        `states`: what the dependencies look like, shared by the lookups of one pass in
+        which nothing is written (entries of a project depend on the same files: a warm
+        run over transformers stat-ed 140,000 paths for 2,912 entries)."""
         probe = Probe(self._entry_path(path))
         try:
             st = os.stat(path)
@@ -100,7 +105,7 @@ class ResultCache:
         entry = self._load(probe.entry_path, str(path))
         if entry is None:
             return None, probe
-        if not _deps_unchanged(entry):
+        if not _deps_unchanged(entry, states or FileStates()):
             return None, probe
         if entry["size"] == st.st_size and entry["mtime_ns"] == st.st_mtime_ns and entry["written_ns"] - st.st_mtime_ns > RACY_NS:
             return self._hit(entry), probe
@@ -222,25 +227,52 @@ def _dependencies(reads, own: str) -> dict | None:
     return {"files": files, "missing": sorted(reads.missing - {own}), "folders": sorted([f, m] for f, m in reads.folders.items())}
 
 
-def _deps_unchanged(entry: dict) -> bool:
+class FileStates:
+    """The stat and digest of each path, asked of the system once.
+
+    For one pass of lookups during which amplint writes nothing (a fix does, so a pass
+    that may fix uses a fresh one per file)."""
+
+    def __init__(self) -> None:
+        self._stats: dict[str, os.stat_result | None] = {}
+        self._digests: dict[str, str | None] = {}
+
+    def stat(self, path: str) -> os.stat_result | None:
+        if path not in self._stats:
+            try:
+                self._stats[path] = os.stat(path)
+            except OSError:
+                self._stats[path] = None
+        return self._stats[path]
+
+    def digest(self, path: str) -> str | None:
+        if path not in self._digests:
+            try:
+                self._digests[path] = hashlib.sha256(Path(path).read_bytes()).hexdigest()
+            except OSError:
+                self._digests[path] = None
+        return self._digests[path]
+
+
+def _deps_unchanged(entry: dict, states: FileStates) -> bool:
     """Every file the result was computed from is as it was, and no probed path appeared."""
     deps = entry.get("deps") or {}
     try:
         written = int(entry["written_ns"])
         for dep, size, mtime_ns, sha in deps.get("files", ()):
-            try:
-                st = os.stat(dep)
-            except OSError:
+            st = states.stat(dep)
+            if st is None:
                 return False
             if st.st_size == size and st.st_mtime_ns == mtime_ns and written - mtime_ns > RACY_NS:
                 continue
-            if st.st_size != size or hashlib.sha256(Path(dep).read_bytes()).hexdigest() != sha:
+            if st.st_size != size or states.digest(dep) != sha:
                 return False
         for folder, mtime_ns in deps.get("folders", ()):
-            if os.stat(folder).st_mtime_ns != mtime_ns:
+            st = states.stat(folder)
+            if st is None or st.st_mtime_ns != mtime_ns:
                 return False  # a file was added, removed or renamed there
-        return not any(os.path.exists(p) for p in deps.get("missing", ()))
-    except (OSError, TypeError, ValueError):
+        return not any(states.stat(p) is not None for p in deps.get("missing", ()))
+    except (TypeError, ValueError):
         return False
 
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from amplint import notebooks, pool, sources
-from amplint.cache import ResultCache
+from amplint.cache import FileStates, ResultCache
 from amplint.config import Config
 from amplint.diagnostics import Diagnostic
 from amplint.engine import RuleCrash, SourceError, check_source
@@ -360,10 +360,12 @@ def check_files(files: list[Path], config: Config, *, jobs: int | None = 1, cach
     jobs = available_cores() if jobs is None or jobs < 1 else jobs
     results: list[FileResult | None] = [None] * len(files)
     todo = list(range(len(files)))
-    if cache is not None and jobs > 1:
-        # Answer what the cache knows here: a warm run then never starts a pool.
+    if cache is not None and (jobs > 1 or not (options.get("fix") or options.get("diff"))):
+        # Answer what the cache knows here, before anything is written: a warm run then never
+        # starts a pool, and the files that entries depend on are looked at once for all.
+        states = FileStates()
         for i in todo:
-            hit_result = _cached_only(files[i], cache, options)
+            hit_result = _cached_only(files[i], cache, options, states)
             if hit_result is not None:
                 results[i] = hit_result
         todo = [i for i in todo if results[i] is None]
@@ -396,8 +398,8 @@ def _largest_first(files: list[Path], todo: list[int]) -> list[int]:
     return sorted(todo, key=size, reverse=True)
 
 
-def _cached_only(path: Path, cache: ResultCache, options: dict) -> FileResult | None:
-    hit, _ = cache.lookup(path)
+def _cached_only(path: Path, cache: ResultCache, options: dict, states: FileStates) -> FileResult | None:
+    hit, _ = cache.lookup(path, states)
     if hit is None:
         return None
     if (options.get("fix") or options.get("diff")) and any(d.fix is not None for d in hit.diagnostics):
