@@ -30,9 +30,13 @@ from amplint.edits import EditBuilder, node_ranges
 from amplint.parse_limits import DEFAULT_MAX_TOKENS
 from amplint.rules._base import Report, RuleOptions
 from amplint.prefilter import package_of, rules_that_may_fire
-from amplint.project.index import AUTO, for_path as project_for
 from amplint import unused_noqa
 from amplint.suppression import is_suppressed, noqa_map
+
+# `check_source(project=AUTO)`: find the project index from the path (a sentinel, since
+# None means "analyse the module alone").  NB: the index is imported when first needed: a
+# run that the result cache answers never loads it.
+AUTO = object()
 
 
 class SourceError(Exception):
@@ -152,7 +156,9 @@ def check_source(
     the other files the result depends on, for the result cache.
     """
     if project is AUTO:
-        project = project_for(path)
+        from amplint.project.index import for_path
+
+        project = for_path(path)
     if config is None:
         config = Config(select=tuple(select)) if select else Config()
     elif select:

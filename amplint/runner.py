@@ -15,14 +15,18 @@ import os
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from amplint import notebooks, pool, sources
+from amplint import notebooks, sources
 from amplint.cache import FileStates, ResultCache
 from amplint.config import Config
 from amplint.diagnostics import Diagnostic
 from amplint.engine import RuleCrash, SourceError, check_source
 from amplint.fixes import FixOutcome, fix_text, unified_diff
-from amplint.project.index import Reads
+
+if TYPE_CHECKING:
+    from amplint import pool
+    from amplint.project.index import Reads
 
 
 @dataclass
@@ -152,6 +156,8 @@ def _check_file(path: Path, config: Config, *, fix: bool, unsafe: bool, diff: bo
         result.error = SourceError(str(path), 1, 0, str(exc).split(": ", 1)[-1])
         return result
     rel = str(path)
+    from amplint.project.index import Reads  # NB: here, so that a run the cache answers never loads the index
+
     reads = Reads()
     if notebooks.is_notebook(path):
         _check_notebook(path, src, config, fix=fix, unsafe=unsafe, diff=diff, result=result, roots=roots, reads=reads)
@@ -370,13 +376,15 @@ def check_files(files: list[Path], config: Config, *, jobs: int | None = 1, cach
                 results[i] = hit_result
         todo = [i for i in todo if results[i] is None]
     if jobs > 1 and todo:
+        from amplint.pool import PoolUnavailable  # NB: multiprocessing loads only for a pool
+
         # Even one file goes to a worker: if libcst's native code crashes or aborts on it (out
         # of memory under `ulimit -v`), that is reported as the file's error, not a dead run.
         order = _largest_first(files, todo)
         try:
             for i, r in _run_pool([files[i] for i in order], order, config, cache, options, min(jobs, len(todo))):
                 results[i] = r
-        except pool.PoolUnavailable:
+        except PoolUnavailable:
             pass  # no process could be started at all: what is left is checked here
     for i in todo:
         if results[i] is None:  # in-process: --jobs 1, or no worker could be started
@@ -427,6 +435,8 @@ def _run_pool(paths: list[Path], indexes: list[int], config: Config, cache, opti
     # Small chunks: a few files (AMP-dense modules) cost a thousand times the others; the
     # largest come first (`_largest_first`), so the chunks left at the end are cheap.
     chunksize = max(1, min(16, len(paths) // (workers * 32)))
+    from amplint import pool
+
     for pos, result in pool.run_isolated(_work, paths, workers=workers, initializer=_init_worker,
                                          initargs=(config, cache, options), chunksize=chunksize):
         if isinstance(result, pool.WorkerDied):

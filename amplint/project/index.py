@@ -874,10 +874,6 @@ def _abs(path) -> str:
     return os.path.abspath(str(path))
 
 
-# `check_source(project=AUTO)`: find the index from the path (a sentinel, since None
-# means "analyse the module alone").
-AUTO = object()
-
 # One index per process: every check of a worker, flake8 run or server shares it.
 _SHARED: ProjectIndex | None = None
 
