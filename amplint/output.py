@@ -48,7 +48,9 @@ def source_line(d: Diagnostic, sources: Sources | None) -> str | None:
 
 
 class _NoqaRows:
-    """Ruff's `noqa_row` (where a `# noqa` for the finding goes), one tokenization per text."""
+    """Ruff's `noqa_row` (where a `# noqa` for the finding goes), one tokenization per text,
+    read only as far as the findings need (a finding near the top of transformers' 5,000-line
+    trainer.py tokenized all of it)."""
 
     def __init__(self, sources: Sources | None) -> None:
         self._sources, self._ends = sources, {}
@@ -57,10 +59,13 @@ class _NoqaRows:
         from amplint.suppression import logical_line_ends, noqa_row
 
         key = (d.path, d.cell)
-        if key not in self._ends:
+        reached, ends = self._ends.get(key, (0, {}))
+        if d.span.line > reached:
             text = source_text(d, self._sources)
-            self._ends[key] = logical_line_ends(text) if text is not None else {}
-        return noqa_row(d.span.line, self._ends[key])
+            reached = max(d.span.line, 2 * reached)
+            ends = logical_line_ends(text, until=reached) if text is not None else {}
+            self._ends[key] = (reached, ends)
+        return noqa_row(d.span.line, ends)
 
 
 # --- text --------------------------------------------------------------------------------

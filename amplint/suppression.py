@@ -145,11 +145,12 @@ def directives(source: str) -> list[Directive]:
     return out
 
 
-def logical_line_ends(source: str) -> dict[int, int]:
+def logical_line_ends(source: str, until: int | None = None) -> dict[int, int]:
     """Physical line -> the last physical line of its logical line (only where they differ).
 
     A noqa comment belongs there: it is always after the last token of the statement (never
-    inside a multi-line string), and it covers every line of the statement.
+    inside a multi-line string), and it covers every line of the statement.  `until`: only
+    the logical lines that start at or before it are needed (the text is read no further).
     """
     out: dict[int, int] = {}
     try:
@@ -162,6 +163,8 @@ def logical_line_ends(source: str) -> dict[int, int]:
                     for line in range(logical_start, end):
                         out[line] = end
                 logical_start = None
+                if until is not None and tok.start[0] >= until:
+                    break
             elif tok.type not in (tokenize.NL, tokenize.COMMENT, tokenize.INDENT, tokenize.DEDENT, tokenize.ENCODING):
                 if logical_start is None:
                     logical_start = tok.start[0]

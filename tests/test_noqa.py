@@ -88,3 +88,14 @@ def test_add_noqa_never_suppresses_a_stale_noqa_finding(tmp_path) -> None:
     assert (result.added, result.errors) == (1, [])
     assert path.read_text().splitlines()[1:] == [
         's = torch.amp.GradScaler("cuda")  # noqa: AMP401', "t = torch.cuda.amp.GradScaler()  # noqa: AMP401"]
+
+
+def test_logical_line_ends_read_only_as_far_as_asked_agree_with_the_whole_text() -> None:
+    from amplint.suppression import logical_line_ends
+
+    source = 'x = (1,\n     2)\ny = 3  # c\ns = """a\nb"""\nz = [\n    4,\n]\nw = \\\n    5\n'
+    whole = logical_line_ends(source)
+    assert whole == {1: 2, 4: 5, 6: 8, 7: 8, 9: 10}
+    for until in range(1, 12):
+        part = logical_line_ends(source, until)
+        assert {k: v for k, v in whole.items() if k <= until} == {k: v for k, v in part.items() if k <= until}, until
