@@ -35,6 +35,16 @@ def _alive(pid: int) -> bool:
         return True
 
 
+@pytest.fixture(scope="module")
+def hang_timeout() -> int:
+    """A --timeout that a hanging script outlives only after its first step: 4 s, or four
+    times what starting Python with torch takes now (on a loaded 2-core machine that alone
+    took over 4 s, and the script was stopped before it trained)."""
+    started = time.monotonic()
+    subprocess.run([PY, "-c", "import torch; torch.nn.Linear(4, 1)(torch.randn(2, 4)).sum().backward()"], check=True)
+    return max(4, int(4 * (time.monotonic() - started)) + 1)
+
+
 def _wait_gone(pids: list[int], seconds: float = 10.0) -> list[int]:
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline and any(_alive(p) for p in pids):
@@ -79,24 +89,24 @@ def test_amp203_measures_underflow_apart_from_structural_zeros(verify_run):
     assert ev["zero_grad_share"] == 1.0  # what the old evidence showed: every gradient zero, causes mixed
 
 
-def test_timeout_ends_a_hung_script_and_its_workers_with_a_report(tmp_path, verify_run, monkeypatch):
+def test_timeout_ends_a_hung_script_and_its_workers_with_a_report(tmp_path, verify_run, monkeypatch, hang_timeout):
     import tempfile
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where verify makes its amplint-verify-*
     pids = tmp_path / "pids"
-    code, report = verify_run("--timeout", "4", "--", PY, str(SCRIPTS / "hangs.py"), str(pids))
+    code, report = verify_run("--timeout", str(hang_timeout), "--", PY, str(SCRIPTS / "hangs.py"), str(pids))
     assert (code, report["status"]) == (124, "timed-out")
-    assert report["ended"].startswith("timed out after 4 s") and report["steps"] == 1
+    assert report["ended"].startswith(f"timed out after {hang_timeout} s") and report["steps"] == 1
     assert _wait_gone([int(p) for p in pids.read_text().split()]) == []
     assert not list(tmp_path.glob("amplint-verify-*"))
 
 
-def test_a_script_ignoring_sigint_is_escalated_on_timeout(tmp_path, verify_run, monkeypatch):
+def test_a_script_ignoring_sigint_is_escalated_on_timeout(tmp_path, verify_run, monkeypatch, hang_timeout):
     from amplint.runtime import supervise
 
     monkeypatch.setattr(supervise, "GRACE_S", 1.0)
     pids = tmp_path / "pids"
-    code, report = verify_run("--timeout", "4", "--", PY, str(SCRIPTS / "hangs.py"), str(pids), "ignore-sigint")
+    code, report = verify_run("--timeout", str(hang_timeout), "--", PY, str(SCRIPTS / "hangs.py"), str(pids), "ignore-sigint")
     assert code == 124
     assert "terminated (SIGTERM)" in report["ended"]  # SIGINT ignored; SIGTERM wrote the evidence
     assert _wait_gone([int(p) for p in pids.read_text().split()]) == []
