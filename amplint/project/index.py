@@ -332,13 +332,15 @@ class ProjectIndex:
         present: set = set()
         files: set[str] = set()
         missing: set[str] = set()
-        # `from m import name` is imported to be used; of `import m`, the attributes taken.
+        # `from m import name` is imported to be used; of `import m`, the attributes taken,
+        # and so of `from pkg import mod` where that is a module (`optim.FairseqOptimizer`
+        # after `from fairseq import optim`: the base class lives in a submodule).
         from amplint.analysis.callees import is_external
 
-        modules = [local for local, (module, name) in own.imports.items() if name is None and not is_external(module, origin)]
+        modules = [local for local, (module, name) in own.imports.items() if not is_external(module, origin)]
         attrs_of = attributes_used(code, modules)
         for local, (module, name) in own.imports.items():
-            attrs = attrs_of.get(local, set()) if name is None else set()
+            attrs = attrs_of.get(local, set())
             for target in self._targets(module, name, attrs, origin, missing):
                 found, read, probed = self._closure(target, IMPORT_TEXT_DEPTH, tokens)
                 present |= found
