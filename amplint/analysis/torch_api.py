@@ -166,3 +166,12 @@ AUTOCAST_SENSITIVE_OPS = frozenset(
      "exp", "expm1", "log", "log10", "log2", "log1p", "pow", "reciprocal", "rsqrt", "sinh", "tan", "acos", "asin",
      "cosh", "norm", "renorm", "dist", "logsumexp", "gelu", "silu"}
 )
+# Those of autocast's lower-precision (float16 / bfloat16) list, which autocast casts *down*
+# (einsum runs through bmm): under autocast they compute in the low dtype, outside it in
+# whatever dtypes their operands have, and mixed operands raise.  The others above are of
+# its float32 list: autocast only ever casts their inputs up.
+AUTOCAST_LOWER_PRECISION_OPS = frozenset(
+    {"matmul", "mm", "bmm", "addmm", "addbmm", "baddbmm", "addmv", "addr", "chain_matmul", "einsum", "linear",
+     "bilinear", "conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d", "prelu",
+     "scaled_dot_product_attention"}
+)
