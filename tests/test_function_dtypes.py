@@ -67,7 +67,15 @@ def test_a_backward_that_computes_in_the_gradients_dtype(backward: str, aligned:
         ("return torch.exp(x)", "(x,) = ctx.saved_tensors\nreturn grad * torch.exp(x), None", False),  # no upcast
         ("return x.float() @ weight.float()", "return grad.float() @ weight.float(), None", False),  # a matmul: autocast casts it down
         ("return matmul_helper(x, weight)", "(x,) = ctx.saved_tensors\nreturn torch.exp(x.float()) * grad, None", False),  # in a helper
-        ("return torch.exp(x)", "return grad.float() * 2, None", False),  # no float32-list op in backward: nothing upcast by hand
+        # a backward with no op of autocast's lists: custom_bwd would change none of it
+        ("return torch.softmax(x, -1)", "(y,) = ctx.saved_tensors\nreturn torch._softmax_backward_data(grad, y, -1, y.dtype), None", True),
+        ("return torch.exp(x)", "return grad * 2, None", True),
+        # ... but reductions, `**` and `1 / t` are on its float32 list (beyond the ops that make a Function sensitive)
+        ("return torch.softmax(x, -1)", "(y,) = ctx.saved_tensors\nreturn y * (grad - (grad * y).sum(-1, keepdim=True)), None", False),
+        ("return torch.exp(x)", "(x,) = ctx.saved_tensors\nreturn grad * x ** 2, None", False),
+        ("return torch.exp(x)", "(x,) = ctx.saved_tensors\nreturn grad * (1 / x), None", False),
+        # what the backward cannot see
+        ("return torch.exp(x)", "return ctx.run_function(grad), None", False),
     ],
 )
 def test_a_function_that_upcasts_by_hand(forward: str, backward: str, by_hand: bool) -> None:

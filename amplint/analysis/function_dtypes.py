@@ -15,11 +15,13 @@ impossible by construction, and are what this module recognises:
   dequantize to the gradient's dtype), or computed from such operands only.  The gradient
   of an output has that output's dtype, the one autocast gave the forward: the backward
   computes in the precision the forward did, which is what `custom_bwd` replays.
-- **No lower-precision op, and the backward upcasts by hand** (`upcasts_by_hand`):
+- **No lower-precision op, and a backward autocast would not change** (`upcasts_by_hand`):
   neither pass (nor a function of its module that they call) runs an op autocast would
-  cast down, so autocast can only have raised the forward's ops to float32; the backward
-  turns its tensors into float32 itself (`logits[rows].float()`, `grad.float()`), as
-  autocast would have for its float32-list ops.  Both passes compute in float32.
+  cast down, so autocast can only have raised the forward's ops to float32 (which
+  `custom_fwd` without `cast_inputs` leaves as they are); and the backward turns its
+  tensors into float32 itself (`logits[rows].float()`, `grad.float()`), as autocast would
+  for its float32-list ops, or runs none of them (`_softmax_backward_data` on the saved
+  float32 softmax output: `custom_bwd` would change no op of it).
 
 Not recognised (the Function stays reported): a backward that casts to another tensor's
 dtype (`grad.to(weight.dtype)`: float32 where the forward computed in float16), a caller
@@ -31,10 +33,9 @@ from __future__ import annotations
 
 import libcst as cst
 
-from amplint.analysis.torch_api import AUTOCAST_LOWER_PRECISION_OPS, AUTOCAST_SENSITIVE_OPS
+from amplint.analysis.torch_api import AUTOCAST_FLOAT32_OPS, AUTOCAST_LOWER_PRECISION_OPS
 from amplint.analysis.walk import walk
 
-_FLOAT32_ONLY_OPS = AUTOCAST_SENSITIVE_OPS - AUTOCAST_LOWER_PRECISION_OPS
 _FLOAT32 = frozenset({"torch.float32", "torch.float"})
 # Tensor methods that change a tensor's dtype: what they return is not in its receiver's dtype.
 _RECASTS = frozenset({"to", "type", "float", "half", "bfloat16", "double", "type_as", "view_as_real", "view_as_complex"})
@@ -54,31 +55,45 @@ def computes_in_gradient_dtype(backward: cst.FunctionDef, model) -> bool:
 
 
 def upcasts_by_hand(forward: cst.FunctionDef, backward: cst.FunctionDef, model) -> bool:
-    """Neither pass runs a lower-precision op (also in the module's functions they call),
-    and the backward, which runs float32-list ops, upcasts its tensors itself."""
+    """Neither pass runs a lower-precision op (nor anything it cannot see: a function it was
+    handed, a method of ctx), also in the module's functions they call; and the backward
+    either upcasts its tensors itself or runs no op of autocast's float32 list at all (then
+    `custom_bwd`'s autocast would change none of its ops)."""
     fwd, bwd = _ops_of(forward, model), _ops_of(backward, model)
     if fwd.lower or bwd.lower:
         return False
-    return bwd.float32_ops and bwd.upcasts
+    return bwd.upcasts or not bwd.float32_ops
 
 
 class _OpKinds(cst.CSTVisitor):
     """Which kinds of ops a function runs: lower-precision, float32-list, explicit float32 casts."""
 
-    def __init__(self, model) -> None:
+    def __init__(self, model, fn: cst.FunctionDef, *, is_pass: bool) -> None:
         self.model = model
         self.lower = self.float32_ops = self.upcasts = False
         self.helpers: set[str] = set()
+        params = [p.name.value for p in (*fn.params.params, *fn.params.kwonly_params)]
+        self.ctx = params[0] if params and is_pass else None  # a helper's first parameter is no ctx
+        self.params = set(params)
 
     def visit_BinaryOperation(self, node: cst.BinaryOperation) -> None:
         if isinstance(node.operator, cst.MatrixMultiply):
             self.lower = True
+        elif isinstance(node.operator, cst.Power) or (
+                isinstance(node.operator, cst.Divide) and isinstance(node.left, (cst.Integer, cst.Float))):
+            self.float32_ops = True  # `__pow__`, `__rtruediv__`: on autocast's float32 list
 
     def visit_Call(self, node: cst.Call) -> None:
+        func = node.func
+        if isinstance(func, cst.Name) and func.value in self.params:
+            self.lower = True  # a function handed over (`run_function(*args)`): it may run anything
+        if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and func.value.value == self.ctx \
+                and func.attr.value not in _CTX_BOOKKEEPING:
+            self.lower = True  # `ctx.run_function(...)`: the same
         name = _op_name(node.func, self.model)
         if name in AUTOCAST_LOWER_PRECISION_OPS:
             self.lower = True
-        elif name in _FLOAT32_ONLY_OPS:
+        elif name in AUTOCAST_FLOAT32_OPS:
             self.float32_ops = True
         if _is_float32_cast(node, self.model):
             self.upcasts = True
@@ -86,8 +101,11 @@ class _OpKinds(cst.CSTVisitor):
             self.helpers.add(node.func.value)
 
 
+_CTX_BOOKKEEPING = frozenset({"save_for_backward", "mark_dirty", "mark_non_differentiable", "set_materialize_grads"})
+
+
 def _ops_of(fn: cst.FunctionDef, model, depth: int = 0, seen: frozenset = frozenset()) -> _OpKinds:
-    kinds = _OpKinds(model)
+    kinds = _OpKinds(model, fn, is_pass=depth == 0)
     walk(fn.body, kinds)
     if depth < _MAX_HELPER_DEPTH:
         for name in sorted(kinds.helpers):

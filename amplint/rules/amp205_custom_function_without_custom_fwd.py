@@ -58,7 +58,10 @@ class CustomFunctionWithoutCustomFwd(Rule):
     every matmul meets its operands in the gradient's dtype (`w.to(grad.dtype)`: the
     dtype autocast gave the forward's output); and a Function with no op autocast casts
     down (no matmul, linear or convolution in either pass) whose backward upcasts its
-    tensors itself (`logits[rows].float()`). The diagnostic points at the `class` line.
+    tensors itself (`logits[rows].float()`) or runs no op of autocast's float32 list
+    (`custom_bwd` would change none of its ops). An autocast that only asks for float32
+    (`autocast(dtype=torch.float32)`, which torch disables) is no autocast here. The
+    diagnostic points at the `class` line.
 
     ## Why is this bad?
     Autocast does not know a custom Function's forward: its inputs arrive in whatever
