@@ -10,6 +10,10 @@ with that argument, judged in the caller's scope, where the value comes from.
 A sink is found in the helper's own body, or one helper further (a helper that passes its
 parameter to another sink), up to `_MAX_SINK_DEPTH` levels; helpers of other modules are
 read through the project index, parsed only when their text names `set_default_dtype`.
+
+What a `with` region of such a call constructs decides whether the low default dtype
+reaches trained state (`creates_parameters`, `builds_only_frozen_modules`): modules and
+parameters built there are half; caches recomputed for modules built before it are not.
 """
 
 from __future__ import annotations
@@ -145,11 +149,11 @@ def _positional(fn: cst.FunctionDef, scope) -> list[str]:
 _SINKS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
-def _memo(model) -> dict:
-    """Per-model memo of sink parameters (a model is rebuilt when its file changes)."""
-    memo = _SINKS.get(model)
+def _memo(model, memos: "weakref.WeakKeyDictionary" = _SINKS) -> dict:
+    """Per-model memo (of sink parameters, by default; a model is rebuilt when its file changes)."""
+    memo = memos.get(model)
     if memo is None:
-        memo = _SINKS[model] = {}
+        memo = memos[model] = {}
     return memo
 
 
@@ -314,9 +318,10 @@ class _CallsIn(_StatementCalls):
 BUILD_VOCABULARY = frozenset({"parameter", Word("nn")})
 # How many helper levels a region's calls are followed; deeper, a call counts as building.
 _MAX_BUILD_DEPTH = 3
+# Builtins (`hasattr`, `isinstance`, `setattr`, `len`) build no parameter; `eval` and `exec` may run anything.
 _HARMLESS_BUILTINS = frozenset(
     name for name in dir(builtins) if name[:1].islower() and callable(getattr(builtins, name))
-) - {"__import__", "eval", "exec"}
+) - {"eval", "exec"}
 
 
 def creates_parameters(site: DefaultDtypeSet) -> bool:
@@ -379,7 +384,7 @@ def _followed_builds(call: cst.Call, scope, depth: int, *, unknown: bool) -> boo
         return unknown
     if depth >= _MAX_BUILD_DEPTH:
         return True
-    memo = _build_memo(callee.model)
+    memo = _memo(callee.model, _BUILDS)
     if callee.fn not in memo:
         memo[callee.fn] = False  # a recursive helper builds nothing through itself
         memo[callee.fn] = _builds(callee.fn.body, callee.scope, depth + 1)
@@ -414,14 +419,8 @@ def _names_a_definition(expr: cst.BaseExpression, scope) -> bool:
     return expr.value in scope.model.classes or expr.value in scope.model.functions
 
 
+# Per-model memo of what a function's definition builds (`_followed_builds`).
 _BUILDS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
-
-
-def _build_memo(model) -> dict:
-    memo = _BUILDS.get(model)
-    if memo is None:
-        memo = _BUILDS[model] = {}
-    return memo
 
 
 class _BuildCalls(cst.CSTVisitor):
