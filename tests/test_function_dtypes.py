@@ -91,3 +91,26 @@ def test_a_function_that_upcasts_by_hand(forward: str, backward: str, by_hand: b
     """
     fwd, bwd, model = passes("ctx.save_for_backward(x)\n" + forward, backward, helpers)
     assert upcasts_by_hand(fwd, bwd, model) is by_hand
+
+
+def test_a_custom_bwd_without_custom_fwd_is_no_hand_written_pair() -> None:
+    """custom_bwd reads the autocast state custom_fwd records on ctx: without custom_fwd it
+    raises in backward, whatever the backward computes, so the by-hand shapes do not excuse it."""
+    from amplint.engine import check_source
+
+    src = textwrap.dedent("""
+    import torch
+    class F(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return torch.exp(x)
+        @staticmethod
+        @torch.amp.custom_bwd(device_type="cuda")
+        def backward(ctx, g):
+            return g * 2
+    with torch.autocast("cuda"):
+        y = F.apply(x)
+    """)
+    lint = lambda text: [(d.span.line, d.code) for d in check_source(text, "<string>", select=["AMP205"])]  # noqa: E731
+    assert lint(src) == [(3, "AMP205")]
+    assert lint(src.replace('    @torch.amp.custom_bwd(device_type="cuda")\n', "")) == []  # both by hand: nothing to change

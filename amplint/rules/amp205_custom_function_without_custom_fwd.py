@@ -159,10 +159,13 @@ class CustomFunctionWithoutCustomFwd(Rule):
                 continue  # communication, indexing, copies: the autocast state changes nothing
             if upcasts_inputs(forward, model):
                 continue  # it computes in float32 by itself, as custom_fwd(cast_inputs=float32) would
-            if backward is not None and computes_in_gradient_dtype(backward, model):
-                continue  # by hand: the backward's matmuls meet in the gradient's dtype, the forward's
-            if backward is not None and upcasts_by_hand(forward, backward, model):
-                continue  # by hand: no op autocast casts down, and the backward computes in float32
+            # By hand, in place of both decorators (a custom_bwd without custom_fwd raises in
+            # backward: it reads the autocast state custom_fwd records on ctx).
+            by_hand = backward is not None and not _decorated_with(backward, "custom_bwd")
+            if by_hand and computes_in_gradient_dtype(backward, model):
+                continue  # the backward's matmuls meet in the gradient's dtype, the forward's
+            if by_hand and upcasts_by_hand(forward, backward, model):
+                continue  # no op autocast casts down, and autocast would change no op of the backward
             missing = []
             if not _decorated_with(forward, "custom_fwd"):
                 missing.append("custom_fwd")
