@@ -10,7 +10,7 @@ from pathlib import Path
 import libcst as cst
 import pytest
 
-from amplint.analysis.default_dtype import builds_only_frozen_modules, default_dtype_sets
+from amplint.analysis.default_dtype import builds_only_frozen_modules, creates_parameters, default_dtype_sets
 from amplint.analysis.model import ModuleModel
 from amplint.config import Config
 from amplint.engine import check_source
@@ -211,6 +211,92 @@ reference = build()
 model = torch.nn.Linear(8, 1)
 ''' + TRAINING)
     assert lines == []
+
+
+# --- what a region creates ---------------------------------------------------------------
+
+CLASSES = """
+class Cached(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.proj = torch.nn.Linear(8, 8)
+
+    def rope_init(self):
+        self.register_buffer("theta", torch.arange(4).float() ** 2, persistent=False)
+
+    def grow(self):
+        self.extra = torch.nn.Parameter(torch.zeros(8))
+
+    def rebuild(self):
+        self.proj = make_layer()
+
+    def renew(self):
+        self.grow()
+
+
+def make_layer():
+    return torch.nn.Linear(8, 8)
+
+
+def recompute(module):
+    module.rope_init()
+
+model = Cached()
+"""
+
+
+@pytest.mark.parametrize(
+    "body, creates",
+    [
+        # method calls on modules that exist: caches and values recomputed, no new parameter
+        ("for m in model.modules():\n        if hasattr(m, 'rope_init'):\n            m.rope_init()", False),
+        ("for m in model.modules():\n        m.to_empty(device='cpu')\n        m.reset_parameters()", False),
+        ("model.rope_init()", False),  # read: a buffer only
+        ("recompute(model)", False),  # a helper that calls it, followed
+        ("torch.nn.init.normal_(model.proj.weight)", False),  # torch functions build nothing
+        # what does build a parameter, also through the methods and helpers it calls
+        ("model.grow()", True),
+        ("model.renew()", True),
+        ("model.rebuild()", True),
+        ("layer = make_layer()", True),
+        ("model.head = torch.nn.Linear(8, 2)", True),
+        ("model.bias = torch.nn.Parameter(torch.zeros(8))", True),
+        ("other = Cached()", True),
+        # what cannot be followed counts as building
+        ("build_everything(model)", True),  # not defined anywhere
+        ("extra = model.make_extra()", True),  # a new object bound from an unknown method
+        ("model = transformers.AutoModel.from_pretrained('x')", True),  # another library's factory
+    ],
+)
+def test_what_a_region_creates(body: str, creates: bool) -> None:
+    src = HELPER + "import transformers\n" + CLASSES + f"\nwith default_dtype(torch.bfloat16):\n    {body}\n"
+    model = build(src)
+    (site,) = [s for s in default_dtype_sets(model) if s.helper is not None]
+    assert creates_parameters(site) is creates
+
+
+def test_a_default_dtype_set_outside_a_with_reaches_everything_after_it() -> None:
+    src = "import torch\nmodel = torch.nn.Linear(8, 1)\ntorch.set_default_dtype(torch.bfloat16)\nmodel.reset_parameters()\n"
+    (site,) = default_dtype_sets(build(src))
+    assert creates_parameters(site) is True
+
+
+def test_a_region_that_recomputes_caches_after_the_reported_build_is_silent() -> None:
+    # torchtune's distributed recipes: built on the meta device in bf16 (reported), sharded,
+    # then a second bf16 region only re-initialises the RoPE caches (silent)
+    src = HELPER + '''
+def setup():
+    with default_dtype(torch.bfloat16), torch.device("meta"):
+        model = torch.nn.Linear(8, 1)
+    with default_dtype(torch.bfloat16):
+        for m in model.modules():
+            if hasattr(m, "rope_init"):
+                m.rope_init()
+    return model
+
+model = setup()
+''' + TRAINING
+    assert amp303_lines(src) == [line_of(src, 'torch.device("meta")')]
 
 
 # --- across modules, one file at a time -------------------------------------------------------

@@ -69,6 +69,15 @@ class AutocastInfo:
         return self.enabled is not False
 
     @property
+    def may_reduce_precision(self) -> bool:
+        """It may run ops in a low dtype: not disabled, and not known to ask only for float32
+        (`autocast(dtype=torch.float32)` around a router gate is torch's "keep this fp32"
+        idiom: torch disables an autocast whose dtype it does not lower to)."""
+        if not self.may_be_enabled:
+            return False
+        return self.dtypes is None or not self.dtypes <= {"float32", "float64"}
+
+    @property
     def may_be_fp16(self) -> bool:
         return self.dtypes is not None and "float16" in self.dtypes
 

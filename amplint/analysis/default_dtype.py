@@ -10,10 +10,16 @@ with that argument, judged in the caller's scope, where the value comes from.
 A sink is found in the helper's own body, or one helper further (a helper that passes its
 parameter to another sink), up to `_MAX_SINK_DEPTH` levels; helpers of other modules are
 read through the project index, parsed only when their text names `set_default_dtype`.
+
+What a `with` region of such a call constructs decides whether the low default dtype
+reaches trained state (`creates_parameters`, `builds_only_frozen_modules`): modules and
+parameters built there are half; caches recomputed for modules built before it are not.
 """
 
 from __future__ import annotations
 
+import builtins
+import sys
 import weakref
 from dataclasses import dataclass
 
@@ -143,11 +149,11 @@ def _positional(fn: cst.FunctionDef, scope) -> list[str]:
 _SINKS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
-def _memo(model) -> dict:
-    """Per-model memo of sink parameters (a model is rebuilt when its file changes)."""
-    memo = _SINKS.get(model)
+def _memo(model, memos: "weakref.WeakKeyDictionary" = _SINKS) -> dict:
+    """Per-model memo (of sink parameters, by default; a model is rebuilt when its file changes)."""
+    memo = memos.get(model)
     if memo is None:
-        memo = _SINKS[model] = {}
+        memo = memos[model] = {}
     return memo
 
 
@@ -304,3 +310,148 @@ class _CallsIn(_StatementCalls):
 
     def visit_Call(self, node: cst.Call) -> None:
         self.calls.append(node)
+
+
+# --- does the region create parameters? --------------------------------------------------
+# What a function of another module must mention to be read for what it constructs: a
+# `Parameter`, a `torch.nn` class (`nn.Linear`, `from torch.nn import Linear`).
+BUILD_VOCABULARY = frozenset({"parameter", Word("nn")})
+# How many helper levels a region's calls are followed; deeper, a call counts as building.
+_MAX_BUILD_DEPTH = 3
+# Builtins (`hasattr`, `isinstance`, `setattr`, `len`) build no parameter; `eval` and `exec` may run anything.
+_HARMLESS_BUILTINS = frozenset(
+    name for name in dir(builtins) if name[:1].islower() and callable(getattr(builtins, name))
+) - {"eval", "exec"}
+
+
+def creates_parameters(site: DefaultDtypeSet) -> bool:
+    """Whether the low default dtype of `site` can reach a parameter: the call is not a
+    `with` item (the dtype stays set for everything after it), or the `with` body builds
+    something: a `torch.nn` module or `nn.Parameter`, an object of a class or factory that
+    builds one (followed into project helpers, across modules), or an object the region
+    binds from a call it cannot follow.
+
+    A body that only calls methods of modules that already exist (`for m in
+    model.modules(): m.rope_init()`, torchtune's recomputation of RoPE caches after
+    sharding; `m.to_empty(...)`, `m.reset_parameters()`) creates no parameter: theirs
+    already have a dtype, and what such a method recomputes (a buffer, a cache, values
+    written into the existing parameters) does not make the trained state half.  Such a
+    method is read when its class is known (it may still build a submodule or a new
+    Parameter); one of an object whose class cannot be known counts as recomputing.
+    """
+    root = getattr(site.scope, "node", None)
+    if not isinstance(root, (cst.FunctionDef, cst.Module)):
+        return True
+    finder = _RegionFinder(site.call)
+    walk(root, finder)
+    if finder.region is None:
+        return True
+    return _builds(finder.region, site.scope, 0, region=True)
+
+
+def _builds(body: cst.CSTNode, scope, depth: int, *, region: bool = False) -> bool:
+    """`body` (a `with` region, or a helper's definition) constructs a parameter or a module."""
+    collector = _BuildCalls()
+    walk(body, collector)
+    return any(_call_builds(call, scope, depth, bound=region and id(call) in collector.bound) for call in collector.calls)
+
+
+def _call_builds(call: cst.Call, scope, depth: int, *, bound: bool) -> bool:
+    model = scope.model
+    func = call.func
+    qual = model.qualify(func)
+    if qual is not None:
+        verdict = _library_builds(qual, model)
+        if verdict is not None:
+            return verdict
+    elif isinstance(func, cst.Attribute) and not _names_a_definition(func.value, scope):
+        # A method of an object that exists (a parameter, a local, `self.x`, a loop's
+        # module): it recomputes that object's state unless its definition builds.
+        return _followed_builds(call, scope, depth, unknown=bound)
+    elif isinstance(func, cst.Name) and func.value in _HARMLESS_BUILTINS and not scope.binds(func.value) \
+            and func.value not in model.functions and func.value not in model.classes:
+        return False
+    # A function, a class or a factory: what it builds is what its definition builds.
+    return _followed_builds(call, scope, depth, unknown=True)
+
+
+def _followed_builds(call: cst.Call, scope, depth: int, *, unknown: bool) -> bool:
+    """What the project definition `call` runs builds; `unknown` when there is none to read."""
+    from amplint.analysis.callees import resolve_call
+
+    callee = resolve_call(call, scope, BUILD_VOCABULARY)
+    if callee is None or callee.scope is None:
+        return unknown
+    if depth >= _MAX_BUILD_DEPTH:
+        return True
+    memo = _memo(callee.model, _BUILDS)
+    if callee.fn not in memo:
+        memo[callee.fn] = False  # a recursive helper builds nothing through itself
+        memo[callee.fn] = _builds(callee.fn.body, callee.scope, depth + 1)
+    return memo[callee.fn]
+
+
+def _library_builds(qual: str, model) -> bool | None:
+    """A library's callable: torch builds parameters only through `torch.nn` classes (a
+    module, `nn.Parameter`); its functions and tensor factories do not, nor does the
+    standard library.  Another library's callable may (`AutoModel.from_pretrained`).
+    None: a name of the project, to be followed."""
+    from amplint.analysis.callees import is_external
+
+    if not is_external(qual, model.path):
+        return None
+    parts = qual.split(".")
+    if parts[0] == "torch":
+        return parts[1:2] == ["nn"] and parts[-1][:1].isupper()
+    return parts[0] not in _STDLIB
+
+
+_STDLIB = frozenset(getattr(sys, "stdlib_module_names", ()))
+
+
+def _names_a_definition(expr: cst.BaseExpression, scope) -> bool:
+    """`expr` (a call's receiver) is rooted at a class or function of the module (`Net.from_config`),
+    not at an object."""
+    while isinstance(expr, cst.Attribute):
+        expr = expr.value
+    if not isinstance(expr, cst.Name) or scope.binds(expr.value):
+        return False
+    return expr.value in scope.model.classes or expr.value in scope.model.functions
+
+
+# Per-model memo of what a function's definition builds (`_followed_builds`).
+_BUILDS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+class _BuildCalls(cst.CSTVisitor):
+    """The calls a body runs (not those of functions, lambdas or classes defined in it), and
+    which of them bind a new object (`model = builder.build(cfg)`)."""
+
+    def __init__(self) -> None:
+        self.calls: list[cst.Call] = []
+        self.bound: set[int] = set()
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+        return False
+
+    def visit_ClassDef(self, node: cst.ClassDef) -> bool:
+        return False
+
+    def visit_Lambda(self, node: cst.Lambda) -> bool:
+        return False
+
+    def visit_Call(self, node: cst.Call) -> None:
+        self.calls.append(node)
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        self._bind(node.value)
+
+    def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
+        self._bind(node.value)
+
+    def visit_NamedExpr(self, node: cst.NamedExpr) -> None:
+        self._bind(node.value)
+
+    def _bind(self, value: cst.BaseExpression | None) -> None:
+        if isinstance(value, cst.Call):
+            self.bound.add(id(value))

@@ -338,9 +338,10 @@ class Precision:
 
 
 def runs_autocast(model) -> bool:
-    """The module enters an autocast context that may be enabled, or builds an enabled scaler."""
+    """The module enters an autocast context that may be enabled in a low dtype (not one that
+    only asks for float32), or builds an enabled scaler."""
     view = precision_of(model)
-    return view.enabled_scaler or any(info.may_be_enabled for _, _, info in view.autocast_sites)
+    return view.enabled_scaler or any(info.may_reduce_precision for _, _, info in view.autocast_sites)
 
 
 def autocast_from_importers(model) -> tuple[str, bool] | None:

@@ -166,3 +166,20 @@ AUTOCAST_SENSITIVE_OPS = frozenset(
      "exp", "expm1", "log", "log10", "log2", "log1p", "pow", "reciprocal", "rsqrt", "sinh", "tan", "acos", "asin",
      "cosh", "norm", "renorm", "dist", "logsumexp", "gelu", "silu"}
 )
+# Those of autocast's lower-precision (float16 / bfloat16) list, which autocast casts *down*
+# (einsum runs through bmm): under autocast they compute in the low dtype, outside it in
+# whatever dtypes their operands have, and mixed operands raise.  The others above are of
+# its float32 list: autocast only ever casts their inputs up.
+AUTOCAST_LOWER_PRECISION_OPS = frozenset(
+    {"matmul", "mm", "bmm", "addmm", "addbmm", "baddbmm", "addmv", "addr", "chain_matmul", "einsum", "linear",
+     "bilinear", "conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d", "prelu",
+     "scaled_dot_product_attention"}
+)
+# Autocast's whole float32 list (torch.amp docs, "ops that can autocast to float32"): those of
+# AUTOCAST_SENSITIVE_OPS and the reductions and losses it leaves out (`x.sum()`, `prod`,
+# `softplus`, `kl_div` ...).  The `**` operator and `number / tensor` are on it too.
+AUTOCAST_FLOAT32_OPS = (AUTOCAST_SENSITIVE_OPS - AUTOCAST_LOWER_PRECISION_OPS) | frozenset(
+    {"sum", "prod", "softmin", "softplus", "normalize", "kl_div", "l1_loss", "smooth_l1_loss",
+     "binary_cross_entropy_with_logits", "cosine_embedding_loss", "hinge_embedding_loss", "margin_ranking_loss",
+     "multilabel_margin_loss", "multi_margin_loss", "poisson_nll_loss", "soft_margin_loss", "triplet_margin_loss"}
+)

@@ -9,6 +9,7 @@ import libcst as cst
 from amplint.analysis.names import dotted
 from amplint.analysis.walk import walk
 from amplint.analysis.bindings import autocast_entered_in
+from amplint.analysis.function_dtypes import computes_in_gradient_dtype, upcasts_by_hand
 from amplint.analysis.function_body import autocast_sensitive, called_parameters, reads_autocast_state, upcasts_inputs
 from amplint.analysis.precision import active_region, autocast_from_importers, precision_of, runs_autocast
 from amplint.analysis.scaler_protocol import SCALER_USE_TOKENS
@@ -52,9 +53,15 @@ class CustomFunctionWithoutCustomFwd(Rule):
     (`torch.get_autocast_dtype(d) if torch.is_autocast_enabled(d) else x.dtype`, also
     through a helper of its module) and computes in that dtype; a Function whose every
     `Cls.apply(...)` in its module sits inside `autocast(enabled=False)`; one without any
-    backward (a namespace of inference kernels); and a `backward` that re-enters the
-    autocast state the forward recorded (a hand-written `custom_bwd`). The diagnostic
-    points at the `class` line.
+    backward (a namespace of inference kernels); a `backward` that re-enters the
+    autocast state the forward recorded (a hand-written `custom_bwd`); a `backward` whose
+    every matmul meets its operands in the gradient's dtype (`w.to(grad.dtype)`: the
+    dtype autocast gave the forward's output); and a Function with no op autocast casts
+    down (no matmul, linear or convolution in either pass) whose backward upcasts its
+    tensors itself (`logits[rows].float()`) or runs no op of autocast's float32 list
+    (`custom_bwd` would change none of its ops). An autocast that only asks for float32
+    (`autocast(dtype=torch.float32)`, which torch disables) is no autocast here. The
+    diagnostic points at the `class` line.
 
     ## Why is this bad?
     Autocast does not know a custom Function's forward: its inputs arrive in whatever
@@ -152,6 +159,13 @@ class CustomFunctionWithoutCustomFwd(Rule):
                 continue  # communication, indexing, copies: the autocast state changes nothing
             if upcasts_inputs(forward, model):
                 continue  # it computes in float32 by itself, as custom_fwd(cast_inputs=float32) would
+            # By hand, in place of both decorators (a custom_bwd without custom_fwd raises in
+            # backward: it reads the autocast state custom_fwd records on ctx).
+            by_hand = backward is not None and not _decorated_with(backward, "custom_bwd")
+            if by_hand and computes_in_gradient_dtype(backward, model):
+                continue  # the backward's matmuls meet in the gradient's dtype, the forward's
+            if by_hand and upcasts_by_hand(forward, backward, model):
+                continue  # no op autocast casts down, and autocast would change no op of the backward
             missing = []
             if not _decorated_with(forward, "custom_fwd"):
                 missing.append("custom_fwd")

@@ -6,7 +6,7 @@ import libcst as cst
 
 from amplint.analysis.bindings import call_arg
 from amplint.analysis.casts import OPTIMIZER_TOKENS
-from amplint.analysis.default_dtype import builds_only_frozen_modules, default_dtype_sets
+from amplint.analysis.default_dtype import builds_only_frozen_modules, creates_parameters, default_dtype_sets
 from amplint.analysis.steps import Kind
 from amplint.analysis.torch_api import REDUCED_DTYPE_TOKENS
 from amplint.prefilter import Attr, CodeWord, Use
@@ -36,7 +36,10 @@ class DefaultDtypeHalf(Rule):
     context manager, also in another module) counts as the call, with the dtype it is
     given: a value of a dtype map, or what a `get_dtype(cfg.dtype)` function returns.
     A `with` block that builds only modules its function freezes (`.eval()`,
-    `requires_grad_(False)`: a teacher or reference model) is not reported.
+    `requires_grad_(False)`: a teacher or reference model) is not reported, nor one that
+    creates no parameter: it only calls methods of modules built before it (recomputing
+    RoPE caches or buffers after sharding, `m.to_empty(...)`, an init in place), read in
+    the project, also in other modules, when their class is known.
 
     ## Why is this bad?
     Every floating-point tensor and parameter created afterwards is half precision:
@@ -85,7 +88,7 @@ class DefaultDtypeHalf(Rule):
         for site in default_dtype_sets(model):
             dtypes = model.bindings.values.dtypes(site.dtype, site.scope) or frozenset()
             half = sorted(dtypes & {"float16", "bfloat16"})
-            if half and not builds_only_frozen_modules(site):
+            if half and creates_parameters(site) and not builds_only_frozen_modules(site):
                 found.append((site.call, site.spelling, " or ".join(half), site))
         for site in model.calls:
             if model.qualify(site.node.func) == _SET_DEFAULT_TENSOR_TYPE:
