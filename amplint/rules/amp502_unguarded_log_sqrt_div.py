@@ -7,6 +7,7 @@ import libcst as cst
 from amplint.analysis.bindings import call_arg
 from amplint.analysis.names import dotted
 from amplint.analysis.precision import may_run_fp16, number_of, precision_of
+from amplint.analysis.reaching import dominating_value
 from amplint.rules._base import Rule
 
 _SINGULAR = {"log": "log", "log2": "log", "log10": "log", "sqrt": "sqrt", "rsqrt": "sqrt"}
@@ -15,6 +16,8 @@ _SINGULAR_QUALS = {f"torch.{n}": op for n, op in _SINGULAR.items()}
 _ZERO_PRONE = frozenset({"sum", "norm", "std", "var", "sqrt", "vector_norm"})
 # Calls whose result is bounded away from 0 (or that say the author thought about it).
 _GUARDS = frozenset({"clamp", "clamp_", "clamp_min", "clamp_min_", "clip", "clip_", "maximum", "max", "fmax", "softplus", "exp", "add", "add_"})
+# Calls whose every element is > 0: a sum of them is no zero.
+_POSITIVE = frozenset({"exp", "softmax", "sigmoid", "softplus"})
 
 
 class UnguardedLogSqrtDiv(Rule):
@@ -62,6 +65,7 @@ class UnguardedLogSqrtDiv(Rule):
 
     def check(self) -> None:
         model = self.model
+        self._judging: set = set()
         self.precision = precision_of(model)
         self.fp16_autocast = any(may_run_fp16(info) for _, _, info in self.precision.autocast_sites)
         if not self.fp16_autocast:
@@ -109,8 +113,12 @@ class UnguardedLogSqrtDiv(Rule):
         return name in _ZERO_PRONE
 
     def _guarded(self, expr: cst.BaseExpression, scope, depth: int = 0) -> bool:
-        """A literal, an addition (`x + eps`), a clamp/max, or a name assigned from one."""
+        """A literal, an addition (`x + eps`), a clamp/max, a sum of strictly positive
+        terms, or a name assigned from one."""
         if number_of(expr) is not None or isinstance(expr, (cst.Integer, cst.Float)):
+            return True
+        summed = _summed(expr)
+        if summed is not None and self._positive(summed, scope, depth):
             return True
         found = False
 
@@ -133,3 +141,42 @@ class UnguardedLogSqrtDiv(Rule):
             assigned = self.model.bindings.values.assigned(expr, scope)
             return bool(assigned) and all(self._guarded(v, s, depth + 1) for v, s in assigned)
         return False
+
+    def _positive(self, expr: cst.BaseExpression, scope, depth: int = 0) -> bool:
+        """Every element is > 0: `exp`/`softmax`/`sigmoid` of anything, a positive literal over
+        a guarded denominator (`1 / (counts + eps)`: NeMo's class weights), a name assigned
+        only from those, or such a tensor divided by a guarded denominator."""
+        if isinstance(expr, cst.Call):
+            name = expr.func.attr.value if isinstance(expr.func, cst.Attribute) else (dotted(expr.func) or "")
+            return name.split(".")[-1] in _POSITIVE
+        if isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, cst.Divide):
+            left = number_of(expr.left) if not isinstance(expr.left, cst.Integer) else float(expr.left.value)
+            numerator = (left is not None and left > 0) or self._positive(expr.left, scope, depth)
+            return numerator and self._guarded(expr.right, scope, depth + 1)
+        if depth < 3 and isinstance(expr, (cst.Name, cst.Attribute)):
+            # NB: `w = w / w.sum()` after `w = 1 / (n + eps)`: while a name is being judged its
+            # own reassignments keep what its other assignments give (a greatest fixpoint)
+            key = (id(scope), dotted(expr))
+            if key in self._judging:
+                return True
+            reaching = dominating_value(scope.node, expr, key[1]) if key[1] in scope.assignments else None
+            if reaching is not None:  # the one value the name holds here (NeMo's default of zeros is earlier)
+                return self._positive(reaching, scope, depth + 1)
+            assigned = self.model.bindings.values.assigned(expr, scope)
+            self._judging.add(key)
+            try:
+                return bool(assigned) and all(self._positive(v, s, depth + 1) for v, s in assigned)
+            finally:
+                self._judging.discard(key)
+        return False
+
+
+def _summed(expr: cst.BaseExpression) -> cst.BaseExpression | None:
+    """`x` of `x.sum(...)` / `torch.sum(x, ...)`, else None."""
+    if not isinstance(expr, cst.Call):
+        return None
+    if isinstance(expr.func, cst.Attribute) and expr.func.attr.value == "sum" and dotted(expr.func.value) != "torch":
+        return expr.func.value
+    if dotted(expr.func) == "torch.sum" and expr.args:
+        return expr.args[0].value
+    return None
