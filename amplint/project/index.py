@@ -536,6 +536,31 @@ class ProjectIndex:
                 return found
         return None
 
+    def external_bases(self, path: str, cls: str, depth: int = 0) -> list[str]:
+        """The qualified names of the classes from outside the project that class `cls` of
+        `path` derives from, through its project bases (by text): `["transformers.Trainer"]`
+        for trl's `SFTTrainer(_BaseTrainer)` with `class _BaseTrainer(Trainer)` elsewhere."""
+        text = self._text_of(path)
+        if text is None or depth > MAX_BASE_DEPTH:
+            return []
+        out: list[str] = []
+        for base in text.bases(cls):
+            head, _, rest = base.partition(".")
+            # NB: an import before a local class of the same name (a fallback stand-in).
+            if head not in text.imports:
+                if not rest and text.kinds.get(base) == "class" and base != cls:
+                    out += self.external_bases(path, base, depth + 1)
+                continue
+            module, name = text.imports[head]
+            target = module if name is None else f"{module}.{name}"
+            qualified = f"{target}.{rest}" if rest else target
+            symbol = self._locate(qualified, Path(path), 0)
+            if symbol is None:
+                out.append(qualified)
+            elif symbol.kind == "class":
+                out += self.external_bases(symbol.path, symbol.name, depth + 1)
+        return out
+
     def _text_of(self, path: str):
         got = self._text_module(Path(path))
         if got is not None:

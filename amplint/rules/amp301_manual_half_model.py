@@ -57,4 +57,6 @@ class ManualHalfModel(Rule):
         for cast in casts.module_casts:
             if casts.is_trained(cast):
                 dtype = "float16" if "float16" in cast.dtypes else "bfloat16"
-                self.report(cast.call, target=cast.target_text, dtype=dtype, spelling=cast.spelling)
+                trainer = casts.trainer_of(cast)
+                notes = (trainer,) if trainer is not None else ()
+                self.report(cast.call, target=cast.target_text, dtype=dtype, spelling=cast.spelling, notes=notes)
