@@ -147,3 +147,32 @@ def test_a_known_trainer_trains_the_model_it_is_given(body: str, found) -> None:
     # NB: the pre-filter is off: AMP301's tokens ask for an optimizer name (see the report of
     # this change); the model is what is specified here.
     assert lint("AMP301", HF.format(body=body), prefilter=False) == found
+
+
+# --- optimizer factories chosen by a string (callees.classes_held) ----------------------
+
+FACTORIES = """
+import torch
+net = torch.nn.Linear(2, 2)
+class AdamFactory:
+    @staticmethod
+    def from_args(target, args):
+        return torch.optim.Adam({optimized}, lr=args.lr)
+class NoOptimizer:
+    @staticmethod
+    def from_args(target, args):
+        return None
+FACTORIES = {{"adam": AdamFactory, "none": NoOptimizer}}
+def dynamic_import_optimizer(name):
+    return FACTORIES[name]
+def train(args, model):
+    model = model.half()
+    opt_class = dynamic_import_optimizer(args.opt)
+    optimizer = opt_class.from_args(model.parameters(), args)
+"""
+
+
+@pytest.mark.parametrize(("optimized", "found"), [("target", [(16, "AMP301")]), ("net.parameters()", [])])
+def test_a_factory_class_looked_up_by_name_builds_the_optimizer(optimized: str, found) -> None:
+    # `Adam(net.parameters())` optimizes a global, not the parameters it is handed.
+    assert lint("AMP301", FACTORIES.format(optimized=optimized), prefilter=False) == found

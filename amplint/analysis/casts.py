@@ -223,19 +223,37 @@ class Casts:
         from amplint.analysis.callees import resolve_call
 
         callee = resolve_call(call, scope)
-        inner_scope = callee.scope if callee is not None else None
-        if inner_scope is None or not inner_scope.params:
-            return None
-        model = callee.model
-        params = set(inner_scope.params)
-        for site in model.calls:
-            if site.scope is not inner_scope or not model.bindings.is_optimizer_constructor(site.node, site.scope):
+        callees = [callee] if callee is not None else self._methods_of_held_classes(call, scope)
+        for callee in callees:
+            inner_scope = callee.scope
+            if inner_scope is None or not inner_scope.params:
                 continue
-            given = call_arg(site.node, 0, "params")  # what it optimizes, not `lr=lr`
-            mentioned = {(dotted(n) or "").split(".")[0] for n in _dotted_names(given)} if given is not None else set()
-            if mentioned & params:
-                return site.node, site.scope
+            model = callee.model
+            params = set(inner_scope.params)
+            for site in model.calls:
+                if site.scope is not inner_scope or not model.bindings.is_optimizer_constructor(site.node, site.scope):
+                    continue
+                given = call_arg(site.node, 0, "params")  # what it optimizes, not `lr=lr`
+                mentioned = {(dotted(n) or "").split(".")[0] for n in _dotted_names(given)} if given is not None else set()
+                if mentioned & params:
+                    return site.node, site.scope
         return None
+
+    def _methods_of_held_classes(self, call: cst.Call, scope) -> list:
+        """`opt_class.from_args(model.parameters(), args)` where `opt_class` holds one of
+        several factory classes chosen by a string (callees.classes_held): the method of
+        each of them, any of which may run."""
+        from amplint.analysis.callees import classes_held, method_of
+
+        func = call.func
+        if not isinstance(func, cst.Attribute) or not isinstance(func.value, cst.Name):
+            return []
+        found = []
+        for cls in classes_held(func.value, scope, OPTIMIZER_VOCABULARY):
+            method = method_of(cls, func.attr.value, OPTIMIZER_VOCABULARY)
+            if method is not None:
+                found.append(method)
+        return found
 
     def _keys_through(self, expr: cst.BaseExpression, scope, depth: int, origin=None) -> set[str]:
         keys: set[str] = set()
@@ -487,6 +505,11 @@ class _DottedNameCollector(cst.CSTVisitor):
 
     def visit_Name(self, node: cst.Name) -> None:
         self.names.append(node)
+
+
+# What a function or method of another module must mention to be read as an optimizer
+# factory (the project index's relevance check; also among its texts worth reading).
+OPTIMIZER_VOCABULARY = frozenset({"optim"})
 
 
 # --- pre-filter token -------------------------------------------------------------------

@@ -846,11 +846,12 @@ def _interesting(lowered: str) -> bool:
 def _interesting_words() -> tuple[str, ...]:
     """Literal words without which no token of the vocabularies, nor of a rule's
     `imported_tokens` groups, can be in a text (checked by tests/test_projects.py)."""
+    from amplint.analysis.casts import OPTIMIZER_VOCABULARY
     from amplint.analysis.tensor_flow import RESHAPE_VOCABULARY
     from amplint.registry import ALL_RULES
 
     words = {"step", "save"}  # the two patterns of CALLEE_VOCABULARY
-    tokens = [*CALLEE_VOCABULARY, *VALUE_VOCABULARY, *RESHAPE_VOCABULARY]
+    tokens = [*CALLEE_VOCABULARY, *VALUE_VOCABULARY, *RESHAPE_VOCABULARY, *OPTIMIZER_VOCABULARY]
     for rule in ALL_RULES:
         groups = (rule.requires_any, *rule.and_requires_any)
         for i in rule.imported_tokens:
