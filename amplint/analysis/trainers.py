@@ -96,7 +96,7 @@ def _trainer_models(scope) -> set[str]:
 
 def _trainer_constructed(call: cst.Call, scope) -> str | None:
     """The trainer class a call constructs (`Trainer(...)`, a project subclass), else None."""
-    from amplint.analysis.callees import resolve_class
+    from amplint.analysis.callees import ForeignClass, resolve_class
 
     qual = scope.model.qualify(call.func)
     if qual is not None and TRAINER_CLASS.match(qual):
@@ -104,10 +104,12 @@ def _trainer_constructed(call: cst.Call, scope) -> str | None:
     if not isinstance(call.func, (cst.Name, cst.Attribute)):
         return None
     cls = resolve_class(call.func, scope.model)
-    if cls is None:
-        return None
-    info = cls.info() if hasattr(cls, "info") else cls
-    return dotted(call.func) if info is not None and trainer_base(info) is not None else None
+    if isinstance(cls, ForeignClass):
+        # NB: by the text of its module and bases: nothing is parsed for this question
+        symbol = cls.symbol
+        bases = symbol.index.external_bases(symbol.path, symbol.name)
+        return dotted(call.func) if any(TRAINER_CLASS.match(q) for q in bases) else None
+    return dotted(call.func) if cls is not None and trainer_base(cls) is not None else None
 
 
 def _model_argument(call: cst.Call) -> cst.BaseExpression | None:
