@@ -207,7 +207,13 @@ class Fp16OverflowConstant(Rule):
     only to such literals) written into a tensor with `masked_fill(_)`, `fill_`,
     `new_full`, `add_`/`sub_`/`mul_`, `torch.where` / `Tensor.where`, `full_like`,
     `torch.full(..., dtype=<maybe float16>)`, or an index/slice assignment
-    (`x[mask] = -1e9`, `x[i] += 1e5`), in code that runs in float16.
+    (`x[mask] = -1e9`, `x[i] += 1e5`), in code that runs in float16. A float32
+    tensor that holds such a value (`torch.where(m > 0, 0.0, -1e10)`) is reported
+    (at the literal, with a note on the place) when it later reaches float16: cast
+    with `.to`/`.type`/`.type_as`/`.half()` to a
+    dtype that may be float16, or written in place into a float16 tensor
+    (`scores += bias`), after sums, reshapes, project helpers that only rearrange
+    it, and returns to a caller in the same module.
     `float("-inf")`, `-1e4` and other values that fit are fine.
 
     How the rule knows the code runs in float16 (no configuration needed): the
