@@ -141,6 +141,8 @@ from transformers import Trainer
         ("class T(Trainer):\n    def setup(self):\n        self.ref_model.half()", []),
         ("class T:\n    def setup(self):\n        self.model.half()", []),
         ("def run(model, other):\n    other = other.half()\n    Trainer(model=model).train()", []),
+        # a frozen base under PEFT adapters: only the adapters (fp32) train
+        ("def run(model, cfg):\n    model = model.half()\n    model = get_peft_model(model, cfg)\n    Trainer(model=model).train()", []),
     ],
 )
 def test_a_known_trainer_trains_the_model_it_is_given(body: str, found) -> None:

@@ -275,10 +275,16 @@ class Casts:
     def is_trained(self, cast: ModuleCast) -> bool:
         """Some optimizer receives parameters of the cast module (or of its parent), or a
         known trainer class trains it (analysis/trainers.py)."""
-        if self._upcast_after(cast) or self._after_training(cast):
+        from amplint.analysis.trainers import handed_to_trainer
+
+        if self._upcast_after(cast):
             return False
         if not cast.trainable and self._frozen_base(cast):
             return False  # NB: the parameters that require grad after `get_peft_model` are the adapters
+        if handed_to_trainer(cast.target_text, cast.scope) is not None:
+            return True  # a trainer built here trains it, also after other training here
+        if self._after_training(cast):
+            return False
         for _, keys in self.optimizer_inputs:
             for k in keys:
                 if k == cast.key or cast.key.startswith(k + ".") or k.startswith(cast.key + "."):

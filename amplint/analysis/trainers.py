@@ -73,6 +73,13 @@ def trained_by_trainer(text: str, scope) -> str | None:
         trained = _trainer_models(scope)
         if text in trained or text in _unwrapped_aliases(scope, trained):
             return f"`{cls.name}` is a `{base}`, which trains it"
+    return handed_to_trainer(text, scope)
+
+
+def handed_to_trainer(text: str, scope) -> str | None:
+    """Why the module `text` holds is trained by a trainer built in the same function
+    (`Trainer(model=model, ...)`), or None.  The trainer trains it whenever it runs, also
+    after other training in that function (no export-after-training cast then)."""
     for site in scope.model.calls:
         if site.scope is not scope:
             continue
