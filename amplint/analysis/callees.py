@@ -31,6 +31,7 @@ from pathlib import Path
 import libcst as cst
 
 from amplint.analysis.names import dotted
+from amplint.analysis.walk import walk
 
 # Roots that are never the project's own modules: asking the file system about every
 # `torch.nn.functional` call would only cost time.
@@ -279,3 +280,94 @@ def _branches(expr):
     from amplint.analysis.values import value_branches
 
     return value_branches(expr)
+
+
+# --- classes held as values ------------------------------------------------------------
+# How many classes a name may hold before we stop listing them (a registry of dozens).
+_MAX_HELD_CLASSES = 16
+
+
+def classes_held(expr: cst.BaseExpression, scope, vocabulary: frozenset | None = None) -> list:
+    """The project classes a name may hold as class objects (not instances), every
+    possibility: `opt_class = dynamic_import_optimizer(args.opt)` where the function
+    returns `OPTIMIZER_FACTORY_DICT[name]`, a dict of classes in another module
+    (espnet's string-keyed factories), or `cls = A if flag else B`.
+
+    `vocabulary`: what a function of another module that returns them must mention to be
+    read (resolve_call)."""
+    if not isinstance(expr, (cst.Name, cst.Attribute)):
+        return []
+    out: list = []
+    for value, vscope in scope.model.bindings.values.assigned(expr, scope):
+        for branch in _branches(value):
+            if isinstance(branch, cst.Call):
+                callee = resolve_call(branch, vscope, vocabulary)
+                inner = callee.scope if callee is not None else None
+                if inner is not None:
+                    for returned in _returned(callee.fn):
+                        out += _classes_named(returned, inner)
+            else:
+                out += _classes_named(branch, vscope)
+            if len(out) > _MAX_HELD_CLASSES:
+                return out[:_MAX_HELD_CLASSES]
+    unique: list = []
+    for cls in out:
+        if cls not in unique:
+            unique.append(cls)
+    return unique
+
+
+def _classes_named(expr: cst.BaseExpression, scope) -> list:
+    """A class expression, or an item of a dict or list of classes (`REGISTRY[name]`)."""
+    if isinstance(expr, cst.Subscript):
+        out = []
+        for container, model in _container_values(expr.value, scope):
+            for element in container.elements:
+                value = getattr(element, "value", None)
+                if value is not None and dotted(value) is not None:
+                    cls = resolve_class(value, model)
+                    if cls is not None:
+                        out.append(cls)
+        return out
+    cls = resolve_class(expr, scope.model) if dotted(expr) is not None else None
+    return [cls] if cls is not None else []
+
+
+def _container_values(expr: cst.BaseExpression, scope) -> list:
+    """(literal container, the ModuleModel it is written in) for each dict, list or tuple a
+    name is bound to, also a module-level one imported from a project module (`from
+    espnet.optimizer.pytorch import OPTIMIZER_FACTORY_DICT`, inside the function too)."""
+    containers = (cst.Dict, cst.List, cst.Tuple)
+    found = [(v, s.model) for v, s in scope.model.bindings.values.assigned(expr, scope) if isinstance(v, containers)]
+    if found or not isinstance(expr, cst.Name):
+        return found
+    qual = scope.model.imports.qualify_text(expr.value)
+    symbol = project_symbol(qual, scope.model) if qual is not None else None
+    if symbol is None or symbol.kind != "value" or symbol.model is None:
+        return []
+    module = symbol.model
+    values = module.module_scope.assignments.get(symbol.name.split(".")[-1], [])
+    return [(v, module) for v in values if isinstance(v, containers)]
+
+
+def _returned(fn: cst.FunctionDef) -> list[cst.BaseExpression]:
+    collector = _Returns()
+    walk(fn.body, collector)
+    return collector.values
+
+
+class _Returns(cst.CSTVisitor):
+    """The values of a function's own `return` statements (not of nested functions)."""
+
+    def __init__(self) -> None:
+        self.values: list[cst.BaseExpression] = []
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+        return False
+
+    def visit_Lambda(self, node: cst.Lambda) -> bool:
+        return False
+
+    def visit_Return(self, node: cst.Return) -> None:
+        if node.value is not None:
+            self.values.append(node.value)

@@ -38,6 +38,9 @@ class ModuleCast:
     key: str
     dtypes: frozenset[str]
     spelling: str  # `.half()`, `.to(torch.bfloat16)`, `from_pretrained(torch_dtype=...)`
+    # `p.data = p.data.to(...)` for the parameters of the target that require grad
+    # (`if p.requires_grad:`): the trainable ones by the code's own word.
+    trainable: bool = False
 
 
 class Casts:
@@ -115,13 +118,33 @@ class Casts:
                 continue
             if self._undone_by_chain(call, scope):
                 continue
-            target = self._target_of(call, scope)
+            trainable = False
+            per_parameter = self._parameter_data_casts.get(id(call))
+            if per_parameter is not None:
+                text, sense = per_parameter
+                if sense is False:
+                    continue  # only the frozen parameters (`if not p.requires_grad:`)
+                target, trainable = (text, scope), sense is True
+                receiver = dotted(func.value)
+                spelling = f"{receiver.split('.')[0]}.data = {receiver}{spelling}"  # on each of its parameters
+            else:
+                target = self._target_of(call, scope)
             if target is None:
                 continue
             text, tscope = target
             key = self.b.key(cst.parse_expression(text), tscope)
-            found.append(ModuleCast(call, scope, text, key, dtypes & frozenset({"float16", "bfloat16"}), spelling))
+            found.append(ModuleCast(call, scope, text, key, dtypes & frozenset({"float16", "bfloat16"}), spelling, trainable))
         return found
+
+    @cached_property
+    def _parameter_data_casts(self) -> dict[int, tuple[str, bool | None]]:
+        """id(cast call) -> (module text, requires_grad sense) for `p.data = p.data.to(dtype)`
+        in `for p in module.parameters()` / `for n, p in module.named_parameters()`: the
+        module's parameters change dtype in place.  The sense is True under `if
+        p.requires_grad`, False under `if not p.requires_grad` (frozen ones only), else None."""
+        collector = _ParameterLoops()
+        walk(self.model.module, collector)
+        return collector.casts
 
     def _to_dtypes(self, call: cst.Call, scope) -> frozenset[str] | None:
         exprs = [a.value for a in call.args if a.keyword is None and not a.star]
@@ -200,19 +223,37 @@ class Casts:
         from amplint.analysis.callees import resolve_call
 
         callee = resolve_call(call, scope)
-        inner_scope = callee.scope if callee is not None else None
-        if inner_scope is None or not inner_scope.params:
-            return None
-        model = callee.model
-        params = set(inner_scope.params)
-        for site in model.calls:
-            if site.scope is not inner_scope or not model.bindings.is_optimizer_constructor(site.node, site.scope):
+        callees = [callee] if callee is not None else self._methods_of_held_classes(call, scope)
+        for callee in callees:
+            inner_scope = callee.scope
+            if inner_scope is None or not inner_scope.params:
                 continue
-            given = call_arg(site.node, 0, "params")  # what it optimizes, not `lr=lr`
-            mentioned = {(dotted(n) or "").split(".")[0] for n in _dotted_names(given)} if given is not None else set()
-            if mentioned & params:
-                return site.node, site.scope
+            model = callee.model
+            params = set(inner_scope.params)
+            for site in model.calls:
+                if site.scope is not inner_scope or not model.bindings.is_optimizer_constructor(site.node, site.scope):
+                    continue
+                given = call_arg(site.node, 0, "params")  # what it optimizes, not `lr=lr`
+                mentioned = {(dotted(n) or "").split(".")[0] for n in _dotted_names(given)} if given is not None else set()
+                if mentioned & params:
+                    return site.node, site.scope
         return None
+
+    def _methods_of_held_classes(self, call: cst.Call, scope) -> list:
+        """`opt_class.from_args(model.parameters(), args)` where `opt_class` holds one of
+        several factory classes chosen by a string (callees.classes_held): the method of
+        each of them, any of which may run."""
+        from amplint.analysis.callees import classes_held, method_of
+
+        func = call.func
+        if not isinstance(func, cst.Attribute) or not isinstance(func.value, cst.Name):
+            return []
+        found = []
+        for cls in classes_held(func.value, scope, OPTIMIZER_VOCABULARY):
+            method = method_of(cls, func.attr.value, OPTIMIZER_VOCABULARY)
+            if method is not None:
+                found.append(method)
+        return found
 
     def _keys_through(self, expr: cst.BaseExpression, scope, depth: int, origin=None) -> set[str]:
         keys: set[str] = set()
@@ -232,14 +273,29 @@ class Casts:
         return keys
 
     def is_trained(self, cast: ModuleCast) -> bool:
-        """Some optimizer receives parameters of the cast module (or of its parent)."""
-        if self._upcast_after(cast) or self._frozen_base(cast) or self._after_training(cast):
+        """Some optimizer receives parameters of the cast module (or of its parent), or a
+        known trainer class trains it (analysis/trainers.py)."""
+        from amplint.analysis.trainers import handed_to_trainer
+
+        if self._upcast_after(cast):
+            return False
+        if not cast.trainable and self._frozen_base(cast):
+            return False  # NB: the parameters that require grad after `get_peft_model` are the adapters
+        if handed_to_trainer(cast.target_text, cast.scope) is not None:
+            return True  # a trainer built here trains it, also after other training here
+        if self._after_training(cast):
             return False
         for _, keys in self.optimizer_inputs:
             for k in keys:
                 if k == cast.key or cast.key.startswith(k + ".") or k.startswith(cast.key + "."):
                     return True
-        return False
+        return self.trainer_of(cast) is not None
+
+    def trainer_of(self, cast: ModuleCast) -> str | None:
+        """Why a trainer of another package trains the cast module (a note), else None."""
+        from amplint.analysis.trainers import trained_by_trainer
+
+        return trained_by_trainer(cast.target_text, cast.scope)
 
     def _after_training(self, cast: ModuleCast) -> bool:
         """`model.half()` for an fp16 export once the function's training is over.
@@ -325,7 +381,7 @@ def _non_local(expr: cst.BaseExpression, scope) -> bool:
 
 
 # Module methods that return the module itself, so `m.to(...).eval()` is still `m`.
-_MODULE_RETURNING = frozenset(
+MODULE_RETURNING = frozenset(
     {"to", "cuda", "cpu", "xpu", "npu", "eval", "train", "requires_grad_", "half", "bfloat16", "float", "double", "to_empty"}
 )
 
@@ -335,10 +391,89 @@ def _chained_receiver(node: cst.BaseExpression) -> cst.Call | None:
     if (
         isinstance(node, cst.Call)
         and isinstance(node.func, cst.Attribute)
-        and node.func.attr.value in _MODULE_RETURNING
+        and node.func.attr.value in MODULE_RETURNING
         and isinstance(node.func.value, cst.Call)
     ):
         return node.func.value
+    return None
+
+
+class _ParameterLoops(cst.CSTVisitor):
+    """`p.data = <cast>` inside `for [name,] p in module[.named]_parameters()` (see
+    Casts._parameter_data_casts), with what the enclosing `if`s say of `p.requires_grad`."""
+
+    def __init__(self) -> None:
+        self.casts: dict[int, tuple[str, bool | None]] = {}
+        self.loops: list[tuple[str, str, int]] = []  # (parameter name, module text, depth of senses)
+        self.senses: list[bool | None] = []
+        self._parameter_loops: set[int] = set()  # id of each For node pushed on `loops`
+
+    def visit_For(self, node: cst.For) -> None:
+        it = node.iter
+        if not (isinstance(it, cst.Call) and isinstance(it.func, cst.Attribute) and it.func.attr.value in _PARAMETER_ACCESSORS):
+            return
+        module = dotted(it.func.value)
+        target = node.target
+        if isinstance(target, cst.Tuple) and target.elements:
+            target = target.elements[-1].value
+        if module is not None and isinstance(target, cst.Name):
+            self.loops.append((target.value, module, len(self.senses)))
+            self._parameter_loops.add(id(node))
+
+    def leave_For(self, original_node: cst.For) -> None:
+        if id(original_node) in self._parameter_loops:
+            self._parameter_loops.discard(id(original_node))
+            self.loops.pop()
+
+    def visit_If_body(self, node: cst.If) -> None:
+        self.senses.append(self._sense(node.test))
+
+    def leave_If_body(self, node: cst.If) -> None:
+        self.senses.pop()
+
+    def visit_If_orelse(self, node: cst.If) -> None:
+        sense = self._sense(node.test) if not isinstance(node.test, cst.BooleanOperation) else None
+        self.senses.append(None if sense is None else not sense)
+
+    def leave_If_orelse(self, node: cst.If) -> None:
+        self.senses.pop()
+
+    def _sense(self, test: cst.BaseExpression) -> bool | None:
+        if not self.loops:
+            return None
+        return _requires_grad_sense(test, self.loops[-1][0])
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        if not self.loops or not isinstance(node.value, cst.Call):
+            return
+        param, module, depth = self.loops[-1]
+        if not any(dotted(t.target) == f"{param}.data" for t in node.targets):
+            return
+        func = node.value.func
+        if isinstance(func, cst.Attribute) and dotted(func.value) in (param, f"{param}.data"):
+            senses = [s for s in self.senses[depth:] if s is not None]
+            sense = False if False in senses else True if senses else None
+            self.casts[id(node.value)] = (module, sense)
+
+
+def _requires_grad_sense(test: cst.BaseExpression, param: str) -> bool | None:
+    """What `test` says of `<param>.requires_grad` when it holds: True, False or None."""
+    if dotted(test) == f"{param}.requires_grad":
+        return True
+    if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+        inner = _requires_grad_sense(test.expression, param)
+        return None if inner is None else not inner
+    if isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.And):
+        left, right = _requires_grad_sense(test.left, param), _requires_grad_sense(test.right, param)
+        return left if left is not None else right
+    if isinstance(test, cst.Comparison) and len(test.comparisons) == 1 and dotted(test.left) == f"{param}.requires_grad":
+        target = test.comparisons[0]
+        if isinstance(target.comparator, cst.Name) and target.comparator.value in ("True", "False"):
+            value = target.comparator.value == "True"
+            if isinstance(target.operator, (cst.Equal, cst.Is)):
+                return value
+            if isinstance(target.operator, (cst.NotEqual, cst.IsNot)):
+                return not value
     return None
 
 
@@ -376,6 +511,11 @@ class _DottedNameCollector(cst.CSTVisitor):
 
     def visit_Name(self, node: cst.Name) -> None:
         self.names.append(node)
+
+
+# What a function or method of another module must mention to be read as an optimizer
+# factory (the project index's relevance check; also among its texts worth reading).
+OPTIMIZER_VOCABULARY = frozenset({"optim"})
 
 
 # --- pre-filter token -------------------------------------------------------------------

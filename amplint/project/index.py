@@ -539,6 +539,31 @@ class ProjectIndex:
                 return found
         return None
 
+    def external_bases(self, path: str, cls: str, depth: int = 0) -> list[str]:
+        """The qualified names of the classes from outside the project that class `cls` of
+        `path` derives from, through its project bases (by text): `["transformers.Trainer"]`
+        for trl's `SFTTrainer(_BaseTrainer)` with `class _BaseTrainer(Trainer)` elsewhere."""
+        text = self._text_of(path)
+        if text is None or depth > MAX_BASE_DEPTH:
+            return []
+        out: list[str] = []
+        for base in text.bases(cls):
+            head, _, rest = base.partition(".")
+            # NB: an import before a local class of the same name (a fallback stand-in).
+            if head not in text.imports:
+                if not rest and text.kinds.get(base) == "class" and base != cls:
+                    out += self.external_bases(path, base, depth + 1)
+                continue
+            module, name = text.imports[head]
+            target = module if name is None else f"{module}.{name}"
+            qualified = f"{target}.{rest}" if rest else target
+            symbol = self._locate(qualified, Path(path), 0)
+            if symbol is None:
+                out.append(qualified)
+            elif symbol.kind == "class":
+                out += self.external_bases(symbol.path, symbol.name, depth + 1)
+        return out
+
     def _text_of(self, path: str):
         got = self._text_module(Path(path))
         if got is not None:
@@ -824,10 +849,12 @@ def _interesting(lowered: str) -> bool:
 def _interesting_words() -> tuple[str, ...]:
     """Literal words without which no token of the vocabularies, nor of a rule's
     `imported_tokens` groups, can be in a text (checked by tests/test_projects.py)."""
+    from amplint.analysis.casts import OPTIMIZER_VOCABULARY
+    from amplint.analysis.tensor_flow import RESHAPE_VOCABULARY
     from amplint.registry import ALL_RULES
 
     words = {"step", "save"}  # the two patterns of CALLEE_VOCABULARY
-    tokens = [*CALLEE_VOCABULARY, *VALUE_VOCABULARY]
+    tokens = [*CALLEE_VOCABULARY, *VALUE_VOCABULARY, *RESHAPE_VOCABULARY, *OPTIMIZER_VOCABULARY]
     for rule in ALL_RULES:
         groups = (rule.requires_any, *rule.and_requires_any)
         for i in rule.imported_tokens:

@@ -12,7 +12,15 @@ class ManualHalfModel(Rule):
     ## What it does
     Flags `.half()`, `.bfloat16()`, `.to(torch.float16)` / `.to(dtype=...)` with a
     dtype that can be float16 or bfloat16, and `from_pretrained(...,
-    torch_dtype=torch.float16)` on a module whose parameters reach an optimizer.
+    torch_dtype=torch.float16)` on a module whose parameters reach an optimizer,
+    also `p.data = p.data.to(torch.bfloat16)` over `module.named_parameters()`
+    (not under `if not p.requires_grad`: frozen parameters only). An optimizer is
+    reached directly, through a project factory (also a factory class looked up by
+    name, `dynamic_import_optimizer(args.opt).from_args(model.parameters(), args)`),
+    or through another package's trainer: a module handed to `transformers.Trainer`
+    (or trl's and sentence-transformers' trainers), and in a subclass of one (also
+    through the project's own base classes) `self.model`, the model passed to
+    `super().__init__(model=...)` and what an `unwrap...` helper yields for them.
 
     ## Why is this bad?
     Converting the whole model is not mixed precision: the optimizer then holds
@@ -57,4 +65,6 @@ class ManualHalfModel(Rule):
         for cast in casts.module_casts:
             if casts.is_trained(cast):
                 dtype = "float16" if "float16" in cast.dtypes else "bfloat16"
-                self.report(cast.call, target=cast.target_text, dtype=dtype, spelling=cast.spelling)
+                trainer = casts.trainer_of(cast)
+                notes = (trainer,) if trainer is not None else ()
+                self.report(cast.call, target=cast.target_text, dtype=dtype, spelling=cast.spelling, notes=notes)

@@ -10,6 +10,7 @@ import libcst as cst
 from amplint.analysis.bindings import call_arg
 from amplint.analysis.names import dotted
 from amplint.analysis.precision import may_run_fp16, number_of, overflows_fp16, precision_of
+from amplint.analysis.tensor_flow import Sink, flows_from
 from amplint.analysis.torch_api import FLOAT16_NOT_BFLOAT16
 from amplint.diagnostics import Applicability
 from amplint.prefilter import STRING_ESCAPE, CodePattern, Word, closing_bracket, identifier_span
@@ -206,7 +207,13 @@ class Fp16OverflowConstant(Rule):
     only to such literals) written into a tensor with `masked_fill(_)`, `fill_`,
     `new_full`, `add_`/`sub_`/`mul_`, `torch.where` / `Tensor.where`, `full_like`,
     `torch.full(..., dtype=<maybe float16>)`, or an index/slice assignment
-    (`x[mask] = -1e9`, `x[i] += 1e5`), in code that runs in float16.
+    (`x[mask] = -1e9`, `x[i] += 1e5`), in code that runs in float16. A float32
+    tensor that holds such a value (`torch.where(m > 0, 0.0, -1e10)`) is reported
+    (at the literal, with a note on the place) when it later reaches float16: cast
+    with `.to`/`.type`/`.type_as`/`.half()` to a
+    dtype that may be float16, or written in place into a float16 tensor
+    (`scores += bias`), after sums, reshapes, project helpers that only rearrange
+    it, and returns to a caller in the same module.
     `float("-inf")`, `-1e4` and other values that fit are fine.
 
     How the rule knows the code runs in float16 (no configuration needed): the
@@ -299,9 +306,14 @@ class Fp16OverflowConstant(Rule):
         if qual == "torch.where":
             cond_x, other = call_arg(call, 1, "input"), call_arg(call, 2, "other")
             for value, tensor in ((cond_x, other), (other, cond_x)):
-                # NB: with two Python scalars the result has the default dtype (float32).
-                if value is not None and tensor is not None and not self._is_scalar(tensor):
+                if value is None or tensor is None:
+                    continue
+                if not self._is_scalar(tensor):
                     self._sink(call, tensor, value, scope)
+                else:
+                    # NB: with two Python scalars the result has the default dtype
+                    # (float32): the value overflows only where it later meets float16.
+                    self._float32_holder(call, value, scope)
             return
         if qual == "torch.masked_fill":
             self._sink(call, call_arg(call, 0, "input"), call_arg(call, 2, "value"), scope)
@@ -347,13 +359,39 @@ class Fp16OverflowConstant(Rule):
             if value is not None:
                 self._sink(where, None, value, scope, dtype_expr=dtype if dotted(dtype) is not None else None)
 
-    def _sink(self, node, tensor, value, scope, dtype_expr=None) -> None:
+    def _float32_holder(self, made: cst.Call, value, scope) -> None:
+        """`made` is a float32 tensor holding `value`: report where it reaches float16 later
+        (`bias.type(scores.dtype)`, `scores += bias`, also through a helper's return)."""
+        if self._overflowing(value, scope) is None:
+            return
+        for sink in flows_from(made, scope):
+            if self._may_be_fp16_sink(sink):
+                line = self.model.module.code_for_node(sink.node).strip().splitlines()[0]
+                self._sink(made, None, value, scope, related=((sink.scope.model, sink.node, f"it reaches float16 here: `{line[:60]}`"),))
+                return
+
+    def _may_be_fp16_sink(self, sink: Sink) -> bool:
+        if sink.kind == "inplace":
+            return sink.tensor is not None and not self._full_precision_tensor(sink.tensor, sink.scope)
+        if sink.dtype is None:
+            return True  # `.half()`
+        dtypes = self.model.bindings.values.dtypes(sink.dtype, sink.scope)
+        if dtypes is not None:
+            return "float16" in dtypes
+        # An unknown dtype: another tensor's (`scores.dtype`) or a name for one; not a device.
+        if isinstance(sink.dtype, cst.Attribute) and sink.dtype.attr.value == "dtype":
+            return not self._full_precision_tensor(sink.dtype.value, sink.scope)
+        return "dtype" in (dotted(sink.dtype) or "").split(".")[-1].lower()
+
+    def _sink(self, node, tensor, value, scope, dtype_expr=None, related=()) -> None:
         if value is None:
             return
         literal = self._overflowing(value, scope)
         if literal is None:
             return
         if tensor is not None and self._full_precision_tensor(tensor, scope):
+            if isinstance(node, cst.Call):
+                self._float32_holder(node, value, scope)
             return
         regions = self.precision.regions_of(node)
         region = self.precision.active(node)
@@ -382,6 +420,7 @@ class Fp16OverflowConstant(Rule):
             statement,
             changes=[Replace(value, replacement)] if replacement else None,
             notes=(why,),
+            related=related,
             literal=text,
             replacement=replacement or f"torch.finfo(<tensor>.dtype).{bound}",
         )

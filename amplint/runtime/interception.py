@@ -18,6 +18,8 @@ Events (arguments):
   backward(api, tensors)                   Tensor.backward / autograd.backward / autograd.grad
   autocast_enter(ctx)                      after an autocast context is entered
   module_cast(module, dtype, how)          after .half() / .bfloat16() / .to(low precision)
+  parameter_cast(param, dtype)             after `param.data = <low-precision tensor>` on a
+                                           float32 Parameter (QLoRA's adapter casts)
   save(obj)                                before torch.save
   load_state(obj)                          before Optimizer/GradScaler.load_state_dict
   set_default_dtype(dtype)                 after torch.set_default_dtype
@@ -46,7 +48,7 @@ import torch
 
 from amplint.runtime import torch_state
 from amplint.runtime.attribution import Site, user_site, user_stack
-from amplint.runtime.patching import Handle, wrap
+from amplint.runtime.patching import Handle, Patch, wrap
 
 
 class AmpState:
@@ -128,7 +130,7 @@ class AmpFacts:
 SITE_EVENTS = frozenset(
     {
         "scaler_init", "scale", "unscale_pre", "scaler_step_pre", "update_pre", "opt_init", "opt_step_pre",
-        "clip_pre", "backward", "autocast_enter", "module_cast", "save", "set_default_dtype", "load_state",
+        "clip_pre", "backward", "autocast_enter", "module_cast", "parameter_cast", "save", "set_default_dtype", "load_state",
     }
 )
 
@@ -370,6 +372,19 @@ def install(bus: Bus):
     yield wrap(torch.nn.Module, "half", w_cast("half", torch.float16))
     yield wrap(torch.nn.Module, "bfloat16", w_cast("bfloat16", torch.bfloat16))
     yield wrap(torch.nn.Module, "to", w_cast("to", None))
+
+    # `param.data = param.data.to(torch.bfloat16)`: the parameter changes dtype in place, no
+    # module method runs.  NB: a property on Parameter only (plain tensors keep the C getset
+    # descriptor); reading `.data` goes through it too, so the getter stays a bare delegate.
+    data = torch._C.TensorBase.data
+
+    def set_data(param, value):
+        before = param.dtype
+        data.__set__(param, value)
+        if value.dtype in low and before not in low:
+            emit("parameter_cast", param, value.dtype)
+
+    yield Patch(torch.nn.Parameter, "data", property(data.__get__, set_data))
 
     # --- checkpoints and default dtype -------------------------------------------------------
     def w_save(orig):

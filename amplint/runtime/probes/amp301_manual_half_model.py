@@ -13,7 +13,8 @@ from amplint.runtime.probes._base import Probe
 
 
 class ManualHalfModelProbe(Probe):
-    """Remembers where each parameter was cast to low precision (.half(), .bfloat16(), .to(dtype));
+    """Remembers where each parameter was cast to low precision (.half(), .bfloat16(), .to(dtype),
+    or `param.data = <low-precision tensor>`);
     at an optimizer's first step, low-precision parameters it holds confirm the cast site.
     Evidence: dtypes, the optimizer, how many parameters; the share of updates lost comes from the
     AMP903 probe's measurement (event `lost_updates`).  A parameter never cast but created in
@@ -28,6 +29,7 @@ class ManualHalfModelProbe(Probe):
         self.confirmed: dict[int, list] = {}
         self.by_default_dtype: set[int] = set()  # id(parameter) created low by the default dtype
         yield self.on("module_cast", self._cast)
+        yield self.on("parameter_cast", self._parameter_cast)
         yield register_module_parameter_registration_hook(self._registered)
         yield self.on("opt_step_pre", self._step)
         yield self.bus.subscribe("lost_updates", self._lost)
@@ -36,6 +38,9 @@ class ManualHalfModelProbe(Probe):
         stack = user_stack(1)
         for p in module.parameters():
             self.cast_site[id(p)] = (stack, torch_state.dtype_name(dtype), how)
+
+    def _parameter_cast(self, param, dtype):
+        self.cast_site[id(param)] = (user_stack(1), torch_state.dtype_name(dtype), "data")
 
     def _registered(self, module, name, param):
         if param is not None and param.dtype in torch_state.LOW_PRECISION and torch.get_default_dtype() in torch_state.LOW_PRECISION:
