@@ -528,3 +528,15 @@ def test_amp501_literal_token_accepts_every_readable_literal_of_real_code() -> N
         for found in pool.map(_literal_context_misses, sorted(CORPUS.rglob("*.py")), chunksize=16):
             misses.extend(found)
     assert misses == []
+
+
+def test_amp301_passes_a_trainer_or_an_optimizer_lookup_without_an_optimizer_named() -> None:
+    """analysis/trainers.py and callees.classes_held train a model with no optimizer package
+    or factory spelled in the module (trl's Trainer subclasses, espnet's lm.py)."""
+    rule = registry.BY_CODE["AMP301"]
+    cast = "model = model.to(torch.bfloat16)\n"
+    assert not may_fire(cast + "print(model)\n", (rule,))
+    assert not may_fire(cast + 'log("the trainer saves it")\n', (rule,))
+    for training in ("class QLoRATrainer(BaseTrainer):\n    pass\n", "t = Trainer(model=model)\n",
+                     "opt_class = dynamic_import_optimizer(args.opt)\n"):
+        assert may_fire(cast + training, (rule,)), training

@@ -550,3 +550,46 @@ class _OptimizerName:
 
 
 OPTIMIZER_TOKENS = (_OptimizerName(),)
+
+
+class _TrainerName:
+    """Pre-filter token for "hands the model to a trainer" (analysis/trainers.py): an
+    identifier ending in `trainer` (`Trainer`, `SFTTrainer`, `BaseTrainer`), outside strings.
+    Such a trainer builds the optimizer itself: the module names none."""
+
+    outside_strings = True
+
+    def search(self, text: str) -> bool:
+        at = text.find("trainer")
+        while at != -1:
+            end = at + len("trainer")
+            if end >= len(text) or not (text[end].isalnum() or text[end] == "_"):
+                return True
+            at = text.find("trainer", end)
+        return False
+
+
+class _OptimizerLookup:
+    """Pre-filter token for an optimizer class looked up by a call (`callees.classes_held`:
+    espnet's `dynamic_import_optimizer(args.opt)`): a called identifier that contains
+    `optimizer`, outside strings."""
+
+    outside_strings = True
+
+    def search(self, text: str) -> bool:
+        at = text.find("optimizer")
+        while at != -1:
+            _, end = identifier_span(text, at, at + len("optimizer"))
+            after = end
+            while after < len(text) and text[after] in " \t":
+                after += 1
+            if after < len(text) and text[after] == "(":
+                return True
+            at = text.find("optimizer", end)
+        return False
+
+
+# An optimizer built by a class looked up by name; and what trains a model without an
+# optimizer spelled in its module: that, or a trainer.
+OPTIMIZER_LOOKUP_TOKENS = (*OPTIMIZER_TOKENS, _OptimizerLookup())
+TRAINING_TOKENS = (*OPTIMIZER_LOOKUP_TOKENS, _TrainerName())

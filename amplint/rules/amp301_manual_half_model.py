@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from amplint.analysis.casts import OPTIMIZER_TOKENS
+from amplint.analysis.casts import TRAINING_TOKENS
 from amplint.analysis.torch_api import REDUCED_DTYPE_TOKENS
 from amplint.rules._base import Rule
 
@@ -56,9 +56,10 @@ class ManualHalfModel(Rule):
     name = "manual-half-model"
     message = "`{target}` is cast to {dtype} with `{spelling}` and then trained: the optimizer holds {dtype} weights"
     # Pre-filter: a reduced dtype is spelled (REDUCED_DTYPE_TOKENS); the module must reach an
-    # optimizer: OPTIMIZER_PACKAGES or a `create_optimizer`-like helper (casts.py).
+    # optimizer: OPTIMIZER_PACKAGES, a `create_optimizer`-like helper, an optimizer class
+    # looked up by a call, or a trainer that builds one (casts.TRAINING_TOKENS).
     requires_any = REDUCED_DTYPE_TOKENS
-    and_requires_any = (OPTIMIZER_TOKENS,)
+    and_requires_any = (TRAINING_TOKENS,)
 
     def check(self) -> None:
         casts = self.model.casts

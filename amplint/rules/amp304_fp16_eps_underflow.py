@@ -5,7 +5,7 @@ from __future__ import annotations
 from amplint.analysis.bindings import call_arg
 from amplint.analysis.names import dotted
 from amplint.analysis.precision import number_of
-from amplint.analysis.casts import OPTIMIZER_TOKENS
+from amplint.analysis.casts import OPTIMIZER_LOOKUP_TOKENS
 from amplint.analysis.torch_api import FP16_DTYPE_TOKENS
 from amplint.analysis.scaler_protocol import protocol
 from amplint.rules._base import Rule
@@ -66,7 +66,7 @@ class Fp16EpsUnderflow(Rule):
     message = "`{optimizer}` eps={eps:g} is 0 in float16, and it updates float16 parameters of `{target}`"
     # float16 (not bfloat16) is spelled (FP16_DTYPE_TOKENS); an optimizer is built.
     requires_any = FP16_DTYPE_TOKENS
-    and_requires_any = (OPTIMIZER_TOKENS,)
+    and_requires_any = (OPTIMIZER_LOOKUP_TOKENS,)
 
     def check(self) -> None:
         model = self.model
