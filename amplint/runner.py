@@ -114,13 +114,16 @@ def _walk_skips(path: Path) -> bool:
 
 
 def check_file(path: Path, config: Config, *, fix: bool = False, unsafe: bool = False, diff: bool = False,
-               cache: ResultCache | None = None, roots: tuple[str, ...] | None = None) -> FileResult:
+               cache: ResultCache | None = None, roots: tuple[str, ...] | None = None,
+               states: FileStates | None = None) -> FileResult:
     """One file's findings, or why it could not be checked; never raises for a bad file.
 
     `roots`: real paths of what the user named; `--fix` writes only inside them.
+    `states`: what the cache's dependencies look like, shared by the files of a run that
+    writes none of them (see `ResultCache.lookup`).
     """
     try:
-        return _check_file(path, config, fix=fix, unsafe=unsafe, diff=diff, cache=cache, roots=roots)
+        return _check_file(path, config, fix=fix, unsafe=unsafe, diff=diff, cache=cache, roots=roots, states=states)
     except Exception as exc:  # noqa: BLE001 - a bug of ours on one file must not end the run
         import traceback
 
@@ -134,11 +137,11 @@ FIX_ATTEMPTS = 3
 
 
 def _check_file(path: Path, config: Config, *, fix: bool, unsafe: bool, diff: bool, cache: ResultCache | None,
-                roots: tuple[str, ...] | None) -> FileResult:
+                roots: tuple[str, ...] | None, states: FileStates | None = None) -> FileResult:
     result = FileResult(str(path))
     probe = None
     if cache is not None:
-        hit, probe = cache.lookup(path)
+        hit, probe = cache.lookup(path, states)
         # A fix or diff run may use a stored result only when it holds no fix at all: then
         # fixing changes nothing and the findings are exactly the stored ones.
         if hit is not None and (not (fix or diff) or all(d.fix is None for d in hit.diagnostics)):
@@ -366,10 +369,11 @@ def check_files(files: list[Path], config: Config, *, jobs: int | None = 1, cach
     jobs = available_cores() if jobs is None or jobs < 1 else jobs
     results: list[FileResult | None] = [None] * len(files)
     todo = list(range(len(files)))
-    if cache is not None and (jobs > 1 or not (options.get("fix") or options.get("diff"))):
-        # Answer what the cache knows here, before anything is written: a warm run then never
-        # starts a pool, and the files that entries depend on are looked at once for all.
-        states = FileStates()
+    # The files that cache entries depend on, looked at once for all the lookups of this run
+    # made before anything is written (a run that fixes writes: each of its lookups looks again).
+    states = FileStates() if cache is not None else None
+    if cache is not None and jobs > 1:
+        # Answer what the cache knows here: a warm run then never starts a pool.
         for i in todo:
             hit_result = _cached_only(files[i], cache, options, states)
             if hit_result is not None:
@@ -388,7 +392,8 @@ def check_files(files: list[Path], config: Config, *, jobs: int | None = 1, cach
             pass  # no process could be started at all: what is left is checked here
     for i in todo:
         if results[i] is None:  # in-process: --jobs 1, or no worker could be started
-            results[i] = check_file(files[i], config, cache=cache, **options)
+            writes = options.get("fix") or options.get("diff")
+            results[i] = check_file(files[i], config, cache=cache, states=None if writes else states, **options)
     return results  # type: ignore[return-value]
 
 
