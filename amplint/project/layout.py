@@ -52,12 +52,27 @@ def project_root(folder: Path) -> Path | None:
 def _project_root(folder: str) -> str | None:
     d = folder
     while True:
-        if any(os.path.exists(os.path.join(d, marker)) for marker in PROJECT_MARKERS):
+        if any(os.path.exists(os.path.join(d, marker)) for marker in PROJECT_MARKERS) or _unpacked_wheel(d):
             return d
         parent = os.path.dirname(d)
         if parent == d:
             return None
         d = parent
+
+
+@lru_cache(maxsize=4096)
+def _unpacked_wheel(folder: str) -> bool:
+    """A folder that holds a `<name>-<version>.dist-info`: an unpacked wheel (or a
+    `pip install --target` folder), whose top is what Python imports from: torchtune's
+    `recipes/dev/*.py` import `torchtune` from there, with no pyproject.toml to say so.
+    Not site-packages itself (`_FOREIGN_PARTS`): everything installed is no one project."""
+    if os.path.basename(folder) in _FOREIGN_PARTS:
+        return False
+    try:
+        with os.scandir(folder) as entries:
+            return any(e.name.endswith(".dist-info") and e.is_dir() for e in entries)
+    except OSError:
+        return False
 
 
 @lru_cache(maxsize=4096)
@@ -177,7 +192,7 @@ def _find(root: str, dotted: str) -> tuple[tuple[str, ...], str | None]:
 
 def clear_caches() -> None:
     """Forget what the file system looked like (files created or removed since)."""
-    for cached in (project_root, _project_root, package_root, _package_root, _package_parts, _import_roots, _boundary, _resolve_in, _find):
+    for cached in (project_root, _project_root, _unpacked_wheel, package_root, _package_root, _package_parts, _import_roots, _boundary, _resolve_in, _find):
         cached.cache_clear()
 
 
