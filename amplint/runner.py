@@ -372,6 +372,7 @@ def check_files(files: list[Path], config: Config, *, jobs: int | None = 1, cach
     # The files that cache entries depend on, looked at once for all the lookups of this run
     # made before anything is written (a run that fixes writes: each of its lookups looks again).
     states = FileStates() if cache is not None else None
+    writes = options.get("fix") or options.get("diff")
     if cache is not None and jobs > 1:
         # Answer what the cache knows here: a warm run then never starts a pool.
         for i in todo:
@@ -392,7 +393,6 @@ def check_files(files: list[Path], config: Config, *, jobs: int | None = 1, cach
             pass  # no process could be started at all: what is left is checked here
     for i in todo:
         if results[i] is None:  # in-process: --jobs 1, or no worker could be started
-            writes = options.get("fix") or options.get("diff")
             results[i] = check_file(files[i], config, cache=cache, states=None if writes else states, **options)
     return results  # type: ignore[return-value]
 

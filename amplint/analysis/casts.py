@@ -562,8 +562,8 @@ class _TrainerName:
     def search(self, text: str) -> bool:
         at = text.find("trainer")
         while at != -1:
-            end = at + len("trainer")
-            if end >= len(text) or not (text[end].isalnum() or text[end] == "_"):
+            _, end = identifier_span(text, at, at + len("trainer"))
+            if end == at + len("trainer"):  # the identifier ends with it
                 return True
             at = text.find("trainer", end)
         return False

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 from amplint.analysis.param_copies import cast_copies
-from amplint.prefilter import Attr, CodeWord, Near
+from amplint.prefilter import Attr, CodeWord, Near, identifier_span
 from amplint.rules._base import Rule
 
 
@@ -65,9 +65,7 @@ class _RebindThenUnfrozen:
         at = text.find(".requires_grad")
         while at != -1:
             end = at + len(".requires_grad")
-            start = at
-            while start > 0 and (text[start - 1].isalnum() or text[start - 1] == "_"):
-                start -= 1
+            start, _ = identifier_span(text, at, at)  # the name before the dot
             name = text[start:at]
             # NB: the rebound target is a plain name: `self.p.requires_grad` is not its copy
             if name and text[start - 1 : start] != "." and _UNFROZEN.match(text, end):
