@@ -170,24 +170,11 @@ class Config:
     def _include_matcher(self) -> re.Pattern:
         return re.compile("|".join(f"(?:{_path_glob(p)})" for p in (*DEFAULT_INCLUDE, *self.extend_include)))
     def _excluded_below(self, path: Path, below: Path) -> bool:
-        try:
-            inner = path.relative_to(below).parts
-        except ValueError:
-            return self.is_excluded(path)
-        rel = self._relative(path)
-        suffix = "/".join(inner)
-        if not inner or not rel.endswith(suffix):
-            return self.is_excluded(path)
-        _, part, _ = self._exclude_matchers
-        exact = self._exact_matcher
-        if part is not None:
-            base = rel[: len(rel) - len(suffix)]
-            for i, name in enumerate(inner, 1):  # each level below `below`, the entry itself last
-                if part.match(name) or exact.match(base + "/".join(inner[:i])):
-                    return True
-        if not self.respect_gitignore or self._gitignore.ignored(below):
-            return False
-        return self._gitignore.ignored(path)
+        return self.walk_below(below).excluded(path)
+
+    def walk_below(self, below: str | os.PathLike) -> "WalkFilter":
+        """`is_excluded(path, below=below)` for the many paths of one walk of `below`."""
+        return WalkFilter(self, below)
 
     @cached_property
     def _exclude_matchers(self) -> tuple[re.Pattern | None, re.Pattern | None, tuple[str, ...]]:
@@ -227,6 +214,65 @@ class Config:
         """What in the configuration can change findings (for the result cache)."""
         return repr((sorted(r.code for r in self.rules()), self.per_file_ignores, self.target_torch,
                      self.max_file_tokens))
+
+
+class WalkFilter:
+    """`Config.is_excluded(path, below=...)` for the paths one walk of `below` meets.
+
+    What they share is worked out once: whether git ignores `below`, and each directory's
+    real path (a file's is its folder's plus its name unless it is a link itself).
+    Resolving each of a few thousand paths from scratch, `os.path.realpath` walking every
+    component in Python, cost more than the rest of a warm run.
+    """
+
+    def __init__(self, config: Config, below: str | os.PathLike) -> None:
+        self.config = config
+        self.below = Path(below)
+        self._real_dirs: dict[str, str] = {}
+        self._git_ignores_below: bool | None = None
+
+    def excluded(self, path: Path) -> bool:
+        """As `Config.is_excluded(path, below=self.below)`."""
+        config = self.config
+        try:
+            inner = path.relative_to(self.below).parts
+        except ValueError:
+            return config.is_excluded(path)
+        if not inner:
+            return config.is_excluded(path)
+        rel = self._relative(str(path))
+        suffix = "/".join(inner)
+        if not rel.endswith(suffix):
+            return config.is_excluded(path)  # a link on the way: judged by where it leads
+        _, part, _ = config._exclude_matchers
+        if part is not None:
+            exact = config._exact_matcher
+            base = rel[: len(rel) - len(suffix)]
+            for i, name in enumerate(inner, 1):  # each level below `below`, the entry itself last
+                if part.match(name) or exact.match(base + "/".join(inner[:i])):
+                    return True
+        if not config.respect_gitignore:
+            return False
+        if self._git_ignores_below is None:
+            self._git_ignores_below = config._gitignore.ignored(self.below)
+        return not self._git_ignores_below and config._gitignore.ignored(path)
+
+    def _relative(self, path: str) -> str:
+        """`config._relative(path)`, from the real path of the folder, found once per folder."""
+        config = self.config
+        if config.root is None or os.sep != "/":
+            return config._relative(path)
+        folder, name = os.path.split(path)
+        real_folder = self._real_dirs.get(folder)
+        if real_folder is None:
+            real_folder = self._real_dirs[folder] = str(_resolve(Path(folder)))
+        real = str(_resolve(Path(path))) if os.path.islink(path) else os.path.join(real_folder, name)
+        root = str(config._resolved_root)
+        if real == root:
+            return "."
+        if real.startswith(os.path.join(root, "")):
+            return real[len(os.path.join(root, "")):]
+        return Path(path).as_posix()
 
 
 def _path_glob(pattern: str) -> str:

@@ -85,6 +85,7 @@ def discover(paths: list[Path], config: Config, *, force_exclude: bool = False) 
             found.setdefault(str(p), p)
             continue
         seen_dirs: set[tuple[int, int]] = set()
+        below = config.walk_below(p)
         for root, dirs, files in os.walk(p, followlinks=True):
             try:
                 st = os.stat(root)
@@ -95,10 +96,10 @@ def discover(paths: list[Path], config: Config, *, force_exclude: bool = False) 
                 dirs[:] = []
                 continue
             seen_dirs.add(ident)
-            dirs[:] = sorted(d for d in dirs if not config.is_excluded(Path(root) / d, below=p))
+            dirs[:] = sorted(d for d in dirs if not below.excluded(Path(root) / d))
             for name in sorted(files):
                 fp = Path(root) / name
-                if config.is_included(fp) and not _walk_skips(fp) and not config.is_excluded(fp, below=p):
+                if config.is_included(fp) and not _walk_skips(fp) and not below.excluded(fp):
                     found.setdefault(str(fp), fp)
     return sorted(found.values(), key=lambda q: str(q)), missing
 

@@ -278,3 +278,22 @@ def test_a_bad_target_torch_in_pyproject_is_exit_2(tmp_path: Path) -> None:
     (tmp_path / "pyproject.toml").write_text('[tool.amplint]\ntarget-torch = "banana"\n')
     proc = amplint("check", "--no-cache", "a.py", cwd=tmp_path)
     assert proc.returncode == 2 and "target-torch" in proc.stderr and "banana" in proc.stderr
+
+
+def test_a_walk_judges_a_link_by_where_it_leads(tmp_path: Path) -> None:
+    """A walk works out each folder's real path once (amplint.config.WalkFilter); a link,
+    folder or file, is still judged by its target: `src/linked -> ../vendor` and
+    `src/alias.py -> ../vendor/v.py` lie in the excluded `vendor`, `src/own.py` does not."""
+    from amplint.runner import discover
+
+    (tmp_path / "vendor").mkdir()
+    (tmp_path / "vendor" / "v.py").write_text("x = 1\n")
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "own.py").write_text("x = 1\n")
+    (tmp_path / "src" / "linked").symlink_to(tmp_path / "vendor", target_is_directory=True)
+    (tmp_path / "src" / "alias.py").symlink_to(tmp_path / "vendor" / "v.py")
+    config = Config(root=tmp_path, extend_exclude=("vendor",), respect_gitignore=False)
+    found, _ = discover([tmp_path / "src"], config)
+    assert [p.relative_to(tmp_path).as_posix() for p in found] == ["src/own.py"]
+    assert config.is_excluded(tmp_path / "src" / "linked", below=tmp_path / "src")
+    assert not config.is_excluded(tmp_path / "src" / "own.py", below=tmp_path / "src")
