@@ -86,6 +86,7 @@ class ResultCache:
         run = hashlib.sha256(key.encode()).hexdigest()[:16]
         self.dir = self.root / FORMAT / run
         self._prepared = False
+        self._set_names: dict[tuple, str] = {}
 
     # --- lookup --------------------------------------------------------------------------
     def lookup(self, path: Path, states: FileStates | None = None) -> tuple[Hit | None, Probe]:
@@ -105,7 +106,7 @@ class ResultCache:
         entry = self._load(probe.entry_path, str(path))
         if entry is None:
             return None, probe
-        if not _deps_unchanged(entry, states or FileStates()):
+        if not _deps_unchanged(entry, states or FileStates(), self._load_set):
             return None, probe
         if entry["size"] == st.st_size and entry["mtime_ns"] == st.st_mtime_ns and entry["written_ns"] - st.st_mtime_ns > RACY_NS:
             return self._hit(entry), probe
@@ -132,7 +133,7 @@ class ResultCache:
         """
         if probe.size is None or probe.mtime_ns is None:
             return
-        deps = _dependencies(reads, str(path))
+        deps = _dependencies(reads, str(path), self._store_set)
         if deps is None:
             return  # a dependency changed while we read it: do not remember a mixed state
         sha = probe.sha if probe.raw is raw and probe.sha else hashlib.sha256(raw).hexdigest()
@@ -148,6 +149,49 @@ class ResultCache:
         # NB: the stat is the one taken before reading; if the file changed in between, the
         # hash no longer matches the next time and level 2 re-checks it.
         self._write(probe.entry_path, entry)
+
+    # --- dependency sets ---------------------------------------------------------------
+    # A project's whole listing (what an upward look at the importers of a module depends
+    # on) is a few thousand files: stored in each entry that needs it, it made a cache of
+    # transformers 29 MB and a warm run parse 10 MB of JSON.  It is stored once, as
+    # sets/<root digest>-<content digest>.json, and entries name it.
+    def _store_set(self, root: str, used: dict, folders) -> str | None:
+        """The name of the stored set of `used` files and `folders` (written if new);
+        None when a file changed since the check read it."""
+        signature = (root, tuple(sorted(used.items())), tuple(folders))
+        name = self._set_names.get(signature)
+        if name is not None:
+            return name
+        files = []
+        for dep, (size, mtime_ns) in signature[1]:
+            sha = _digest_if_unchanged(dep, size, mtime_ns)
+            if sha is None:
+                return None
+            files.append([dep, size, mtime_ns, sha])
+        body = {"files": files, "folders": [list(f) for f in folders]}
+        prefix = hashlib.sha256(os.fsencode(root)).hexdigest()[:16]
+        name = f"{prefix}-{hashlib.sha256(json.dumps(body, separators=(',', ':')).encode()).hexdigest()[:32]}"
+        target = self.dir / "sets" / f"{name}.json"
+        if not target.exists():
+            try:
+                self._prepare()
+                target.parent.mkdir(exist_ok=True)
+                for older in target.parent.glob(f"{prefix}-*.json"):
+                    older.unlink(missing_ok=True)  # the project changed since: entries naming it miss anyway
+                _write_atomic(target, json.dumps({**body, "written_ns": time.time_ns()}, separators=(",", ":")).encode())
+            except OSError:
+                return None  # not stored: the entries that need it are not stored either
+        self._set_names[signature] = name
+        return name
+
+    def _load_set(self, name: str) -> dict | None:
+        if not all(c.isalnum() or c == "-" for c in name):
+            return None  # an entry names only what `_store_set` wrote
+        try:
+            stored = json.loads((self.dir / "sets" / f"{name}.json").read_bytes())
+        except (OSError, ValueError):
+            return None
+        return stored if isinstance(stored, dict) else None
 
     # --- internals -----------------------------------------------------------------------
     def _entry_path(self, path: Path) -> Path:
@@ -204,27 +248,67 @@ class ResultCache:
             pass  # a read-only or full disk costs speed, never the result
 
 
-def _dependencies(reads, own: str) -> dict | None:
-    """{"files": [[path, size, mtime_ns, sha256]], "missing": [path], "folders": [[path, mtime_ns]]}.
+def _dependencies(reads, own: str, store_set=None) -> dict | None:
+    """{"files": [[path, size, mtime_ns, sha256]], "missing": [path], "folders": [[path, mtime_ns]],
+    "sets": [name]}.
 
     Hashes are taken now, from the bytes on disk; a file whose stat no longer matches
-    what the check saw changed in between, and the result is not stored (None).
+    what the check saw changed in between, and the result is not stored (None).  What
+    many entries share (`reads.shared`: a project's whole listing) is stored once by
+    `store_set`, which names it; the entry names the set instead of repeating its files.
     """
     if reads is None:
         return {"files": [], "missing": []}
+    in_sets: dict[str, tuple[int, int]] = {}
+    set_folders: set[tuple[str, int]] = set()
+    sets = []
+    if store_set is not None:
+        for root, (used, folders) in sorted(reads.shared.items()):
+            name = store_set(root, used, folders)
+            if name is None:
+                return None
+            sets.append(name)
+            in_sets.update(used)
+            set_folders.update(folders)
     files = []
     for dep, (size, mtime_ns) in sorted(reads.used.items()):
-        if dep == own:
+        if dep == own or in_sets.get(dep) == (size, mtime_ns):
             continue
-        try:
-            st = os.stat(dep)
-            if (st.st_size, st.st_mtime_ns) != (size, mtime_ns):
-                return None
-            sha = hashlib.sha256(Path(dep).read_bytes()).hexdigest()
-        except OSError:
+        sha = _digest_if_unchanged(dep, size, mtime_ns)
+        if sha is None:
             return None
         files.append([dep, size, mtime_ns, sha])
-    return {"files": files, "missing": sorted(reads.missing - {own}), "folders": sorted([f, m] for f, m in reads.folders.items())}
+    folders = sorted([f, m] for f, m in reads.folders.items() if (f, m) not in set_folders)
+    out = {"files": files, "missing": sorted(reads.missing - {own}), "folders": folders}
+    if sets:
+        out["sets"] = sets
+    return out
+
+
+# (path, size, mtime_ns) -> SHA-256 of the bytes, for this process: a helper imported by a
+# thousand files is hashed once per run, not once per entry that depends on it.
+_DIGESTS: dict[tuple[str, int, int], str] = {}
+
+
+def _digest_if_unchanged(path: str, size: int, mtime_ns: int) -> str | None:
+    """The file's SHA-256 if its stat is still (size, mtime_ns), else None."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    if (st.st_size, st.st_mtime_ns) != (size, mtime_ns):
+        return None
+    key = (path, size, mtime_ns)
+    sha = _DIGESTS.get(key)
+    if sha is None:
+        try:
+            sha = hashlib.sha256(Path(path).read_bytes()).hexdigest()
+        except OSError:
+            return None
+        if len(_DIGESTS) >= 100_000:  # a long-lived process (the language server) forgets
+            _DIGESTS.clear()
+        _DIGESTS[key] = sha
+    return sha
 
 
 class FileStates:
@@ -236,6 +320,17 @@ class FileStates:
     def __init__(self) -> None:
         self._stats: dict[str, os.stat_result | None] = {}
         self._digests: dict[str, str | None] = {}
+        self._sets: dict[str, bool] = {}
+
+    def set_unchanged(self, name: str, load_set) -> bool:
+        """A stored dependency set (`ResultCache._load_set`) is as it was: judged once per pass."""
+        if name not in self._sets:
+            stored = load_set(name) if load_set is not None else None
+            try:
+                self._sets[name] = stored is not None and _files_unchanged(stored, int(stored["written_ns"]), self)
+            except (KeyError, TypeError, ValueError):
+                self._sets[name] = False
+        return self._sets[name]
 
     def stat(self, path: str) -> os.stat_result | None:
         if path not in self._stats:
@@ -254,26 +349,36 @@ class FileStates:
         return self._digests[path]
 
 
-def _deps_unchanged(entry: dict, states: FileStates) -> bool:
+def _deps_unchanged(entry: dict, states: FileStates, load_set=None) -> bool:
     """Every file the result was computed from is as it was, and no probed path appeared."""
     deps = entry.get("deps") or {}
     try:
         written = int(entry["written_ns"])
-        for dep, size, mtime_ns, sha in deps.get("files", ()):
-            st = states.stat(dep)
-            if st is None:
+        if not _files_unchanged(deps, written, states):
+            return False
+        for name in deps.get("sets", ()):
+            if not states.set_unchanged(str(name), load_set):
                 return False
-            if st.st_size == size and st.st_mtime_ns == mtime_ns and written - mtime_ns > RACY_NS:
-                continue
-            if st.st_size != size or states.digest(dep) != sha:
-                return False
-        for folder, mtime_ns in deps.get("folders", ()):
-            st = states.stat(folder)
-            if st is None or st.st_mtime_ns != mtime_ns:
-                return False  # a file was added, removed or renamed there
         return not any(states.stat(p) is not None for p in deps.get("missing", ()))
     except (TypeError, ValueError):
         return False
+
+
+def _files_unchanged(deps: dict, written: int, states: FileStates) -> bool:
+    """The "files" and "folders" of `deps` are as they were when written (at `written` ns)."""
+    for dep, size, mtime_ns, sha in deps.get("files", ()):
+        st = states.stat(dep)
+        if st is None:
+            return False
+        if st.st_size == size and st.st_mtime_ns == mtime_ns and written - mtime_ns > RACY_NS:
+            continue
+        if st.st_size != size or states.digest(dep) != sha:
+            return False
+    for folder, mtime_ns in deps.get("folders", ()):
+        st = states.stat(folder)
+        if st is None or st.st_mtime_ns != mtime_ns:
+            return False  # a file was added, removed or renamed there
+    return True
 
 
 def _write_atomic(target: Path, data: bytes) -> None:

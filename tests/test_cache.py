@@ -240,3 +240,32 @@ def test_editing_the_option_choices_in_the_bin_script_recomputes_the_backend(tmp
     reset_shared()
     warm = check_paths(target, config, cache_dir=cdir)
     assert _codes_by_line(warm) == [] == _codes_by_line(check_paths(target, config))
+
+
+@pytest.mark.parametrize("one_file", [False, True], ids=["tree", "one-file"])
+def test_a_result_that_depends_on_the_whole_project_is_stored_once_and_never_stale(tmp_path, one_file) -> None:
+    """ops.py's AMP205 holds because some module of the project runs autocast (nothing
+    imports ops.py by name), so it depends on every file of the project: they are stored
+    once, as a dependency set the entry names, not in the entry.  Drop the autocast from
+    train.py and the cached finding goes; touch a file without changing it and it stays."""
+    from amplint.project.index import reset_shared
+
+    project, cdir = _project_copy(tmp_path, "function_loaded_by_name"), tmp_path / "cache"
+    config = Config(root=project)
+    target = [project / "ops.py"] if one_file else [project]
+    assert [c for _, _, c in _codes_by_line(check_paths(target, config, cache_dir=cdir))] == ["AMP205"]
+    sets = list(cdir.rglob("sets/*.json"))
+    assert len(sets) == 1
+    entries = [json.loads(p.read_text()) for p in cdir.rglob("*.json") if p.parent.name != "sets"]
+    ops = next(e for e in entries if e["path"].endswith("ops.py"))
+    assert ops["deps"]["sets"] == [sets[0].stem]
+    assert not any(dep.endswith("train.py") for dep, *_ in ops["deps"]["files"])  # it is in the set
+    train = project / "train.py"
+    later = os.stat(train).st_mtime_ns + 10**9
+    os.utime(train, ns=(later, later))  # touched, same bytes
+    reset_shared()
+    assert [c for _, _, c in _codes_by_line(check_paths(target, config, cache_dir=cdir))] == ["AMP205"]
+    train.write_text(train.read_text().replace('with torch.autocast("cpu", dtype=torch.bfloat16):', "if True:"))
+    reset_shared()
+    warm = check_paths(target, config, cache_dir=cdir)
+    assert _codes_by_line(warm) == [] == _codes_by_line(check_paths(target, config))

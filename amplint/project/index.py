@@ -115,11 +115,15 @@ class Reads:
     used: dict[str, tuple[int, int]] = field(default_factory=dict)  # path -> (size, mtime_ns)
     missing: set[str] = field(default_factory=set)
     folders: dict[str, int] = field(default_factory=dict)  # folder -> mtime_ns (a file added changes it)
+    # What many checks depend on together: a project's whole listing (root -> (its files'
+    # stats, its folders)), which the cache stores once, not in each file's entry.
+    shared: dict[str, tuple[dict[str, tuple[int, int]], tuple[tuple[str, int], ...]]] = field(default_factory=dict)
 
     def merge(self, other: "Reads") -> None:
         self.used.update(other.used)
         self.missing |= other.missing
         self.folders.update(other.folders)
+        self.shared.update(other.shared)
 
 
 @dataclass
@@ -693,8 +697,10 @@ class ProjectIndex:
                 self._raw_text(f)
             stats = (listing, {f: self._raw[f][0] for f in listing.files if f in self._raw})
             self._listing_stats[id(listing)] = stats
+        root = listing.folders[0][0] if listing.folders else ""
         for reads in self._reads:
             reads.used.update(stats[1])
+            reads.shared[root] = (stats[1], listing.folders)
 
     def importer_tokens(self, path: str, tokens, reads: Reads | None = None) -> frozenset:
         """Which of `tokens` the project files that may run the module at `path` contain.
