@@ -540,3 +540,39 @@ def test_amp301_passes_a_trainer_or_an_optimizer_lookup_without_an_optimizer_nam
     for training in ("class QLoRATrainer(BaseTrainer):\n    pass\n", "t = Trainer(model=model)\n",
                      "opt_class = dynamic_import_optimizer(args.opt)\n"):
         assert may_fire(cast + training, (rule,)), training
+
+
+_DROPOUT_FUNCTION = (
+    "import torch\n"
+    "{imports}\n\n"
+    "class Dropout(torch.autograd.Function):\n"
+    "    @staticmethod\n"
+    "    def forward(ctx, x, mask):\n"
+    "        ctx.save_for_backward(mask)\n"
+    "        return x.masked_fill(mask,\n"
+    "0.0){op}\n\n"  # a continuation line at column 0, inside brackets: still the body
+    "    @staticmethod\n"
+    "    def backward(ctx, grad):\n"
+    '        """Gradients where the mask kept them.\n'
+    'Not a body line: a string.\n'
+    '        """\n'
+    "        (mask,) = ctx.saved_tensors\n"
+    "        return grad.masked_fill(mask, 0.0), None\n\n\n"
+    "def attention(q, k):\n"
+    "    with torch.autocast('cuda', dtype=torch.float16):\n"
+    "        return torch.softmax(q @ k.transpose(-1, -2), -1)\n"
+)
+
+
+@pytest.mark.parametrize("imports, op, fires", [
+    ("", "", False),  # the matmul and softmax are the module's, not the Function's
+    ("", " @ x", True),
+    ("from torch import bmm as batched", "", True),  # an op renamed: the body may call it by its new name
+], ids=["ops-outside-the-function", "matmul-in-the-body", "op-imported-under-another-name"])
+def test_amp205_needs_a_sensitive_op_in_a_function_body(imports: str, op: str, fires: bool) -> None:
+    source = _DROPOUT_FUNCTION.format(imports=imports, op=op)
+    rule = next(r for r in ALL.rules() if r.code == "AMP205")
+    assert bool(rules_that_may_fire(source, (rule,), None)) is fires
+    full = _findings(source, "layers.py", prefilter=False)
+    assert _findings(source, "layers.py", prefilter=True) == full
+    assert [d.code for d in full] == (["AMP205"] if op else [])
