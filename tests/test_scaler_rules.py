@@ -177,6 +177,42 @@ scaler.update()
     assert _codes(src, "AMP108") == []
 
 
+def test_amp108_a_second_pass_over_the_optimizers_unscales_again() -> None:
+    # Leaving the loop that unscaled every optimizer is not a new iteration of anything.
+    src = """
+import torch
+scaler = torch.amp.GradScaler("cuda")
+scaler.scale(loss).backward()
+for opt in optimizers:
+    scaler.unscale_(opt)
+log_grad_norm(model)
+for opt in optimizers:
+    scaler.unscale_(opt)
+torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+for opt in optimizers:
+    scaler.step(opt)
+scaler.update()
+"""
+    assert _codes(src, "AMP108") == [(9, "AMP108")]
+
+
+def test_amp108_the_next_pass_of_a_loop_over_optimizers_is_another_optimizer() -> None:
+    src = """
+import torch
+scaler = torch.amp.GradScaler("cuda")
+scaler.scale(loss).backward()
+for i, opt in enumerate(optimizers):
+    if i == 0:
+        scaler.unscale_(opt)
+        torch.nn.utils.clip_grad_norm_(encoder.parameters(), 1.0)
+    else:
+        scaler.unscale_(opt)
+    scaler.step(opt)
+scaler.update()
+"""
+    assert _codes(src, "AMP108") == []
+
+
 def test_scaler_fixtures_run_on_cpu() -> None:
     """Fixtures are runnable training scripts (bad, good and fixed), not just text."""
     pytest.importorskip("torch")
