@@ -177,6 +177,64 @@ scaler.update()
     assert _codes(src, "AMP108") == []
 
 
+def test_amp108_a_second_pass_over_the_optimizers_unscales_again() -> None:
+    # Leaving the loop that unscaled every optimizer is not a new iteration of anything.
+    src = """
+import torch
+scaler = torch.amp.GradScaler("cuda")
+scaler.scale(loss).backward()
+for opt in optimizers:
+    scaler.unscale_(opt)
+log_grad_norm(model)
+for opt in optimizers:
+    scaler.unscale_(opt)
+torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+for opt in optimizers:
+    scaler.step(opt)
+scaler.update()
+"""
+    assert _codes(src, "AMP108") == [(9, "AMP108")]
+
+
+def test_amp108_the_next_pass_of_a_loop_over_optimizers_is_another_optimizer() -> None:
+    src = """
+import torch
+scaler = torch.amp.GradScaler("cuda")
+scaler.scale(loss).backward()
+for i, opt in enumerate(optimizers):
+    if i == 0:
+        scaler.unscale_(opt)
+        torch.nn.utils.clip_grad_norm_(encoder.parameters(), 1.0)
+    else:
+        scaler.unscale_(opt)
+    scaler.step(opt)
+scaler.update()
+"""
+    assert _codes(src, "AMP108") == []
+
+
+TRAINER_SAVES_ITS_SCALER = """
+import torch
+class Trainer:
+    def __init__(self, model, optimizer):
+        self.optimizer = optimizer
+        self.scaler = torch.amp.GradScaler("cuda"{enabled})
+    def save_scaler(self, folder):
+        torch.save(self.scaler.state_dict(), folder + "/scaler.pt")
+    def save_trial(self, folder):
+        torch.save(self.optimizer.state_dict(), folder + "/optimizer.pt")
+"""
+
+
+def test_amp106_a_module_that_checkpoints_its_scaler_uses_one() -> None:
+    # The scaler steps somewhere else (a library); saving its state says it is training state.
+    assert _codes(TRAINER_SAVES_ITS_SCALER.format(enabled=""), "AMP106") == [(10, "AMP106")]
+
+
+def test_amp106_saving_a_literally_disabled_scalers_state_is_no_use() -> None:
+    assert _codes(TRAINER_SAVES_ITS_SCALER.format(enabled=", enabled=False"), "AMP106") == []
+
+
 def test_scaler_fixtures_run_on_cpu() -> None:
     """Fixtures are runnable training scripts (bad, good and fixed), not just text."""
     pytest.importorskip("torch")

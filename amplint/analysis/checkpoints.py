@@ -358,6 +358,26 @@ class Checkpoints:
             return positional[params.index(param)].value
         return None
 
+    def keeps_scaler_state(self, disabled=lambda key: False) -> bool:
+        """Somewhere in the module a scaler's state is taken or restored (`x.scaler.state_dict()`,
+        `scaler.load_state_dict(...)`) for a scaler that is not literally disabled.
+
+        A module that checkpoints a scaler this way treats it as part of the training state,
+        even when the scaler steps elsewhere (a Trainer whose scaler lives in
+        `self.accelerator.scaler` and steps inside Accelerate): its other checkpoints that
+        leave the scaler out are the inconsistency AMP106 is about.
+        """
+        for site in self.model.calls:
+            func = site.node.func
+            if (
+                isinstance(func, cst.Attribute)
+                and func.attr.value in ("state_dict", "load_state_dict")
+                and self.b.is_scaler(func.value, site.scope)
+                and not disabled(self.b.key(func.value, site.scope))
+            ):
+                return True
+        return False
+
     # --- loading -------------------------------------------------------------------------
     def loads_nothing_into_a_scaler(self) -> bool:
         """No `scaler.load_state_dict(...)` anywhere in the module (any function, any path)."""

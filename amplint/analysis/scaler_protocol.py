@@ -266,9 +266,12 @@ def search(
     *,
     found: Callable[[Point], bool],
     blocked: Callable[[Point], bool] = lambda p: False,
+    onward: Callable[[Point], list[Point]] = lambda p: p.succ,
 ) -> bool:
     """Breadth-first from the successors of `start`: is a `found` point reachable
-    without entering a `blocked` one?  (A point that is both counts as found.)"""
+    without entering a `blocked` one?  (A point that is both counts as found.)
+    `onward(p)` is where a path may go from `p` (its successors unless told otherwise:
+    `Loop.exits` at a header keeps a path within one iteration)."""
     seen: set[int] = set()
     queue = deque(start.succ if isinstance(start, Point) else start)
     while queue:
@@ -280,7 +283,7 @@ def search(
             return True
         if blocked(p):
             continue
-        queue.extend(p.succ)
+        queue.extend(onward(p))
     return False
 
 

@@ -133,7 +133,14 @@ class Loop:
     header: Point
     node: cst.CSTNode
     breaks: list[Point] = field(default_factory=list)
+    # The points of the body (inlined helpers' included): what a path re-enters from
+    # the header when it starts another iteration.
+    body: frozenset[int] = frozenset()
     _assigned: frozenset[str] | None = None
+
+    def exits(self) -> list[Point]:
+        """The header's successors that leave the loop (the `else` block, or what follows)."""
+        return [q for q in self.header.succ if id(q) not in self.body]
 
     def keep_invariant(self, facts: frozenset) -> frozenset:
         """The facts that still hold in the next iteration: no name they mention is assigned in the loop."""
@@ -478,7 +485,9 @@ class _Builder:
             loop = Loop(header=header, node=s)
             self.graph.loops.append(loop)
             self.loops.append(loop)
+            first_of_body = len(self.graph.points)
             self.block(_statements(s.body))
+            loop.body = frozenset(id(p) for p in self.graph.points[first_of_body:])
             for f in self.frontier:
                 f.succ.append(header)
             self.loops.pop()

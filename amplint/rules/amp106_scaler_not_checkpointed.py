@@ -16,12 +16,16 @@ class ScalerNotCheckpointed(Rule):
     payload holds optimizer state, or model state together with training progress
     (epoch, step, scheduler), but no scaler state. It also flags
     `optimizer.load_state_dict(...)` in a module that never restores a scaler with
-    `scaler.load_state_dict(...)`.
+    `scaler.load_state_dict(...)`. A module that saves or restores a scaler's state
+    itself (a Trainer whose scaler steps inside a library, `self.accelerator.scaler`)
+    counts as using one: its other checkpoints should carry that state too.
 
     Not flagged: a bare export of weights (`torch.save(model.state_dict(), path)`), a
     payload we cannot see through (`**extra` of a dict built out of sight, a dict
     returned by another function), functions that save the scaler's state in a file of
-    its own, and a checkpoint written where no `scaler.step` / `update` can have run
+    its own (also a helper such as `_save_optimizer(folder)` whose every caller in the
+    module writes the scaler's file next to it), and a checkpoint written where no
+    `scaler.step` / `update` can have run
     before it (a one-shot export that returns before the training loop): its scale is
     the initial one. A helper that builds its own scaler and saves without it holds the
     whole bug: it is reported inside the helper, not again at each call.
@@ -83,18 +87,31 @@ class ScalerNotCheckpointed(Rule):
     requires_any = SCALER_TOKENS
 
     def check(self) -> None:
-        if not protocol(self.model).uses_enabled_scaler:
-            return
+        proto = protocol(self.model)
         ckpt = Checkpoints(self.model)
+        if not (proto.uses_enabled_scaler or ckpt.keeps_scaler_state(proto.scaler_disabled)):
+            return
         code = self.model.module.code_for_node
-        for graph in self.model.steps:
-            saves = [(e, ckpt.payload(e)) for e in graph.of_kind(Kind.SAVE)]
-            if any(p.has_scaler for _, p in saves):
+        graphs = list(self.model.steps)
+        saves_in = {id(g): [(e, ckpt.payload(e)) for e in g.of_kind(Kind.SAVE)] for g in graphs}
+        keeps_scaler = {id(g) for g in graphs if any(p.has_scaler for _, p in saves_in[id(g)])}
+        # The graphs that run each write: its own function's, and those of the functions
+        # that reach it through helpers.
+        runners: dict[int, list] = {}
+        for g in graphs:
+            for e, _ in saves_in[id(g)]:
+                runners.setdefault(id(e.node), []).append(g)
+        for graph in graphs:
+            if id(graph) in keeps_scaler:
                 continue  # the scaler gets a file of its own next to these
+            saves = saves_in[id(graph)]
             updates = graph.of_kind(Kind.SCALER_STEP, Kind.UPDATE)
             for ev, payload in saves:
                 if not payload.known or payload.has_scaler or not payload.is_training_checkpoint:
                     continue
+                callers = [g for g in runners[id(ev.node)] if g is not graph]
+                if callers and all(id(g) in keeps_scaler for g in callers):
+                    continue  # a helper (`_save_optimizer`) whose every caller saves the scaler next to it
                 if updates and not any(ev in graph.reachable(u) for u in updates):
                     continue  # written before any scaler step can run (yolov5's one-shot export): its scale is the initial one
                 if ev.inlined and any(n.kind is Kind.SCALER_NEW and n.inlined and n.anchor is ev.anchor for n in graph.events):

@@ -15,8 +15,13 @@ class UnscaleTwice(Rule):
     ## What it does
     Flags a `scaler.unscale_(optimizer)` that can run after another `unscale_` of
     the same scaler and optimizer with no `scaler.update()` in between, for example an
-    explicit `unscale_` before a helper that unscales again, or two clipping blocks
-    that each unscale. The diagnostic points at the second call.
+    explicit `unscale_` before a helper that unscales again, two clipping blocks
+    that each unscale, or a clipping method whose early `return` after an
+    `unscale_gradients()` does not cover every path, so that some calls fall through
+    to a second one. The diagnostic points at the second call.
+
+    A loop such as `for opt in optimizers: scaler.unscale_(opt)` unscales each
+    optimizer once: its next pass is another optimizer, not a second unscale_.
 
     An `unscale_` that repeats on every micro-batch of one loop iteration is AMP107's
     finding, not this one.
@@ -60,7 +65,7 @@ class UnscaleTwice(Rule):
 
     code = "AMP108"
     name = "unscale-twice"
-    message = "`{call}` can run after `{first}` already unscaled `{optimizer}` (no `update()` in between)"
+    message = "`{call}` can run after `{first}` already unscaled {optimizer} (no `update()` in between)"
     fix_title = "Remove the second `{call}`"
     fix_availability = FixAvailability.SOMETIMES
     safety = Applicability.UNSAFE
@@ -76,10 +81,15 @@ class UnscaleTwice(Rule):
             for first in unscales:
                 if proto.scaler_disabled(first.scaler) or proto.key(first, graph, "optimizer") is None:
                     continue
-                # Stay within one iteration: an unscale_ repeated by the loop itself,
-                # with the update skipped on some iterations, is AMP107's finding.
-                headers = {id(loop.header) for loop in graph.loops if loop in first.loops}
-                blocked = lambda p, f=first: id(p) in headers or (  # noqa: E731
+                # Stay within one iteration of every loop around the first unscale_: an
+                # unscale_ repeated by the training loop, with the update skipped on some
+                # iterations, is AMP107's finding, and the next pass of
+                # `for opt in optimizers: scaler.unscale_(opt)` is another optimizer.  A
+                # path may still leave those loops: after `unscale_gradients()` has
+                # unscaled every optimizer, an unscale_ further on is a second one.
+                own_loops = {id(loop.header): loop for loop in first.loops}
+                onward = lambda p: own_loops[id(p)].exits() if id(p) in own_loops else p.succ  # noqa: E731
+                blocked = lambda p, f=first: (  # noqa: E731
                     p.event is not None and p.event.kind is Kind.UPDATE and proto.same(proto.key(p.event, graph), proto.key(f, graph))
                 )
                 for second in unscales:
@@ -88,7 +98,7 @@ class UnscaleTwice(Rule):
                     if proto.key(second, graph, "optimizer") != proto.key(first, graph, "optimizer"):
                         continue
                     target = graph.point(second)
-                    if not search(graph.point(first), found=lambda p, t=target: p is t, blocked=blocked):
+                    if not search(graph.point(first), found=lambda p, t=target: p is t, blocked=blocked, onward=onward):
                         continue
                     if proto.exclusive(first, second):
                         continue
@@ -97,11 +107,22 @@ class UnscaleTwice(Rule):
                         changes = [RemoveStatement(second.statement)]
                     self.report_event(
                         second,
+                        witnesses=(first,),
                         changes=changes,
                         call=code(second.anchor.func) + "()" if second.inlined else code(second.node),
                         first=code(first.anchor if first.inlined else first.node),
-                        optimizer=Bindings.text_of(first.optimizer) or "optimizer",
+                        optimizer=self._optimizer_text(first, proto.key(first, graph, "optimizer")),
                     )
+
+    @staticmethod
+    def _optimizer_text(first, key: str | None) -> str:
+        """How the message names the optimizer: the analysed function's own name for it, or,
+        for a name local to the helper that unscales (`for opt in self._optimizers:`), that
+        helper's (`opt` of `unscale_gradients`)."""
+        name = f"`{Bindings.text_of(key) or 'optimizer'}`"
+        if first.inlined and key == first.optimizer and key is not None and key.startswith(f"{first.scope.name}@{id(first.scope)}:"):
+            return f"{name} of `{first.via[-1]}`"
+        return name
 
     @staticmethod
     def _dominated(graph, first, second) -> bool:

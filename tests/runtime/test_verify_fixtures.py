@@ -77,6 +77,7 @@ NOT_RUNTIME_VISIBLE = {
     "AMP107/bad_update_every_microbatch": ("behaved", "accum = 1: every micro-batch steps"),
     "AMP107/bad_unscale_every_microbatch": ("behaved", "accum = 1: every micro-batch steps"),
     "AMP108/bad_helper_unscales_again": ("behaved", "log_grad_norm is False: the first unscale_ never runs"),
+    "AMP108/bad_clip_method_falls_through": ("not-run", "freeze_backbone is False: the clip returns before the second unscale_"),
     "AMP304/bad_dtype_option_rmsprop": ("behaved", "the option is off: parameters stay float32"),
 }
 
