@@ -46,6 +46,29 @@ def test_amp101_lightning_manual_backward_in_a_helper_then_torch_clip_is_reporte
     assert _lines(src, "AMP101") == [15]
 
 
+def test_amp101_lightning_clip_gradients_after_manual_backward_is_reported_in_its_hook_it_is_not() -> None:
+    # LightningModule.clip_gradients does not unscale (Lightning issue #18089); the plugin
+    # unscales in opt.step() and before the automatic configure_gradient_clipping hook.
+    src = """
+    import pytorch_lightning as pl
+
+    class Codec(pl.LightningModule):
+        def _step(self, optimizer):
+            self.clip_gradients(optimizer, 1.0, gradient_clip_algorithm="norm")
+            optimizer.step()
+
+        def training_step(self, batch, batch_idx):
+            opt = self.optimizers()
+            opt.zero_grad()
+            self.manual_backward(self(batch).mean())
+            self._step(opt)
+
+        def configure_gradient_clipping(self, optimizer, gradient_clip_val=None, gradient_clip_algorithm=None):
+            self.clip_gradients(optimizer, gradient_clip_val, gradient_clip_algorithm)
+    """
+    assert _lines(src, "AMP101") == [12]  # at the helper call: the backward is in training_step
+
+
 def test_amp101_accelerate_backward_then_torch_clip_is_reported_its_own_clip_is_not() -> None:
     src = """
     import torch

@@ -53,6 +53,8 @@ MANAGED_RECEIVER_WORDS = ("accelerator", "fabric", "engine", "deepspeed", "train
 # own clip (`accelerator.clip_grad_norm_`, `fabric.clip_gradients`) or optimizer step.
 # DeepSpeed's and trainers' engines keep gradients of their own and are not read.
 SCALING_LIBRARY_WORDS = ("accelerator", "fabric")
+# LightningModule's own clipping method (it does not unscale; see `classify`).
+LIGHTNING_CLIP = "clip_gradients"
 
 
 class Kind(enum.Enum):
@@ -693,6 +695,14 @@ class _Builder:
             if any(w in recv_text for w in MANAGED_RECEIVER_WORDS):
                 return None  # a trainer's or engine's clip_grad_norm_ unscales first
             return self.make_event(Kind.CLIP, call, qualname=f"{dotted(receiver) or '<expr>'}.{name}")
+        if name == LIGHTNING_CLIP and isinstance(receiver, cst.Name) and receiver.value == scope.self_name:
+            # `self.clip_gradients(opt, ...)` of a LightningModule (the method is the library's,
+            # not the project's): the precision plugin clips as it finds the gradients, and
+            # unscales them only in the optimizer step (Lightning issue #18089).  After
+            # `manual_backward` that is a clip of scaled gradients; in the automatic
+            # `configure_gradient_clipping` hook no backward precedes it in the graph.
+            if resolve_call(call, scope) is None:
+                return self.make_event(Kind.CLIP, call, qualname=f"{receiver.value}.{name}")
         return None
 
     def _scaled_by(self, tensor: cst.BaseExpression | None, depth: int = 0) -> str | None:

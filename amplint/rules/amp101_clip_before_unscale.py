@@ -34,11 +34,15 @@ _LIBRARY_BACKWARD = CodePattern(
 class ClipBeforeUnscale(Rule):
     """
     ## What it does
-    Flags gradient clipping (`clip_grad_norm_`, `clip_grad_value_`, FSDP's
-    `model.clip_grad_norm_`, under any alias) that can run after
-    `scaler.scale(loss).backward()` and before `scaler.unscale_(optimizer)`. A
-    `clip_grad_norm_(..., max_norm=inf)` clips nothing: it only measures, and AMP112
-    reports it.
+    Flags gradient clipping (`clip_grad_norm_`, `clip_grad_value_`,
+    `clip_grads_with_norm_`, FSDP's `model.clip_grad_norm_`, under any alias) that can
+    run after `scaler.scale(loss).backward()` and before `scaler.unscale_(optimizer)`.
+    A library's backward that scales in float16 mixed precision counts too:
+    `accelerator.backward(loss)` and `fabric.backward(loss)` until their own clip or
+    `accelerator.unscale_gradients()`, Lightning's `self.manual_backward(loss)` until
+    `optimizer.step()` (`self.clip_gradients` does not unscale in manual optimization).
+    A clip with an infinite threshold (`max_norm=inf`, also passed in by the caller of
+    the helper that clips) clips nothing: it only measures, and AMP112 reports it.
 
     ## Why is this bad?
     Until `unscale_` runs, every `.grad` holds the gradient times the loss scale
@@ -169,9 +173,9 @@ def _library_unscale_note(backward) -> str:
     func = backward.node.func
     receiver = dotted(func.value) if isinstance(func, cst.Attribute) else None
     if isinstance(func, cst.Attribute) and func.attr.value == "manual_backward":
-        return ("`manual_backward` scales the loss under Lightning's 16-mixed precision and the optimizer step "
-                "unscales only afterwards: clip in `configure_gradient_clipping` / `on_before_optimizer_step`, "
-                "which run after that unscale, or unscale with the precision plugin's scaler first")
+        return ("`manual_backward` scales the loss under Lightning's 16-mixed precision and only the optimizer "
+                "step unscales (`self.clip_gradients` does not): clip in `on_before_optimizer_step`, which runs "
+                "after that unscale, or unscale with the precision plugin's scaler first")
     if "fabric" in (receiver or "").lower():
         return f"`{receiver}.backward` scales the loss in float16 mixed precision: clip with `{receiver}.clip_gradients(...)`, which unscales first"
     return (f"`{receiver}.backward` scales the loss in float16 mixed precision: clip with `{receiver}.clip_grad_norm_(...)` "
