@@ -363,6 +363,25 @@ def test_amp305_tokens_tie_the_cast_to_what_trains_it(source: str, passes: bool)
     assert bool(may_fire(source, (rule,))) is passes
 
 
+_CLIP = "torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)\n"
+
+
+@pytest.mark.parametrize("source, passes", [
+    # a library's scaling backward on a receiver that names it (Event.scales_loss)
+    ("self.accelerator.backward(loss)\n" + _CLIP, True),
+    ("accelerator.backward(loss, **kwargs)\n" + _CLIP, True),
+    ("self._fabric . backward(loss)\n" + _CLIP, True),
+    ("(self.accelerator\n    .backward(loss))\n" + _CLIP, True),
+    ("self.manual_backward(loss)\n" + _CLIP, True),
+    # the library named elsewhere, a plain backward: no scale anywhere
+    ("accelerator = Accelerator()\nloss.backward()\n" + _CLIP, False),
+    ("print('accelerator.backward(loss)')\nloss.backward()\n" + _CLIP, False),
+    ("def manual_backward(self, loss):\n    loss.backward()\n" + _CLIP, False),
+])
+def test_amp101_tokens_pass_a_library_backward_that_scales(source: str, passes: bool) -> None:
+    assert bool(may_fire(source, (registry.BY_CODE["AMP101"],))) is passes
+
+
 def test_apex_and_amp_as_words(tmp_path: Path) -> None:
     rule = registry.BY_CODE["AMP402"]
     assert not may_fire("if is_apex_available():\n    import torch.amp\n", (rule,))

@@ -16,6 +16,134 @@ def _lines(source: str, code: str, path: str = "<string>") -> list[int]:
     return [d.span.line for d in check_source(textwrap.dedent(source).lstrip("\n"), path, select=[code])]
 
 
+# --- AMP101 clip-before-unscale, with a library's scaling backward ------------------------------
+
+
+def test_amp101_lightning_manual_backward_in_a_helper_then_torch_clip_is_reported() -> None:
+    # NeMo's preference-optimization step: the chunked helper calls manual_backward; under
+    # "16-mixed" the plugin unscales only inside opt.step().
+    src = """
+    import torch
+    import pytorch_lightning as pl
+
+    class Model(pl.LightningModule):
+        def _chunks(self, batch, do_backward):
+            for chunk in batch:
+                loss = self(chunk).mean()
+                if do_backward:
+                    self.manual_backward(loss)
+
+        def training_step(self, batch, batch_idx):
+            opt = self.optimizers()
+            opt.zero_grad()
+            self._chunks(batch, do_backward=True)
+            torch.nn.utils.clip_grad_norm_(self.parameters(), max_norm=1.0)
+            opt.step()
+
+        def on_before_optimizer_step(self, optimizer):
+            torch.nn.utils.clip_grad_norm_(self.parameters(), max_norm=1.0)
+    """
+    assert _lines(src, "AMP101") == [15]
+
+
+def test_amp101_lightning_clip_gradients_after_manual_backward_is_reported_in_its_hook_it_is_not() -> None:
+    # LightningModule.clip_gradients does not unscale (Lightning issue #18089); the plugin
+    # unscales in opt.step() and before the automatic configure_gradient_clipping hook.
+    src = """
+    import pytorch_lightning as pl
+
+    class Codec(pl.LightningModule):
+        def _step(self, optimizer):
+            self.clip_gradients(optimizer, 1.0, gradient_clip_algorithm="norm")
+            optimizer.step()
+
+        def training_step(self, batch, batch_idx):
+            opt = self.optimizers()
+            opt.zero_grad()
+            self.manual_backward(self(batch).mean())
+            self._step(opt)
+
+        def configure_gradient_clipping(self, optimizer, gradient_clip_val=None, gradient_clip_algorithm=None):
+            self.clip_gradients(optimizer, gradient_clip_val, gradient_clip_algorithm)
+    """
+    assert _lines(src, "AMP101") == [12]  # at the helper call: the backward is in training_step
+
+
+def test_amp101_accelerate_backward_then_torch_clip_is_reported_its_own_clip_is_not() -> None:
+    src = """
+    import torch
+
+    for batch in loader:
+        accelerator.backward(model(batch).mean())
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        optimizer.zero_grad()
+
+    for batch in loader:
+        accelerator.backward(model(batch).mean())
+        accelerator.clip_grad_norm_(model.parameters(), 1.0)
+        torch.nn.utils.clip_grad_value_(model.parameters(), 0.5)
+        optimizer.step()
+        optimizer.zero_grad()
+
+    for batch in loader:
+        accelerator.backward(model(batch).mean())
+        accelerator.unscale_gradients()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        optimizer.zero_grad()
+    """
+    assert _lines(src, "AMP101") == [5]
+
+
+def test_amp101_library_backward_the_loop_never_scales_is_not_a_scaled_backward() -> None:
+    # DeepSpeed's engine and a trainer keep gradients of their own (steps.MANAGED_RECEIVER_WORDS).
+    src = """
+    import torch
+
+    for batch in loader:
+        model_engine.backward(model_engine(batch).mean())
+        torch.nn.utils.clip_grad_norm_(model_engine.parameters(), 1.0)
+        model_engine.step()
+    """
+    assert _lines(src, "AMP101") == []
+
+
+def test_amp101_finding_after_a_library_backward_says_how_the_library_clips() -> None:
+    src = "import torch\naccelerator.backward(loss)\ntorch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)\noptimizer.step()\n"
+    (found,) = check_source(src, "<string>", select=["AMP101"])
+    assert found.fix is None  # the scaler is the library's: nothing to insert
+    assert any("accelerator.clip_grad_norm_" in note for note in found.notes)
+
+
+def test_amp101_helper_given_an_infinite_threshold_clips_nothing() -> None:
+    # HF Trainer: one helper clips with `max_norm`, and is also called with inf only to measure.
+    src = """
+    import torch
+    from torch.nn.utils import clip_grads_with_norm_, get_total_norm
+
+    class Trainer:
+        def _norm_and_clip(self, params, max_norm):
+            total = get_total_norm([p.grad for p in params])
+            clip_grads_with_norm_(params, max_norm, total)
+            return total
+
+        def _clip(self, params):
+            return self._norm_and_clip(params, self.args.max_grad_norm)
+
+        def _measure(self, params):
+            return self._norm_and_clip(params, float("inf"))
+
+        def step(self, params, loss):
+            self.accelerator.backward(loss)
+            clipped = self._clip(params)
+            measured = self._measure(params)
+            self.optimizer.step()
+    """
+    assert _lines(src, "AMP101") == [18]
+    assert _lines(src, "AMP112") == [18, 19]  # both measure scaled gradients
+
+
 # --- AMP112 norm-of-scaled-gradients ---------------------------------------------------------
 
 

@@ -95,6 +95,29 @@ def measures_only(call: cst.Call, model) -> bool:
     return is_infinite(call_arg(call, 1, "max_norm"), model)
 
 
+def clips_nothing(clip) -> bool:
+    """A clip event whose threshold is infinite: it scales every gradient by 1.
+
+    `clip_grad_norm_(params, float("inf"))`, `clip_grad_value_(params, math.inf)`, also
+    when the threshold is a parameter of the helper the clip is written in (never
+    reassigned there) and the call that reached the helper passes infinity, directly or
+    through its own caller's parameter: HF Trainer measures with
+    `self._mixed_mesh_grad_norm(model, float("inf"))`, whose body clips with `max_norm`.
+    """
+    from amplint.analysis.bindings import call_arg
+    from amplint.analysis.scaler_protocol import argument_for
+
+    call, scope = clip.node, clip.scope
+    threshold = call_arg(call, 1, "max_norm") or call_arg(call, 1, "clip_value")
+    for through, caller in reversed(clip.through):
+        if is_infinite(threshold, scope.model):
+            return True
+        if not isinstance(threshold, cst.Name) or threshold.value not in scope.params or threshold.value in scope.assignments:
+            return False
+        threshold, scope = argument_for(through, scope, threshold.value), caller
+    return is_infinite(threshold, scope.model)
+
+
 def is_infinite(expr: cst.BaseExpression | None, model) -> bool:
     """`float("inf")`, `math.inf`, `torch.inf`, `np.inf` (also imported as `inf`)."""
     if expr is None:

@@ -48,6 +48,13 @@ _WRAPPED_METHODS = frozenset({"backward", "step", "zero_grad", "update", "unscal
 # Receivers whose `.backward(loss)` / `.clip_grad_norm_()` are library-managed and
 # unscale correctly (HF Accelerate, Lightning Fabric, DeepSpeed engines).
 MANAGED_RECEIVER_WORDS = ("accelerator", "fabric", "engine", "deepspeed", "trainer", "strategy", "precision")
+# Of those, the libraries whose managed backward scales the loss in float16 mixed precision
+# (`Accelerator(mixed_precision="fp16")`, Fabric's "16-mixed") and unscales only in their
+# own clip (`accelerator.clip_grad_norm_`, `fabric.clip_gradients`) or optimizer step.
+# DeepSpeed's and trainers' engines keep gradients of their own and are not read.
+SCALING_LIBRARY_WORDS = ("accelerator", "fabric")
+# LightningModule's own clipping method (it does not unscale; see `classify`).
+LIGHTNING_CLIP = "clip_gradients"
 
 
 class Kind(enum.Enum):
@@ -90,6 +97,10 @@ class Event:
     scaled: bool = False
     managed: bool = False
     via: tuple[str, ...] = ()
+    # The calls an inlined event was reached through, outermost first, each with the scope
+    # it is written in: `through[0][0]` is the anchor, `through[-1][0]` the call of the
+    # function the event is written in (whose arguments give its parameters' values).
+    through: tuple[tuple[cst.Call, object], ...] = ()
     qualname: str | None = None
     # The `if` conditions known to hold where the event runs: (normalised text, truth).
     guards: tuple[Fact, ...] = ()
@@ -99,6 +110,28 @@ class Event:
     @property
     def inlined(self) -> bool:
         return self.node is not self.anchor
+
+    @property
+    def scales_loss(self) -> bool:
+        """A backward that leaves gradients multiplied by a loss scale until something unscales them.
+
+        `scaler.scale(loss).backward()`, or a managed backward whose library scales the loss
+        in float16 mixed precision: `accelerator.backward(loss)`, `fabric.backward(loss)`
+        and Lightning's `self.manual_backward(loss)` (the precision plugin scales there and
+        unscales only inside the optimizer step).  Code under an option is read as if the
+        option were on: the run may be fp16.
+        """
+        if self.kind is not Kind.BACKWARD:
+            return False
+        if self.scaled or not self.managed:
+            return self.scaled
+        func = self.node.func
+        if not isinstance(func, cst.Attribute):
+            return False
+        if func.attr.value == "manual_backward":
+            return True
+        receiver = (dotted(func.value) or "").lower()
+        return any(w in receiver for w in SCALING_LIBRARY_WORDS)
 
     @property
     def active_autocast(self) -> AutocastRegion | None:
@@ -377,6 +410,7 @@ class _Builder:
         self.statement: cst.CSTNode | None = None
         self.scope = graph.scope
         self.via: tuple[str, ...] = ()
+        self.through: tuple[tuple[cst.Call, object], ...] = ()
         self.guards: tuple[Fact, ...] = ()
         self.no_grad = False  # inside `with torch.no_grad():` or a no_grad-decorated helper
 
@@ -581,7 +615,7 @@ class _Builder:
             # taking the call for a plain backward or step.
             wrapper = self.callee(call) if self._method_of_an_instance(call) else None
             if wrapper is not None:
-                self.inline(wrapper)
+                self.inline(wrapper, call)
                 return
             event = self.classify(call)
             if event is not None:
@@ -589,7 +623,7 @@ class _Builder:
                 return
             callee = self.callee(call)
             if callee is not None:
-                self.inline(callee)
+                self.inline(callee, call)
         finally:
             if not self.inline_stack:
                 self.anchor = outer_anchor
@@ -604,6 +638,7 @@ class _Builder:
             regions=tuple(self.regions),
             loops=tuple(self.loops),
             via=self.via,
+            through=self.through,
             guards=self.guards,
             **kw,
         )
@@ -676,6 +711,14 @@ class _Builder:
             if any(w in recv_text for w in MANAGED_RECEIVER_WORDS):
                 return None  # a trainer's or engine's clip_grad_norm_ unscales first
             return self.make_event(Kind.CLIP, call, qualname=f"{dotted(receiver) or '<expr>'}.{name}")
+        if name == LIGHTNING_CLIP and isinstance(receiver, cst.Name) and receiver.value == scope.self_name:
+            # `self.clip_gradients(opt, ...)` of a LightningModule (the method is the library's,
+            # not the project's): the precision plugin clips as it finds the gradients, and
+            # unscales them only in the optimizer step (Lightning issue #18089).  After
+            # `manual_backward` that is a clip of scaled gradients; in the automatic
+            # `configure_gradient_clipping` hook no backward precedes it in the graph.
+            if resolve_call(call, scope) is None:
+                return self.make_event(Kind.CLIP, call, qualname=f"{receiver.value}.{name}")
         return None
 
     def _scaled_by(self, tensor: cst.BaseExpression | None, depth: int = 0) -> str | None:
@@ -712,13 +755,13 @@ class _Builder:
             return None
         return found
 
-    def inline(self, callee) -> None:
+    def inline(self, callee, call: cst.Call) -> None:
         eventless = callee.model.__dict__.setdefault("_amplint_eventless", set())
         if id(callee.fn) in eventless:
             return  # inlined before, with the whole depth budget, and nothing happened in it
         top = not self.inline_stack
         before = (sum(1 for p in self.graph.points if p.event is not None), len(self.graph.regions))
-        self._inline(callee)
+        self._inline(callee, call)
         after = (sum(1 for p in self.graph.points if p.event is not None), len(self.graph.regions))
         if top and before == after:
             eventless.add(id(callee.fn))
@@ -735,9 +778,10 @@ class _Builder:
         target = expr.func if isinstance(expr, cst.Call) else expr
         return self.model.qualify(target) in NO_GRAD_CONTEXTS
 
-    def _inline(self, callee) -> None:
+    def _inline(self, callee, call: cst.Call) -> None:
         callee_scope = callee.scope
-        saved = (self.scope, self.via, self.no_grad)
+        saved = (self.scope, self.via, self.through, self.no_grad)
+        self.through = (*self.through, (call, self.scope))
         if any(self._decorator_disables_grad(d.decorator, callee.model) for d in callee.fn.decorators):
             self.no_grad = True
         self.inline_stack.append(callee.fn)
@@ -753,7 +797,7 @@ class _Builder:
         finally:
             self.return_targets.pop()
             self.inline_stack.pop()
-            self.scope, self.via, self.no_grad = saved
+            self.scope, self.via, self.through, self.no_grad = saved
 
     @staticmethod
     def _decorator_disables_grad(expr: cst.BaseExpression, model) -> bool:

@@ -2,29 +2,47 @@
 
 from __future__ import annotations
 
+import re
+
+import libcst as cst
+
 from amplint.analysis.bindings import Bindings
-from amplint.analysis.grad_norms import measures_only
+from amplint.analysis.grad_norms import clips_nothing
 from amplint.analysis.names import dotted
 from amplint.analysis.scaler_protocol import event_is, search, training_loop
-from amplint.analysis.steps import Kind
+from amplint.analysis.steps import SCALING_LIBRARY_WORDS, Kind
 from amplint.diagnostics import Applicability
-from amplint.prefilter import Attr
+from amplint.prefilter import Attr, CodePattern
 from amplint.rules._base import FixAvailability, InsertBefore, Rule
 
 # After any of these the gradients are no longer the scaled ones this backward produced:
-# unscale_ divided them, step/update ended the iteration, zero_grad cleared them, and a
-# new scaled backward starts its own story.
-_ENDS_SCALED_WINDOW = (Kind.UNSCALE, Kind.SCALER_STEP, Kind.UPDATE, Kind.ZERO_GRAD)
+# unscale_ divided them (or the library did: `accelerator.unscale_gradients()`,
+# `accelerator.clip_grad_norm_`), step/update ended the iteration, zero_grad cleared them,
+# and a new scaled backward starts its own story.
+_UNSCALES = (Kind.UNSCALE, Kind.MANAGED_UNSCALE)
+_ENDS_SCALED_WINDOW = (*_UNSCALES, Kind.SCALER_STEP, Kind.UPDATE, Kind.ZERO_GRAD)
+# A library's own backward (`accelerator.backward`, `self.manual_backward`) is also unscaled
+# in the step of the optimizer the library wraps.
+_ENDS_MANAGED_WINDOW = (*_ENDS_SCALED_WINDOW, Kind.OPT_STEP)
+# A library backward written on a receiver that names the library (`self.accelerator.backward`,
+# steps.SCALING_LIBRARY_WORDS), in lowercased code: the necessary condition of `scales_loss`.
+_LIBRARY_BACKWARD = CodePattern(
+    re.compile(rf"(?:{'|'.join(SCALING_LIBRARY_WORDS)})[a-z0-9_]*(?:[\s\\]*\.[\s\\]*[a-z0-9_]+)*[\s\\]*\.[\s\\]*backward(?![a-z0-9_])")
+)
 
 
 class ClipBeforeUnscale(Rule):
     """
     ## What it does
-    Flags gradient clipping (`clip_grad_norm_`, `clip_grad_value_`, FSDP's
-    `model.clip_grad_norm_`, under any alias) that can run after
-    `scaler.scale(loss).backward()` and before `scaler.unscale_(optimizer)`. A
-    `clip_grad_norm_(..., max_norm=inf)` clips nothing: it only measures, and AMP112
-    reports it.
+    Flags gradient clipping (`clip_grad_norm_`, `clip_grad_value_`,
+    `clip_grads_with_norm_`, FSDP's `model.clip_grad_norm_`, under any alias) that can
+    run after `scaler.scale(loss).backward()` and before `scaler.unscale_(optimizer)`.
+    A library's backward that scales in float16 mixed precision counts too:
+    `accelerator.backward(loss)` and `fabric.backward(loss)` until their own clip or
+    `accelerator.unscale_gradients()`, Lightning's `self.manual_backward(loss)` until
+    `optimizer.step()` (`self.clip_gradients` does not unscale in manual optimization).
+    A clip with an infinite threshold (`max_norm=inf`, also passed in by the caller of
+    the helper that clips) clips nothing: it only measures, and AMP112 reports it.
 
     ## Why is this bad?
     Until `unscale_` runs, every `.grad` holds the gradient times the loss scale
@@ -79,24 +97,30 @@ class ClipBeforeUnscale(Rule):
     # Pre-filter: every clip spelling contains `clip_grad` (CLIP_FUNCTIONS, CLIP_METHODS);
     # a scaled backward is a `.backward`/`autograd.backward` of a `.scale(...)` call.
     requires_any = ("clip_grad",)
-    # `X.scale(loss).backward()`, `torch.autograd.backward(X.scale(loss))`: both attributes.
-    and_requires_any = ((Attr("backward"),), (Attr("scale"),))
+    # `X.scale(loss).backward()`, `torch.autograd.backward(X.scale(loss))`: both attributes;
+    # or a library's scaling backward (`self.manual_backward(loss)`, `accelerator.backward(loss)`).
+    and_requires_any = ((Attr("backward"), Attr("manual_backward")), (Attr("scale"), Attr("manual_backward"), _LIBRARY_BACKWARD))
     # The clip may sit in a project helper (`clip_gradients(model, 1.0)` from utils.py).
     imported_tokens = (0,)
 
     def check(self) -> None:
         for graph in self.model.steps:
             for backward in graph.of_kind(Kind.BACKWARD):
-                if not backward.scaled:
+                if not backward.scales_loss:
                     continue
-                stop = lambda e: e.kind in _ENDS_SCALED_WINDOW or (e.kind is Kind.BACKWARD and e.scaled)  # noqa: E731
-                unscales = lambda p: graph.runs_in_loop(p, lambda e: e.kind is Kind.UNSCALE)  # noqa: E731
+                ends = _ENDS_SCALED_WINDOW if backward.scaled else _ENDS_MANAGED_WINDOW
+                stop = lambda e, ends=ends: e.kind in ends or e.scales_loss  # noqa: E731
+                unscales = lambda p: graph.runs_in_loop(p, lambda e: e.kind in _UNSCALES)  # noqa: E731
                 for event in graph.reachable(backward, stop=stop, guarded=True, stop_at=unscales):
                     if event.kind is not Kind.CLIP:
                         continue
-                    if measures_only(event.node, event.scope.model):
-                        continue  # `max_norm=inf` clips nothing: a norm of scaled gradients (AMP112)
+                    if clips_nothing(event):
+                        continue  # `max_norm=inf`: at most a norm of scaled gradients (AMP112)
                     clip_name = dotted(event.node.func) or event.qualname or "clip_grad_norm_"
+                    if not backward.scaled:
+                        notes = (_library_unscale_note(backward),)
+                        self.report_event(event, witnesses=(backward,), notes=notes, clip=clip_name, unscales="")
+                        continue
                     scaler = Bindings.text_of(backward.scaler) or "scaler"
                     optimizers = self._stepped_optimizers(graph, backward, event)
                     changes = None
@@ -142,3 +166,17 @@ class ClipBeforeUnscale(Rule):
             if name not in names:
                 names.append(name)
         return names or None
+
+
+def _library_unscale_note(backward) -> str:
+    """How the library of a managed backward wants clipping done (it unscales there)."""
+    func = backward.node.func
+    receiver = dotted(func.value) if isinstance(func, cst.Attribute) else None
+    if isinstance(func, cst.Attribute) and func.attr.value == "manual_backward":
+        return ("`manual_backward` scales the loss under Lightning's 16-mixed precision and only the optimizer "
+                "step unscales (`self.clip_gradients` does not): clip in `on_before_optimizer_step`, which runs "
+                "after that unscale, or unscale with the precision plugin's scaler first")
+    if "fabric" in (receiver or "").lower():
+        return f"`{receiver}.backward` scales the loss in float16 mixed precision: clip with `{receiver}.clip_gradients(...)`, which unscales first"
+    return (f"`{receiver}.backward` scales the loss in float16 mixed precision: clip with `{receiver}.clip_grad_norm_(...)` "
+            f"(or call `{receiver}.unscale_gradients()` first)")

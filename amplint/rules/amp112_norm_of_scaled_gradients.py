@@ -5,7 +5,6 @@ from __future__ import annotations
 import libcst as cst
 
 from amplint.analysis.grad_norms import measures_only
-from amplint.analysis.names import dotted
 from amplint.analysis.steps import Event, Kind
 from amplint.prefilter import Attr, Word
 from amplint.rules._base import Rule
@@ -14,11 +13,6 @@ from amplint.rules._base import Rule
 # unscale_ divided them (or the library did: `accelerator.clip_grad_norm_`, or the step of
 # a managed optimizer), step/update ended the iteration, zero_grad cleared them.
 _ENDS_SCALED_WINDOW = (Kind.UNSCALE, Kind.MANAGED_UNSCALE, Kind.SCALER_STEP, Kind.UPDATE, Kind.ZERO_GRAD, Kind.OPT_STEP)
-# Managed backwards that scale the loss when the library runs in float16 mixed precision
-# (`Accelerator(mixed_precision="fp16")`, Lightning's `precision="16-mixed"`); the
-# library unscales only in its clip or step.  DeepSpeed's and trainers' engines keep
-# gradients of their own and are not read.
-_SCALING_LIBRARIES = ("accelerator", "fabric")
 # Lightning calls this hook right after backward, before the precision plugin unscales.
 _AFTER_BACKWARD_HOOKS = frozenset({"on_after_backward"})
 
@@ -94,10 +88,10 @@ class NormOfScaledGradients(Rule):
     def _norms_after_backward(self, graph):
         """(norm event, the backward whose scaled gradients it measures) pairs of a graph."""
         unscales = lambda p: graph.runs_in_loop(p, lambda e: e.kind is Kind.UNSCALE)  # noqa: E731
-        starts: list[Event | None] = [b for b in graph.of_kind(Kind.BACKWARD) if self._scales(b)]
+        starts: list[Event | None] = [b for b in graph.of_kind(Kind.BACKWARD) if b.scales_loss]
         for backward in starts:
             stop = lambda e, b=backward: e.kind in _ENDS_SCALED_WINDOW or (  # noqa: E731
-                e.kind is Kind.BACKWARD and e is not b and self._scales(e)
+                e.kind is Kind.BACKWARD and e is not b and e.scales_loss
             )
             for event in graph.reachable(backward, stop=stop, guarded=True, stop_at=unscales):
                 if self._is_norm(event):
@@ -107,18 +101,6 @@ class NormOfScaledGradients(Rule):
             for event in graph.reachable(graph.entry, stop=stop, guarded=True, stop_at=unscales):
                 if self._is_norm(event):
                     yield event, None
-
-    @staticmethod
-    def _scales(backward: Event) -> bool:
-        if backward.scaled:
-            return True
-        if not backward.managed:
-            return False
-        func = backward.node.func
-        if isinstance(func, cst.Attribute) and func.attr.value == "manual_backward":
-            return True
-        receiver = (dotted(func.value) if isinstance(func, cst.Attribute) else "") or ""
-        return any(w in receiver.lower() for w in _SCALING_LIBRARIES)
 
     @staticmethod
     def _is_norm(event: Event) -> bool:
