@@ -228,19 +228,21 @@ class WalkFilter:
     def __init__(self, config: Config, below: str | os.PathLike) -> None:
         self.config = config
         self.below = Path(below)
+        spelled = str(self.below)
+        # What a path below it starts with (`Path` spells the paths of a walk of "." bare).
+        self._prefix = "" if spelled == "." else os.path.join(spelled, "")
         self._real_dirs: dict[str, str] = {}
+        self._in_work_tree: dict[str, bool] = {}
         self._git_ignores_below: bool | None = None
 
     def excluded(self, path: Path) -> bool:
         """As `Config.is_excluded(path, below=self.below)`."""
         config = self.config
-        try:
-            inner = path.relative_to(self.below).parts
-        except ValueError:
-            return config.is_excluded(path)
-        if not inner:
-            return config.is_excluded(path)
-        rel = self._relative(str(path))
+        spelled = str(path)
+        if not spelled.startswith(self._prefix) or spelled == self._prefix or (not self._prefix and os.path.isabs(spelled)):
+            return config.is_excluded(path)  # not below it (or `below` itself)
+        inner = spelled[len(self._prefix):].split(os.sep)
+        rel = self._relative(spelled)
         suffix = "/".join(inner)
         if not rel.endswith(suffix):
             return config.is_excluded(path)  # a link on the way: judged by where it leads
@@ -251,18 +253,25 @@ class WalkFilter:
             for i, name in enumerate(inner, 1):  # each level below `below`, the entry itself last
                 if part.match(name) or exact.match(base + "/".join(inner[:i])):
                     return True
-        if not config.respect_gitignore:
+        if not config.respect_gitignore or not self._in_a_work_tree(os.path.dirname(spelled)):
             return False
         if self._git_ignores_below is None:
             self._git_ignores_below = config._gitignore.ignored(self.below)
         return not self._git_ignores_below and config._gitignore.ignored(path)
 
+    def _in_a_work_tree(self, folder: str) -> bool:
+        """Git has something to say about the entries of `folder` (asked once per folder)."""
+        found = self._in_work_tree.get(folder)
+        if found is None:
+            found = self._in_work_tree[folder] = self.config._gitignore.work_tree_of(folder) is not None
+        return found
+
     def _relative(self, path: str) -> str:
         """`config._relative(path)`, from the real path of the folder, found once per folder."""
         config = self.config
-        if config.root is None or os.sep != "/":
-            return config._relative(path)
         folder, name = os.path.split(path)
+        if config.root is None or os.sep != "/" or name in ("", ".", ".."):
+            return config._relative(path)
         real_folder = self._real_dirs.get(folder)
         if real_folder is None:
             real_folder = self._real_dirs[folder] = str(_resolve(Path(folder)))
@@ -501,6 +510,10 @@ class GitIgnore:
                 return True
             node = node.parent
         return False
+
+    def work_tree_of(self, folder: str | os.PathLike) -> Path | None:
+        """The git work tree `folder` lies in, if any (what `ignored` asks first)."""
+        return self._work_tree(Path(os.path.abspath(folder)))
 
     def _work_tree(self, d: Path) -> Path | None:
         if d in self._tops:
