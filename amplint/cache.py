@@ -5,7 +5,8 @@ Layout (`.amplint_cache/` next to the configuration, or `--cache-dir DIR`):
     .amplint_cache/
       CACHEDIR.TAG          backup and indexing tools skip the directory
       .gitignore            `*`: never committed by accident
-      v1/<run>/<xx>/<file>.json
+      v2/<run>/<xx>/<file>.json
+      v2/<run>/sets/<root>-<content>.json   files many entries depend on together
 
 `<run>` is a digest of the amplint version, a fingerprint of amplint's own source files
 (size and mtime of each: an edited rule in a development checkout must not be answered
