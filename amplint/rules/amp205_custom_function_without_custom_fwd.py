@@ -55,10 +55,8 @@ class _SensitiveInFunctionClass:
         if _ALIASED_OP.search(text):
             return True
         code = code_text(text, strings=False)
-        return any(
-            any(t.search(body) for t in _SENSITIVE)
-            for body in map(lambda m: _class_body(code, m.start()), _FUNCTION_CLASS.finditer(code))
-        )
+        bodies = (_class_body(code, m.start()) for m in _FUNCTION_CLASS.finditer(code))
+        return any(t.search(body) for body in bodies for t in _SENSITIVE)
 
     def __repr__(self) -> str:
         return "_SensitiveInFunctionClass()"
