@@ -93,15 +93,24 @@ def imported_files(code: str, path: Path, package: str | None, missing: set | No
     """
     from amplint.analysis.callees import is_external
 
-    found: list[Path] = []
+    found: dict[Path, None] = {}  # NB: ordered, and a set's lookup: a file may import hundreds of names
+    own = os.path.abspath(path)
     for imp in imported_names(code, package):
         if is_external(imp.module, path):
             continue
-        candidates = [imp.module] + [f"{imp.module}.{n}" for n in imp.names]
-        for dotted in candidates:
-            hit = layout.resolve_module(dotted, path)
-            if missing is not None:
-                missing.update(p for p in hit.probed if p != str(hit.path))
-            if hit.path is not None and hit.path not in found and os.path.abspath(hit.path) != os.path.abspath(path):
-                found.append(hit.path)
-    return found
+        module = _found(imp.module, path, missing, found, own)
+        if module is not None and module.name != "__init__.py":
+            continue  # a plain module has no submodules: `from .x import y` takes y from x.py
+        for name in imp.names:
+            _found(f"{imp.module}.{name}", path, missing, found, own)
+    return list(found)
+
+
+def _found(dotted: str, path: Path, missing: set | None, found: dict, own: str) -> Path | None:
+    """The project file of module `dotted` (noted in `found` unless it is `path` itself)."""
+    hit = layout.resolve_module(dotted, path)
+    if missing is not None:
+        missing.update(p for p in hit.probed if p != str(hit.path))
+    if hit.path is not None and hit.path not in found and os.path.abspath(hit.path) != own:
+        found[hit.path] = None
+    return hit.path

@@ -22,6 +22,8 @@ from amplint.project.text_imports import imported_names
 _TOP = re.compile(r"^(?:@|(?:async[ \t]+)?def[ \t]+(?P<def>\w+)|class[ \t]+(?P<cls>\w+)|(?P<var>[A-Za-z_]\w*)[ \t]*(?::[^=\n]*)?=(?!=))", re.MULTILINE)
 # A name called (`helper(`) or used as an attribute head (`utils.helper(`, `self.x`).
 _CALLED = re.compile(r"(?<![\w.])([A-Za-z_]\w*)(?:[ \t]*\(|\.(\w+))")
+# `name.attribute`, the name not itself an attribute (`utils.clip`, not `a.utils.clip`).
+_ATTRIBUTE = re.compile(r"(?<![\w.])([A-Za-z_]\w*)\.(\w+)")
 
 
 # A method inside a class segment: `def` indented once more than the `class` line.
@@ -123,7 +125,10 @@ def attributes_used(code: str, names: list[str]) -> dict[str, set[str]]:
     out: dict[str, set[str]] = {}
     if not names:
         return out
-    pattern = re.compile(r"(?<![\w.])(" + "|".join(map(re.escape, sorted(set(names), key=len, reverse=True))) + r")\.(\w+)")
-    for m in pattern.finditer(code):
-        out.setdefault(m.group(1), set()).add(m.group(2))
+    wanted = set(names)
+    # NB: one pattern for every name, filtered here: an alternation of these names compiled
+    # per file cost more than the scan (0.5 s of sre compiling on transformers)
+    for m in _ATTRIBUTE.finditer(code):
+        if m.group(1) in wanted:
+            out.setdefault(m.group(1), set()).add(m.group(2))
     return out
