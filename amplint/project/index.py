@@ -746,6 +746,7 @@ class ProjectIndex:
         """The module enters autocast that may be enabled, or builds an enabled scaler;
         its text is looked at first, and it is parsed only if it names either."""
         from amplint.analysis.precision import runs_autocast
+        from amplint.prefilter import code_text
 
         key = _abs(path)
         text = self.raw_text(key)
@@ -755,11 +756,16 @@ class ProjectIndex:
         memo = self._autocast_memo.get(key)
         if memo is not None and memo[0] == stat:
             return memo[1]
+        if not may_run_autocast(code_text(text, strings=False)):
+            # named only in comments and strings (transformers' `PreTrainedModel` tells users
+            # to use `torch.autocast` in a message): nothing there enters it
+            self._autocast_memo[key] = (stat, False)
+            return False
         # Only the definitions that spell either need parsing (and the module's own code).
         module_text = self._text_module(Path(key))
         needs = frozenset(
             name for name, segment in (module_text.segments.items() if module_text is not None else ())
-            if "autocast" in segment.lower() or "gradscaler" in segment.lower()
+            if may_run_autocast(lowered := segment.lower()) and may_run_autocast(code_text(lowered, strings=False))
         )
         other = self.model_at(key, needs if module_text is not None and module_text.segments else None)
         found = other is not None and runs_autocast(other)
