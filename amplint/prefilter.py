@@ -150,10 +150,13 @@ class CodePattern:
     """
 
     pattern: re.Pattern
+    # A word every match contains: a text without it is rejected before the strings are
+    # emptied (which costs a lexer pass; emptying never makes a word, the quotes stay).
+    literal: str = ""
     outside_strings = True
 
     def search(self, text: str):
-        return self.pattern.search(text)
+        return (not self.literal or self.literal in text) and self.pattern.search(text)
 
 
 # A backslash escape that can spell a letter or digit inside a string (`"\x31\x36"` is
@@ -173,20 +176,27 @@ def _cheapest_first(rule) -> tuple[tuple, ...]:
     literal prefix scans every character, and a token object runs Python per candidate
     (AMP501's literal reader was called on every file while it came first)."""
 
-    def cost(token) -> int:
-        if isinstance(token, tuple):
-            return max(map(cost, token))
-        if isinstance(token, str):
-            return 0
-        return 1 if isinstance(token, Word) else 2 if isinstance(token, re.Pattern) else 3  # Attr is a Word
+    ordered = (_lowered_group(group) for group in token_groups(rule))
+    return tuple(sorted(ordered, key=lambda group: max(map(_cost, group))))
 
-    def lowered(token):
-        if isinstance(token, tuple):
-            return tuple(map(lowered, token))
-        return token.lower() if isinstance(token, str) else token
 
-    ordered = (tuple(sorted(map(lowered, group), key=cost)) for group in token_groups(rule))
-    return tuple(sorted(ordered, key=lambda group: max(map(cost, group))))
+def _cost(token) -> int:
+    if isinstance(token, tuple):
+        return max(map(_cost, token))
+    if isinstance(token, str):
+        return 0
+    return 1 if isinstance(token, Word) else 2 if isinstance(token, re.Pattern) else 3  # Attr is a Word
+
+
+def _lowered(token):
+    if isinstance(token, tuple):
+        return tuple(map(_lowered, token))
+    return token.lower() if isinstance(token, str) else token
+
+
+def _lowered_group(group) -> tuple:
+    """A group's tokens, lowercased, cheapest first."""
+    return tuple(sorted(map(_lowered, group), key=_cost))
 
 
 def prefilter_tokens(rules) -> tuple[str, ...]:
@@ -215,7 +225,9 @@ def _has(text: str, token, memo: dict, bare) -> bool:
         elif isinstance(token, tuple):
             known = all(_has(text, t, memo, bare) for t in token)
         elif getattr(token, "outside_strings", False) and bare is not None:
-            known = bool(token.search(bare()))
+            # NB: a word that is not even in the text is not in its code (no lexer pass for that)
+            literal = getattr(token, "literal", None) or getattr(token, "word", None)
+            known = (not literal or literal in text) and bool(token.search(bare()))
         else:
             known = bool(token.search(text))  # a Match or a bool
         memo[token] = known
@@ -281,10 +293,12 @@ def rules_that_may_fire(source: str, rules, path: str | None = None, *, project=
     # NB: a skipped file's own text is the whole text again: what stage 1 found there holds
     memo: dict = {} if passing else whole_memo
     bare_or_none = without_strings if passing else None  # no second lexer pass for a skipped file
-    if not passing and any(
-        (r.importer_tokens or r.imported_tokens) and _local_groups_match(r, own_text, memo, None, r.imported_tokens or r.importer_tokens)
-        for r in rules
-    ):
+    if not passing:
+        if not any(
+            (r.importer_tokens or r.imported_tokens) and _local_groups_match(r, own_text, memo, None, r.imported_tokens or r.importer_tokens)
+            for r in rules
+        ):
+            return ()  # NB: the code text has less, so no rule's local groups can match there either
         # The whole text (docstrings and comments too) meets a rule's local groups: judge
         # them on the code, as for a file that passed, before any other module is read
         # ("call loss.backward()" in a docstring is no training code).
@@ -350,6 +364,8 @@ def tokens_in(text: str, tokens: frozenset, bare=None) -> frozenset:
     found = []
     for t in tokens:
         if bare is not None and isinstance(t, CodePattern):
+            if t.literal and t.literal not in text:
+                continue
             if code is None:
                 code = bare()
             if t.search(code):
@@ -403,13 +419,18 @@ def _groups_match(rule, text: str, memo: dict, bare, present: frozenset, indexes
 def _local_groups_match(rule, text: str, memo: dict, bare, elsewhere=None) -> bool:
     """The groups a rule needs in the file itself (all but `elsewhere`, by default its
     `imported_tokens`) are there."""
+    skip = tuple(rule.imported_tokens if elsewhere is None else elsewhere)
+    return all(any(_has(text, t, memo, bare) for t in group) for group in _local_groups(rule, skip))
+
+
+@lru_cache(maxsize=None)
+def _local_groups(rule, skip: tuple) -> tuple[tuple, ...]:
+    """The rule's groups but those of `skip`, cheapest first as `_cheapest_first` orders
+    them: most files that fail the first stage are then rejected by a substring search
+    (AMP501's `masked_fill`) before a token object reads them (its float literal reader)."""
     groups = token_groups(rule)
-    skip = rule.imported_tokens if elsewhere is None else elsewhere
-    return all(
-        any(_has(text, t.lower() if isinstance(t, str) else t, memo, bare) for t in group)
-        for i, group in enumerate(groups)
-        if i not in skip
-    )
+    kept = {_lowered_group(groups[i]) for i in range(len(groups)) if i not in skip}
+    return tuple(group for group in _cheapest_first(rule) if group in kept)
 
 
 def may_fire(source: str, rules, path: str | None = None) -> bool:

@@ -27,7 +27,8 @@ _ENDS_MANAGED_WINDOW = (*_ENDS_SCALED_WINDOW, Kind.OPT_STEP)
 # A library backward written on a receiver that names the library (`self.accelerator.backward`,
 # steps.SCALING_LIBRARY_WORDS), in lowercased code: the necessary condition of `scales_loss`.
 _LIBRARY_BACKWARD = CodePattern(
-    re.compile(rf"(?:{'|'.join(SCALING_LIBRARY_WORDS)})[a-z0-9_]*(?:[\s\\]*\.[\s\\]*[a-z0-9_]+)*[\s\\]*\.[\s\\]*backward(?![a-z0-9_])")
+    re.compile(rf"(?:{'|'.join(SCALING_LIBRARY_WORDS)})[a-z0-9_]*(?:[\s\\]*\.[\s\\]*[a-z0-9_]+)*[\s\\]*\.[\s\\]*backward(?![a-z0-9_])"),
+    literal="backward",
 )
 
 

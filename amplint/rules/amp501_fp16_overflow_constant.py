@@ -282,7 +282,7 @@ class Fp16OverflowConstant(Rule):
     # NB: an autocast that is not literally switched off (`autocast(..., enabled=False)` of
     # a rotary-embedding helper is no evidence), in lowercased text
     # and in code, not in a message that quotes it.
-    elsewhere_tokens = {1: (CodePattern(re.compile(r"autocast\s*\((?![^()]*enabled\s*=\s*false)")),)}
+    elsewhere_tokens = {1: (CodePattern(re.compile(r"autocast\s*\((?![^()]*enabled\s*=\s*false)"), literal="autocast"),)}
     and_requires_any = (
         ("autocast", "GradScaler", FLOAT16_NOT_BFLOAT16, Word("half"), "half_precision", "fp16", Word("apex"), STRING_ESCAPE),
         (*_WRITING_METHODS, "where", "full", re.compile(r"\][\s\\)]*[-+*]?=(?!=)")),
