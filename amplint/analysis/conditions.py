@@ -83,7 +83,16 @@ def contradicts(a: Fact, b: Fact) -> bool:
 
 def consistent(known, new) -> bool:
     """No fact of `new` contradicts one of `known`."""
-    return not any(contradicts(k, n) for n in new for k in known)
+    if not known:
+        return True
+    for n in new:
+        subject = n[0]
+        for k in known:
+            # NB: the subject first, inline: facts about other tests never contradict, and
+            # a path-sensitive walk asks this at every point it enters
+            if k[0] == subject and contradicts(k, n):
+                return False
+    return True
 
 
 # --- helpers -------------------------------------------------------------------------------

@@ -194,6 +194,7 @@ class StepGraph:
         self.loops: list[Loop] = []
         self._repeated: frozenset[str] | None = None
         self._headers: dict[int, Loop] | None = None
+        self._guards_memo: dict[int, frozenset] = {}  # point -> its guards on `_repeated_conditions`
         # Every autocast region entered while building, inlined helpers' included, with or
         # without events inside (a forward-only `with autocast():` still is one).
         self.regions: list[AutocastRegion] = []
@@ -292,14 +293,24 @@ class StepGraph:
         if id(p) in headers and facts:
             facts = headers[id(p)].keep_invariant(facts)
         if p.guards:
-            if not consistent(facts, p.guards):
-                return None
-            facts = facts | frozenset(g for g in p.guards if g[0] in tracked)
+            guards = self._tracked_guards(p, tracked)
+            if guards:  # NB: facts hold tracked conditions only, so only these can contradict them
+                if not consistent(facts, guards):
+                    return None
+                facts = facts | guards
         state = (id(p), facts)
         if state in seen:
             return None
         seen.add(state)
         return facts
+
+    def _tracked_guards(self, p: Point, tracked: frozenset) -> frozenset:
+        """The guards of `p` on conditions tested more than once (once per point)."""
+        memo = self._guards_memo
+        found = memo.get(id(p))
+        if found is None:
+            found = memo[id(p)] = frozenset(g for g in p.guards if g[0] in tracked)
+        return found
 
     def _reachable_guarded(self, origin: Point, stop, include_start: bool, stop_at=None) -> Iterator[Event]:
         tracked = self._repeated_conditions
