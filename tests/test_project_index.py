@@ -1,0 +1,84 @@
+"""The project index's text readers: what they find without parsing, and what they skip.
+
+These are the cheap questions asked of every module of a project (which files a module
+imports, whether a module can enter autocast); the fixture projects under
+fixtures/projects show what the rules make of the answers.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from amplint.analysis.conditions import consistent
+from amplint.project.index import ProjectIndex
+from amplint.project.text_imports import imported_files
+from amplint.project.text_index import attributes_used
+
+
+def _tree(root: Path, files: dict[str, str]) -> None:
+    (root / "pyproject.toml").write_text("[project]\nname = 'p'\n")
+    for name, text in files.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+
+
+def test_names_imported_from_a_plain_module_are_not_looked_for_as_submodules(tmp_path) -> None:
+    _tree(tmp_path, {"helpers.py": "def clip(): pass\n", "train.py": ""})
+    missing: set = set()
+    found = imported_files("from helpers import clip, save\n", tmp_path / "train.py", None, missing)
+    assert found == [tmp_path / "helpers.py"]
+    # helpers.py cannot have submodules, so helpers/clip.py is never probed
+    assert not any("clip" in Path(p).name for p in missing)
+
+
+def test_names_imported_from_a_package_may_be_its_submodules(tmp_path) -> None:
+    _tree(tmp_path, {"pkg/__init__.py": "", "pkg/engine.py": "", "train.py": ""})
+    missing: set = set()
+    found = imported_files("from pkg import engine, missing_name\n", tmp_path / "train.py", None, missing)
+    assert found == [tmp_path / "pkg" / "__init__.py", tmp_path / "pkg" / "engine.py"]
+    # a later pkg/missing_name.py would change the answer: the cache must know it was looked for
+    assert str(tmp_path / "pkg" / "missing_name.py") in missing
+
+
+def test_a_file_that_imports_one_module_many_times_lists_it_once(tmp_path) -> None:
+    _tree(tmp_path, {"helpers.py": "", "train.py": ""})
+    code = "import helpers\nfrom helpers import a\nfrom helpers import (b,\n    c)\n"
+    assert imported_files(code, tmp_path / "train.py", None) == [tmp_path / "helpers.py"]
+
+
+def test_autocast_named_only_in_strings_and_comments_is_not_entered(tmp_path) -> None:
+    _tree(tmp_path, {
+        "model.py": (
+            "import torch\n"
+            "# run this under torch.autocast for speed\n"
+            "def check(dtype):\n"
+            "    raise ValueError(f'use `with torch.autocast(device_type=\"cuda\")` for {dtype}')\n"
+        ),
+        "engine.py": (
+            "import torch\n"
+            "def step(model, x):\n"
+            "    with torch.autocast('cuda', dtype=torch.float16):\n"
+            "        return model(x)\n"
+        ),
+    })
+    index = ProjectIndex()
+    assert not index.runs_autocast(str(tmp_path / "model.py"))
+    assert not index._entries  # decided from the text: nothing parsed
+    assert index.runs_autocast(str(tmp_path / "engine.py"))
+
+
+def test_attributes_are_collected_only_for_the_names_asked_for() -> None:
+    code = "utils.clip(m)\nx = utils . save\nself.utils.other()\nlayers.norm(x)\nutils.clip(n)\n"
+    assert attributes_used(code, ["utils"]) == {"utils": {"clip"}}
+    assert attributes_used(code, ["utils", "layers"]) == {"utils": {"clip"}, "layers": {"norm"}}
+    assert attributes_used(code, []) == {}
+
+
+def test_only_facts_about_the_same_test_contradict() -> None:
+    known = frozenset({("args.fp16", True), ("mode", ("==", "'train'"))})
+    assert consistent(known, (("args.fp16", True), ("other", False)))
+    assert consistent(known, (("mode", ("!=", "'eval'")),))
+    assert not consistent(known, (("args.fp16", False),))
+    assert not consistent(known, (("mode", ("==", "'eval'")),))
+    assert consistent(frozenset(), (("args.fp16", False),))
