@@ -420,6 +420,7 @@ def _dump_diagnostic(d: Diagnostic) -> dict:
         "related": [[r.path, [r.span.line, r.span.col0, r.span.end_line, r.span.end_col0], r.message] for r in d.related],
         "fix": None,
         "cell": d.cell,
+        "noqa_row": d.noqa_row,
     }
     if d.fix is not None:
         out["fix"] = {
@@ -445,6 +446,7 @@ def _load_diagnostic(d: dict) -> Diagnostic:
     return Diagnostic(
         str(d["code"]), str(d["message"]), str(d["path"]), Span(line, col0, end_line, end_col0), fix,
         tuple(str(n) for n in d["notes"]), related, int(d["cell"]) if d.get("cell") is not None else None,
+        int(d["noqa_row"]) if d.get("noqa_row") is not None else None,
     )
 
 

@@ -63,6 +63,9 @@ class Diagnostic:
     related: tuple[Related, ...] = field(default=(), compare=False)
     # A notebook's cell (1-based among all its cells); `span` then counts lines in that cell.
     cell: int | None = None
+    # Where a `# noqa` for it goes (the last line of its logical line, Ruff's `noqa_row`),
+    # found while the engine has the text at hand; None: the front end works it out.
+    noqa_row: int | None = field(default=None, compare=False)
 
     @property
     def sort_key(self) -> tuple:

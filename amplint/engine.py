@@ -17,7 +17,7 @@ import gc
 import os
 import traceback
 from contextlib import contextmanager, nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import libcst as cst
 
@@ -31,7 +31,7 @@ from amplint.parse_limits import DEFAULT_MAX_TOKENS
 from amplint.rules._base import Report, RuleOptions
 from amplint.prefilter import package_of, rules_that_may_fire
 from amplint import unused_noqa
-from amplint.suppression import is_suppressed, noqa_map
+from amplint.suppression import is_suppressed, logical_line_ends, noqa_map, noqa_row
 
 # `check_source(project=AUTO)`: find the project index from the path (a sentinel, since
 # None means "analyse the module alone").  NB: the index is imported when first needed: a
@@ -371,6 +371,11 @@ def analyse(module: cst.Module, source: str, path: str, rules, *, crashes=None, 
         related = tuple(filter(None, (_related(path, *item) for item in r.related)))
         notes = r.notes + tuple(f"{rel.message} ({rel.path}:{rel.span.line})" for rel in related)
         out.append(Diagnostic(r.code, r.message, path, span, fix, notes, related))
+    if out:
+        # NB: here, where the text is at hand, so that a cached result needs no tokenizing
+        # when the JSON output asks where its noqa goes
+        ends = logical_line_ends(source, until=max(d.span.line for d in out))
+        out = [replace(d, noqa_row=noqa_row(d.span.line, ends)) for d in out]
     return sorted(set(out), key=lambda d: d.sort_key)
 
 

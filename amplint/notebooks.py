@@ -125,7 +125,9 @@ class Notebook:
                 fix = replace(fix, edits=tuple(
                     Edit((e.start[0] - shift, e.start[1]), (e.end[0] - shift, e.end[1]), e.content) for e in fix.edits
                 )) if inside else None
-            out.append(replace(d, span=span, fix=fix, cell=cell.index))
+            # NB: a statement never spans two cells, so its noqa row moves with it
+            row = None if d.noqa_row is None else d.noqa_row - shift
+            out.append(replace(d, span=span, fix=fix, cell=cell.index, noqa_row=row))
         return out
 
     def cell_sources(self) -> dict[int, str]:

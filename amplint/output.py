@@ -48,9 +48,10 @@ def source_line(d: Diagnostic, sources: Sources | None) -> str | None:
 
 
 class _NoqaRows:
-    """Ruff's `noqa_row` (where a `# noqa` for the finding goes), one tokenization per text,
-    read only as far as the findings need (a finding near the top of transformers' 5,000-line
-    trainer.py tokenized all of it)."""
+    """Ruff's `noqa_row` (where a `# noqa` for the finding goes).  The engine gives it with
+    each rule's finding; for the others (AMP001's, a caller's own) one tokenization per
+    text, read only as far as the findings need (a finding near the top of transformers'
+    5,000-line trainer.py tokenized all of it)."""
 
     def __init__(self, sources: Sources | None) -> None:
         self._sources, self._ends = sources, {}
@@ -58,6 +59,8 @@ class _NoqaRows:
     def __call__(self, d: Diagnostic) -> int:
         from amplint.suppression import logical_line_ends, noqa_row
 
+        if d.noqa_row is not None:
+            return d.noqa_row  # the engine's, from the text it analysed
         key = (d.path, d.cell)
         reached, ends = self._ends.get(key, (0, {}))
         if d.span.line > reached:

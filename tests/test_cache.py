@@ -269,3 +269,28 @@ def test_a_result_that_depends_on_the_whole_project_is_stored_once_and_never_sta
     reset_shared()
     warm = check_paths(target, config, cache_dir=cdir)
     assert _codes_by_line(warm) == [] == _codes_by_line(check_paths(target, config))
+
+
+def test_a_cached_finding_keeps_where_its_noqa_goes(tmp_path, monkeypatch) -> None:
+    """JSON's `noqa_row` comes with the result: a warm run tokenizes nothing to print it."""
+    from amplint import suppression
+    from amplint.output import format_json
+
+    src, cdir = tmp_path / "src", tmp_path / "cache"
+    src.mkdir()
+    (src / "multi.py").write_text("import torch\nscaler = torch.cuda.amp.GradScaler(\n    enabled=True,\n)\n")
+    old = os.stat(src).st_mtime_ns - 3600 * 10**9
+    os.utime(src / "multi.py", ns=(old, old))
+    config = Config(root=tmp_path)
+    cold = check_paths([src], config, cache_dir=cdir)
+    warm = check_paths([src], config, cache_dir=cdir)
+    # the statement starts on line 2 and ends on line 4, where a comment covers all of it
+    assert [d.noqa_row for f in cold.files for d in f.diagnostics] == [4]
+    assert [d.noqa_row for f in warm.files for d in f.diagnostics] == [4]
+
+    def no_tokenizing(*a, **k):
+        raise AssertionError("the output tokenized a file for a cached finding")
+
+    monkeypatch.setattr(suppression, "logical_line_ends", no_tokenizing)
+    (row,) = json.loads(format_json([d for f in warm.files for d in f.diagnostics]))
+    assert (row["location"]["row"], row["noqa_row"]) == (2, 4)
