@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from amplint.analysis.conditions import consistent
 from amplint.project.index import ProjectIndex
 from amplint.project.text_imports import imported_files
 from amplint.project.text_index import attributes_used
@@ -74,11 +73,3 @@ def test_attributes_are_collected_only_for_the_names_asked_for() -> None:
     assert attributes_used(code, ["utils", "layers"]) == {"utils": {"clip"}, "layers": {"norm"}}
     assert attributes_used(code, []) == {}
 
-
-def test_only_facts_about_the_same_test_contradict() -> None:
-    known = frozenset({("args.fp16", True), ("mode", ("==", "'train'"))})
-    assert consistent(known, (("args.fp16", True), ("other", False)))
-    assert consistent(known, (("mode", ("!=", "'eval'")),))
-    assert not consistent(known, (("args.fp16", False),))
-    assert not consistent(known, (("mode", ("==", "'eval'")),))
-    assert consistent(frozenset(), (("args.fp16", False),))

@@ -99,6 +99,8 @@ def consistent(known, new) -> bool:
 
 
 def _unparen(e: cst.BaseExpression) -> cst.BaseExpression:
+    if isinstance(e, cst.Tuple) and not e.elements:
+        return e  # `()` is its parentheses (libcst refuses an empty tuple without them)
     return e.with_changes(lpar=(), rpar=()) if getattr(e, "lpar", None) else e
 
 

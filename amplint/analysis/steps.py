@@ -842,10 +842,6 @@ def module_label(model) -> str:
         return Path(model.path).stem
 
 
-def _unparen(e: cst.BaseExpression) -> cst.BaseExpression:
-    return e.with_changes(lpar=(), rpar=()) if getattr(e, "lpar", None) else e
-
-
 def _identifiers(text: str) -> set[str]:
     import re
 
