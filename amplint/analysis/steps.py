@@ -134,6 +134,20 @@ class Event:
         return any(w in receiver for w in SCALING_LIBRARY_WORDS)
 
     @property
+    def inside_library_backward(self) -> bool:
+        """Reached through a library's own backward (`accelerator.backward(loss)`), read
+        because the library is part of the project (its own example scripts): the library
+        then also owns the optimizer step, through the wrapper its `prepare` returns, as
+        it does when it is not in the project and the call is a managed backward."""
+        for call, _ in self.through:
+            func = call.func
+            if isinstance(func, cst.Attribute) and func.attr.value in ("backward", "manual_backward") and call.args:
+                receiver = (dotted(func.value) or "").lower()
+                if func.attr.value == "manual_backward" or any(w in receiver for w in SCALING_LIBRARY_WORDS):
+                    return True
+        return False
+
+    @property
     def active_autocast(self) -> AutocastRegion | None:
         """The innermost autocast region in force here, if any may be enabled.
 

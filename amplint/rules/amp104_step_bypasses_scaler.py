@@ -17,7 +17,9 @@ class StepBypassesScaler(Rule):
 
     The plain step of the no-AMP branch (`if use_amp: scaler.step(opt) else:
     opt.step()`) is not flagged, nor is the `.step()` of an LR scheduler, nor steps
-    after a literally disabled scaler (`GradScaler(enabled=False)`).
+    after a literally disabled scaler (`GradScaler(enabled=False)`), nor the step after
+    a library's backward (`accelerator.backward(loss)`: the optimizer the library
+    prepared steps through its scaler), even where the library's code is in the project.
 
     ## Why is this bad?
     Scaled gradients are the true gradients times the loss scale (65536 by
@@ -78,8 +80,8 @@ class StepBypassesScaler(Rule):
             scaler_steps = graph.of_kind(Kind.SCALER_STEP)
             reported: set[int] = set()
             for bw in graph.of_kind(Kind.BACKWARD):
-                if not bw.scaled or proto.scaler_disabled(bw.scaler):
-                    continue
+                if not bw.scaled or bw.inside_library_backward or proto.scaler_disabled(bw.scaler):
+                    continue  # NB: a library's backward goes with the library's optimizer step
                 # The scaled gradients live until they are cleared or a new backward
                 # starts the next micro-batch; scaler.step/update do not clear them.
                 ends = lambda e: e.kind is Kind.ZERO_GRAD or e.kind is Kind.BACKWARD  # noqa: E731
