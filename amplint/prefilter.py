@@ -129,14 +129,32 @@ class Near:
     literal: str
     pattern: re.Pattern
     reach: int = 400
+    # What every match has around the literal, checked before the pattern runs: `after`,
+    # the first character past it and any blanks; `before`, a character between the start
+    # of its line and it (AMP305's literal, `parameter`, is in most lines of a model file,
+    # and only `x.w = nn.Parameter(` lines can match).
+    after: str = ""
+    before: str = ""
 
     def search(self, text: str) -> bool:
+        n = len(self.literal)
         at = text.find(self.literal)
         while at != -1:
-            if self.pattern.search(text, text.rfind("\n", 0, at) + 1, at + len(self.literal) + self.reach):
+            line = text.rfind("\n", 0, at) + 1
+            if self._around(text, line, at, n) and self.pattern.search(text, line, at + n + self.reach):
                 return True
             at = text.find(self.literal, at + 1)
         return False
+
+    def _around(self, text: str, line: int, at: int, n: int) -> bool:
+        if self.before and self.before not in text[line:at]:
+            return False
+        if self.after:
+            end = at + n
+            while end < len(text) and (text[end].isspace() or text[end] == "\\"):  # `\s`, and a continuation
+                end += 1
+            return text.startswith(self.after, end)
+        return True
 
 
 @dataclass(frozen=True)

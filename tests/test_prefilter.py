@@ -329,6 +329,15 @@ def test_near_finds_what_its_pattern_finds_around_the_literal() -> None:
     ]
     for text in texts:
         assert bool(near.search(text)) == bool(pattern.search(text)), text
+    # what every match has around the literal, checked first, finds the same
+    around = Near("parameter", pattern, after="(", before="=")
+    for text in [*texts, "self.w = nn.parameter \v(self.w.half())", "self.w = nn.parameter\t\n(self.w.half())",
+                 "w = [p for p in model.parameters()]\nself.w = nn.parameter(self.w.half())"]:
+        assert bool(around.search(text)) == bool(pattern.search(text)), text
+    # a `parameter` with no call after it, or no assignment before it on its line, is skipped
+    assert not around._around("p = model.parameters", 0, 14, 9)
+    assert not around._around("nn.parameter(self.w.x)", 0, 3, 9)
+    assert around._around("w = nn.parameter (w.x)", 0, 7, 9)
 
 
 def test_code_pattern_is_not_read_in_a_string() -> None:

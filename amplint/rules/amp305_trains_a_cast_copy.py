@@ -12,7 +12,9 @@ from amplint.rules._base import Rule
 # --- pre-filter tokens, on lowercased code text -----------------------------------------------
 
 # `self.enc.w = torch.nn.Parameter(self.enc.w.half())`
-_REPLACED_BY_A_CAST = Near("parameter", re.compile(r"([a-z_][\w.]*)\s*=\s*[\w.]*parameter\s*\(\s*\1\s*\."))
+_REPLACED_BY_A_CAST = Near(
+    "parameter", re.compile(r"([a-z_][\w.]*)\s*=\s*[\w.]*parameter\s*\(\s*\1\s*\."), after="(", before="="
+)
 # `name = name.<...>`: a name rebound to something made of itself
 _REBOUND_TO_ITSELF = re.compile(r"\b([a-z_]\w*)\s*=\s*\1\s*\.")
 _CAST_ATTR = re.compile(r"\.\s*(?:to|float|half|bfloat16|double|type)\b")
