@@ -19,6 +19,7 @@ import re
 from amplint.analysis.bindings import returned_values, call_arg
 from amplint.analysis.callees import resolve_call
 from amplint.analysis.names import dotted
+from amplint.analysis.scaler_protocol import argument_for
 from amplint.analysis.steps import Kind
 from amplint.analysis.walk import walk
 
@@ -344,19 +345,7 @@ class Checkpoints:
         fn = scope.node
         if not isinstance(fn, cst.FunctionDef) or len(event.via) != 1:
             return None  # only one level of helper: deeper chains rename too much to follow
-        call = event.anchor
-        params = list(scope.params)
-        if scope.self_name is not None and params and params[0] == scope.self_name:
-            params = params[1:]
-        positional = [a for a in call.args if a.keyword is None and not a.star]
-        for a in call.args:
-            if a.keyword is not None and a.keyword.value == param:
-                return a.value
-        if param in params and params.index(param) < len(positional):
-            if any(a.star for a in call.args):
-                return None
-            return positional[params.index(param)].value
-        return None
+        return argument_for(event.anchor, scope, param)
 
     def keeps_scaler_state(self, disabled=lambda key: False) -> bool:
         """Somewhere in the module a scaler's state is taken or restored (`x.scaler.state_dict()`,
