@@ -443,12 +443,11 @@ def _local_groups_match(rule, text: str, memo: dict, bare, elsewhere=None) -> bo
 
 @lru_cache(maxsize=None)
 def _local_groups(rule, skip: tuple) -> tuple[tuple, ...]:
-    """The rule's groups but those of `skip`, cheapest first as `_cheapest_first` orders
-    them: most files that fail the first stage are then rejected by a substring search
-    (AMP501's `masked_fill`) before a token object reads them (its float literal reader)."""
+    """The rule's groups but those of `skip`, lowercased and cheapest first, as
+    `_cheapest_first` orders all of them."""
     groups = token_groups(rule)
-    kept = {_lowered_group(groups[i]) for i in range(len(groups)) if i not in skip}
-    return tuple(group for group in _cheapest_first(rule) if group in kept)
+    kept = sorted((i for i in range(len(groups)) if i not in skip), key=lambda i: max(map(_cost, groups[i])))
+    return tuple(_lowered_group(groups[i]) for i in kept)
 
 
 def may_fire(source: str, rules, path: str | None = None) -> bool:

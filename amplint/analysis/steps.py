@@ -83,6 +83,19 @@ class AutocastRegion:
     no_grad: bool = False
 
 
+def scaling_library_backward(call: cst.Call) -> bool:
+    """A library's backward that scales the loss in float16 mixed precision and unscales
+    in its own clip or optimizer step: Lightning's `self.manual_backward(loss)`, or
+    `.backward(loss)` on a receiver that names Accelerate or Fabric."""
+    func = call.func
+    if not isinstance(func, cst.Attribute):
+        return False
+    if func.attr.value == "manual_backward":
+        return True
+    receiver = (dotted(func.value) or "").lower()
+    return func.attr.value == "backward" and bool(call.args) and any(w in receiver for w in SCALING_LIBRARY_WORDS)
+
+
 @dataclass(eq=False)
 class Event:
     kind: Kind
@@ -125,13 +138,7 @@ class Event:
             return False
         if self.scaled or not self.managed:
             return self.scaled
-        func = self.node.func
-        if not isinstance(func, cst.Attribute):
-            return False
-        if func.attr.value == "manual_backward":
-            return True
-        receiver = (dotted(func.value) or "").lower()
-        return any(w in receiver for w in SCALING_LIBRARY_WORDS)
+        return scaling_library_backward(self.node)
 
     @property
     def inside_library_backward(self) -> bool:
@@ -139,13 +146,7 @@ class Event:
         because the library is part of the project (its own example scripts): the library
         then also owns the optimizer step, through the wrapper its `prepare` returns, as
         it does when it is not in the project and the call is a managed backward."""
-        for call, _ in self.through:
-            func = call.func
-            if isinstance(func, cst.Attribute) and func.attr.value in ("backward", "manual_backward") and call.args:
-                receiver = (dotted(func.value) or "").lower()
-                if func.attr.value == "manual_backward" or any(w in receiver for w in SCALING_LIBRARY_WORDS):
-                    return True
-        return False
+        return any(scaling_library_backward(call) for call, _ in self.through)
 
     @property
     def active_autocast(self) -> AutocastRegion | None:
