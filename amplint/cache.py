@@ -174,14 +174,14 @@ class ResultCache:
         name = f"{prefix}-{hashlib.sha256(json.dumps(body, separators=(',', ':')).encode()).hexdigest()[:32]}"
         target = self.dir / "sets" / f"{name}.json"
         if not target.exists():
-            try:
-                self._prepare()
-                target.parent.mkdir(exist_ok=True)
-                for older in target.parent.glob(f"{prefix}-*.json"):
-                    older.unlink(missing_ok=True)  # the project changed since: entries naming it miss anyway
-                _write_atomic(target, json.dumps({**body, "written_ns": time.time_ns()}, separators=(",", ":")).encode())
-            except OSError:
+            if not self._write(target, body):
                 return None  # not stored: the entries that need it are not stored either
+            try:
+                for older in target.parent.glob(f"{prefix}-*.json"):
+                    if older != target:
+                        older.unlink(missing_ok=True)  # the project changed since: entries naming it miss anyway
+            except OSError:
+                pass  # an old set left behind costs disk, never a result
         self._set_names[signature] = name
         return name
 
@@ -239,14 +239,17 @@ class ResultCache:
                 _write_atomic(target, text.encode())
         self._prepared = True
 
-    def _write(self, entry_path: Path, entry: dict) -> None:
+    def _write(self, entry_path: Path, entry: dict) -> bool:
+        """Write an entry or a set, with the time it was written; False when the disk refused
+        (a read-only or full disk costs speed, never the result)."""
         try:
             self._prepare()
             entry_path.parent.mkdir(exist_ok=True)
             entry = {**entry, "written_ns": time.time_ns()}
             _write_atomic(entry_path, json.dumps(entry, separators=(",", ":")).encode())
         except OSError:
-            pass  # a read-only or full disk costs speed, never the result
+            return False
+        return True
 
 
 def _dependencies(reads, own: str, store_set=None) -> dict | None:
