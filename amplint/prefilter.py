@@ -480,15 +480,14 @@ def code_text(source: str, *, strings: bool = True) -> str:
     depth = 0
     kept = 0  # source[kept:] is not yet in `out`
     scanned = 0  # brackets are counted in source[:scanned] (code only)
-    for m in STRINGS_AND_COMMENTS.finditer(source):
-        start, end = m.span()
+    for start, end, group in _strings_and_comments(source):
         segment = source[scanned:start]
         depth += (
             segment.count("(") + segment.count("[") + segment.count("{")
             - segment.count(")") - segment.count("]") - segment.count("}")
         )
         scanned = end
-        if m.lastgroup == "comment":
+        if group == "comment":
             out.append(source[kept:start])
             kept = end
         elif depth <= 0 and (statement := _string_statement_start(source, start, end)) >= 0:
@@ -500,7 +499,7 @@ def code_text(source: str, *, strings: bool = True) -> str:
                 out.append(source[kept:start])
                 out.append('""')
                 kept = end
-            elif (fields := _fstring_fields(m.group())) is _MISREAD:
+            elif (fields := _fstring_fields(source[start:end])) is _MISREAD:
                 return code_text(source)
             elif fields is not None:
                 out.append(source[kept:start])
@@ -508,6 +507,22 @@ def code_text(source: str, *, strings: bool = True) -> str:
                 kept = end
     out.append(source[kept:])
     return "".join(out)
+
+
+# The last text scanned and its (start, end, group) spans: the pre-filter asks for a file's
+# code text and then, for a token outside strings, for the same text with strings emptied
+# (the scan is four fifths of either).  One tuple, replaced whole: safe across threads.
+_LAST_SCAN: tuple[str, list] | None = None
+
+
+def _strings_and_comments(source: str) -> list[tuple[int, int, str]]:
+    global _LAST_SCAN
+    last = _LAST_SCAN
+    if last is not None and last[0] is source:
+        return last[1]
+    found = [(m.start(), m.end(), m.lastgroup) for m in STRINGS_AND_COMMENTS.finditer(source)]
+    _LAST_SCAN = (source, found)
+    return found
 
 
 def closing_bracket(text: str, at: int) -> int:
