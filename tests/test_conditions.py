@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from amplint.analysis.conditions import consistent, facts
+from amplint.analysis.conditions import consistent, facts, guarding_tests
 
 
 def _facts(test: str, truth: bool = True):
@@ -33,3 +33,36 @@ def test_only_facts_about_the_same_test_contradict() -> None:
     assert not consistent(known, (("args.fp16", False),))
     assert not consistent(known, (("mode", ("==", ("str", "eval"))),))
     assert consistent(frozenset(), (("args.fp16", False),))
+
+
+def test_guarding_tests_name_the_branch_a_node_sits_in() -> None:
+    module = cst.parse_module(
+        "def f(self):\n"
+        "    ctx = autocast(d) if self.bf16 else nullcontext()\n"
+        "    if a:\n"
+        "        pass\n"
+        "    elif b:\n"
+        "        with autocast(e):\n"
+        "            pass\n"
+    )
+    calls = {module.code_for_node(c): c for c in _calls(module)}
+    code = module.code_for_node
+
+    def tests(call: str):
+        return [(code(t), truth) for t, truth in guarding_tests(module, calls[call])]
+
+    assert tests("autocast(d)") == [("self.bf16", True)]
+    assert tests("nullcontext()") == [("self.bf16", False)]
+    assert tests("autocast(e)") == [("a", False), ("b", True)]
+    assert guarding_tests(module, cst.parse_expression("x")) is None  # not in the tree
+
+
+def _calls(module: cst.Module) -> list[cst.Call]:
+    found: list[cst.Call] = []
+
+    class Calls(cst.CSTVisitor):
+        def visit_Call(self, node: cst.Call) -> None:
+            found.append(node)
+
+    module.visit(Calls())
+    return found

@@ -95,6 +95,29 @@ def consistent(known, new) -> bool:
     return True
 
 
+def guarding_tests(root: cst.CSTNode, target: cst.CSTNode) -> tuple[tuple[cst.BaseExpression, bool], ...] | None:
+    """(test, truth) of each `if` statement and conditional expression whose branch holds
+    `target`, outermost first (truth False: the `else` side); None when `target` is not
+    inside `root`.  For a question about one node (which flag selects this autocast?),
+    where the step graph's guards, kept per event, are not at hand."""
+    if root is target:
+        return ()
+    if isinstance(root, (cst.If, cst.IfExp)):
+        found = guarding_tests(root.body, target)
+        if found is not None:
+            return ((root.test, True), *found)
+        if root.orelse is not None:
+            found = guarding_tests(root.orelse, target)
+            if found is not None:
+                return ((root.test, False), *found)
+        return guarding_tests(root.test, target)
+    for child in root.children:
+        found = guarding_tests(child, target)
+        if found is not None:
+            return found
+    return None
+
+
 # --- helpers -------------------------------------------------------------------------------
 
 

@@ -33,6 +33,8 @@ from amplint.analysis.walk import walk
 TRAINER_CLASS = re.compile(r"^(?:transformers|trl|sentence_transformers|setfit)\.(?:[\w.]+\.)?\w*Trainer$")
 # Attributes of a trainer that hold the model it trains.
 _MODEL_ATTRIBUTES = ("model", "model_wrapped")
+# Methods a trainer subclass overrides whose loss the trainer then backpropagates and steps on.
+TRAINING_HOOKS = frozenset({"compute_loss", "training_step"})
 
 
 def trainer_base(cls) -> str | None:
@@ -62,6 +64,15 @@ def trainer_base(cls) -> str | None:
             break
     memo[id(cls)] = found
     return found
+
+
+def training_hook_of(scope) -> str | None:
+    """The known trainer (qualified) whose training step runs `scope`: a `compute_loss` or
+    `training_step` of a subclass, whose loss the trainer's backward and step take."""
+    fn = scope.node
+    if scope.cls is None or not isinstance(fn, cst.FunctionDef) or fn.name.value not in TRAINING_HOOKS:
+        return None
+    return trainer_base(scope.cls)
 
 
 def trained_by_trainer(text: str, scope) -> str | None:

@@ -4,10 +4,16 @@ from __future__ import annotations
 
 import libcst as cst
 
+from amplint.analysis.conditions import facts, guarding_tests
 from amplint.analysis.precision import may_run_fp16, precision_of
 from amplint.analysis.steps import Kind
-from amplint.prefilter import Attr, CodeWord, Use
+from amplint.analysis.torch_api import AUTOCAST_CONTEXTS
+from amplint.analysis.trainers import TRAINING_HOOKS, training_hook_of
+from amplint.prefilter import Attr, CodeWord, Use, Word
 from amplint.rules._base import Rule
+
+# autocast classes whose dtype defaults to the device's (float16 on cuda): the device-type ones.
+_DEVICE_DEFAULT_AUTOCAST = frozenset(q for q in AUTOCAST_CONTEXTS if not q.startswith(("torch.cuda.", "torch.cpu.")))
 
 
 class Fp16AutocastWithoutScaler(Rule):
@@ -22,6 +28,14 @@ class Fp16AutocastWithoutScaler(Rule):
     model's `forward` (`with autocast():` or `@autocast()`) counts when the module
     trains without a scaler. The diagnostic points at the autocast `with` (or
     decorator).
+
+    In a `compute_loss` or `training_step` of a `transformers.Trainer` subclass (trl's
+    trainers included), the trainer does the backward and the step, and it builds a
+    GradScaler only for `fp16=True`. There an autocast that names no dtype
+    (`autocast(self.accelerator.device.type)`: float16 on CUDA) is reported when it
+    is entered only under a condition that names bfloat16 (`if
+    self._peft_has_been_casted_to_bf16`, `if args.bf16`): bfloat16 was meant, and in that
+    run no scaler exists.
 
     ## Why is this bad?
     float16's smallest subnormal is about 6e-8. Gradients of real networks are often
@@ -64,15 +78,19 @@ class Fp16AutocastWithoutScaler(Rule):
     message = "float16 autocast is used for training without a GradScaler"
     # Pre-filter (as in AMP201): an autocast, an unmanaged backward (`.backward`,
     # `autograd.backward`) and an optimizer or scaler `.step` in the same function.
+    # A trainer's hook (`def compute_loss`) stands for both: the trainer backpropagates and steps.
     requires_any = (CodeWord("autocast"),)
-    and_requires_any = ((Use("backward"),), (Attr("step"),))
+    and_requires_any = ((Use("backward"), *map(Word, TRAINING_HOOKS)), (Attr("step"), *map(Word, TRAINING_HOOKS)))
     imported_tokens = (1, 2)  # the training (backward, step) may run in project helpers
 
     def check(self) -> None:
         precision = precision_of(self.model)
-        if precision.enabled_scaler or precision.scaler_wrapper or not any(may_run_fp16(info) for _, _, info in precision.autocast_sites):
+        if precision.enabled_scaler or precision.scaler_wrapper:
             return
         reported: set[int] = set()
+        self._check_trainer_hooks(precision, reported)
+        if not any(may_run_fp16(info) for _, _, info in precision.autocast_sites):
+            return
         trains = False
         for scope in self._training_scopes():
             graph = self.model.steps.graph(scope)
@@ -103,6 +121,30 @@ class Fp16AutocastWithoutScaler(Rule):
                 reported.add(id(region.node))
                 self.report(region.node)
 
+    def _check_trainer_hooks(self, precision, reported: set[int]) -> None:
+        """Regions of a trainer's training hook that name no dtype, entered for bfloat16 runs."""
+        code = self.model.module.code_for_node
+        for region in precision.regions:
+            info, scope = region.info, region.scope
+            call = info.node
+            if info.managed or not info.may_be_enabled or not isinstance(call, cst.Call):
+                continue
+            if info.dtypes is not None and "float16" not in info.dtypes:
+                continue  # a device known to be cpu: its default is bfloat16
+            if self.model.qualify(call.func) not in _DEVICE_DEFAULT_AUTOCAST or not _names_no_dtype(call):
+                continue
+            trainer = training_hook_of(scope)
+            if trainer is None or id(region.node) in reported:
+                continue
+            condition = _bfloat16_condition(scope.node, call, code)
+            if condition is None:
+                continue
+            reported.add(id(region.node))
+            self.report(region.node, notes=(
+                f"`{code(call)}` names no dtype: float16 on CUDA, though it is entered only when `{condition}`, "
+                f"a bfloat16 run, for which `{trainer}` builds no GradScaler",
+            ))
+
     @staticmethod
     def _scales_through_helpers(events) -> bool:
         """A scaled backward or a scaler step reached through a helper or a wrapper's method."""
@@ -129,3 +171,20 @@ class Fp16AutocastWithoutScaler(Rule):
             if called in names:
                 found.setdefault(id(site.scope), site.scope)
         return list(found.values())
+
+
+def _names_no_dtype(call: cst.Call) -> bool:
+    """`autocast(device_type)`: no `dtype=`, nothing in its place (the second argument)."""
+    if any(a.star for a in call.args) or any(a.keyword is not None and a.keyword.value == "dtype" for a in call.args):
+        return False
+    return sum(1 for a in call.args if a.keyword is None) <= 1
+
+
+def _bfloat16_condition(function: cst.CSTNode, call: cst.Call, code) -> str | None:
+    """The test that must hold for `call` to run and that says the run is bfloat16."""
+    for test, truth in guarding_tests(function, call) or ():
+        for subject, value in facts(test, code, truth):
+            selected = subject if value is True else str(value[1]) if isinstance(value, tuple) and value[0] == "==" else ""
+            if "bf16" in selected.lower() or "bfloat16" in selected.lower():
+                return code(test)
+    return None
