@@ -28,6 +28,7 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 from amplint import registry
+from amplint.rule_catalog import CATALOG
 from amplint.parse_limits import DEFAULT_MAX_TOKENS
 
 DEFAULT_EXCLUDE = (
@@ -102,14 +103,14 @@ class Config:
         # Validate selectors early: an unknown code is a clear error, not silence.
         for sel in (*self.select, *self.extend_select, *self.ignore, *(c for _, cs in self.per_file_ignores for c in cs)):
             try:
-                registry.expand(sel)
+                registry.expand_codes(sel)
             except registry.UnknownSelector as exc:
                 raise ConfigError(str(exc)) from None
 
     @classmethod
     def all_rules(cls) -> "Config":
         """Every rule, opt-in ones included (the flake8 plugin lets flake8 filter)."""
-        return cls(select=tuple(r.code for r in registry.ALL_RULES))
+        return cls(select=tuple(e.code for e in CATALOG))
 
     @property
     def torch_version(self) -> tuple[int, int] | None:
@@ -122,6 +123,10 @@ class Config:
 
     def rules(self) -> tuple[type, ...]:
         return registry.resolve(self.select, self.ignore, self.extend_select)
+
+    def codes(self) -> tuple[str, ...]:
+        """The codes of `rules()`, found without importing a rule (a warm run needs no more)."""
+        return registry.resolve_codes(self.select, self.ignore, self.extend_select)
 
     def rules_for(self, path: str | os.PathLike) -> tuple[type, ...]:
         rules = self.rules()
@@ -138,7 +143,7 @@ class Config:
         for pattern, codes in self.per_file_ignores:
             if _match(rel, pattern):
                 for c in codes:
-                    out |= {r.code for r in registry.expand(c)} | ({r.code for r in registry.ALL_RULES if r.code.startswith(c.upper())})
+                    out |= set(registry.expand_codes(c)) | registry.codes_with_prefix(c)
         return out
 
     def is_excluded(self, path: str | os.PathLike, *, below: str | os.PathLike | None = None) -> bool:
@@ -212,7 +217,7 @@ class Config:
     @property
     def cache_key(self) -> str:
         """What in the configuration can change findings (for the result cache)."""
-        return repr((sorted(r.code for r in self.rules()), self.per_file_ignores, self.target_torch,
+        return repr((sorted(self.codes()), self.per_file_ignores, self.target_torch,
                      self.max_file_tokens))
 
 

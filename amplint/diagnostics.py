@@ -99,3 +99,28 @@ def to_lsp(line: int, col0: int) -> tuple[int, int]:
     """LSP positions: 0-based line, 0-based column (in code points here; the server's
     position codec turns them into the UTF-16/8/32 units the client negotiated)."""
     return line - 1, col0
+
+
+# --- what stops or spoils an analysis (here, not in the engine: a warm run reports them
+# from the cache without importing the engine and libcst) ---------------------------------
+
+
+class SourceError(Exception):
+    """The file cannot be analysed (syntax error, undecodable bytes): where and why."""
+
+    def __init__(self, path: str, line: int, col0: int, reason: str) -> None:
+        super().__init__(f"{path}:{line}:{col0 + 1}: {reason}")
+        self.path, self.line, self.col0, self.reason = path, line, col0, reason
+
+    def __reduce__(self):  # results cross process boundaries (runner's --jobs)
+        return (type(self), (self.path, self.line, self.col0, self.reason))
+
+
+@dataclass(frozen=True)
+class RuleCrash:
+    """A rule raised on a file: reported, and the other rules still ran."""
+
+    code: str
+    path: str
+    error: str
+    trace: str

@@ -17,7 +17,7 @@ import gc
 import os
 import traceback
 from contextlib import contextmanager, nullcontext
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import libcst as cst
 
@@ -25,7 +25,7 @@ from amplint import parse_limits
 from amplint.analysis.model import ModuleModel
 from amplint.config import Config
 from amplint.deep_codegen import codegen_without_c_recursion
-from amplint.diagnostics import Diagnostic, Fix, Related, Span
+from amplint.diagnostics import Diagnostic, Fix, Related, RuleCrash, SourceError, Span
 from amplint.edits import EditBuilder, node_ranges
 from amplint.parse_limits import DEFAULT_MAX_TOKENS
 from amplint.rules._base import Report, RuleOptions
@@ -37,27 +37,6 @@ from amplint.suppression import is_suppressed, logical_line_ends, noqa_map, noqa
 # None means "analyse the module alone").  NB: the index is imported when first needed: a
 # run that the result cache answers never loads it.
 AUTO = object()
-
-
-class SourceError(Exception):
-    """The file cannot be analysed (syntax error, undecodable bytes): where and why."""
-
-    def __init__(self, path: str, line: int, col0: int, reason: str) -> None:
-        super().__init__(f"{path}:{line}:{col0 + 1}: {reason}")
-        self.path, self.line, self.col0, self.reason = path, line, col0, reason
-
-    def __reduce__(self):  # results cross process boundaries (runner's --jobs)
-        return (type(self), (self.path, self.line, self.col0, self.reason))
-
-
-@dataclass(frozen=True)
-class RuleCrash:
-    """A rule raised on a file: reported, and the other rules still ran."""
-
-    code: str
-    path: str
-    error: str
-    trace: str
 
 
 def parse(source: str, path: str, *, max_tokens: int | None = DEFAULT_MAX_TOKENS) -> cst.Module:

@@ -1,40 +1,94 @@
-"""Codes, names and prefixes -> rule classes, derived from `rules.ALL_RULES`."""
+"""Codes, names and prefixes -> rules.
+
+Selection works on `rule_catalog.CATALOG` (codes, names, defaults), so configuring a run and
+keying its cache import no rule; the classes (`ALL_RULES`, `BY_CODE`, `BY_NAME`, and what
+`expand` / `resolve` return) are imported on first use, when a file is analysed.
+"""
 
 from __future__ import annotations
 
-from amplint.rules import ALL_RULES
+from functools import lru_cache
 
-BY_CODE = {r.code: r for r in ALL_RULES}
-BY_NAME = {r.name: r for r in ALL_RULES}
+from amplint.rule_catalog import CATALOG, RuleEntry
+
+_BY_CODE = {e.code: e for e in CATALOG}
+_BY_NAME = {e.name: e for e in CATALOG}
 
 
 class UnknownSelector(ValueError):
     """A code, prefix or name that matches no rule."""
 
 
-def expand(selector: str) -> list[type]:
-    """`AMP101`, `AMP1`, `AMP`, `ALL` or a rule name -> the matching rules, in code order."""
+def expand_codes(selector: str) -> list[str]:
+    """`AMP101`, `AMP1`, `AMP`, `ALL` or a rule name -> the matching codes, in code order."""
     sel = selector.strip()
-    if sel in BY_NAME:
-        return [BY_NAME[sel]]
-    if sel.upper() in BY_CODE:
-        return [BY_CODE[sel.upper()]]
+    if sel in _BY_NAME:
+        return [_BY_NAME[sel].code]
+    if sel.upper() in _BY_CODE:
+        return [sel.upper()]
     # NB: a prefix (or ALL) leaves opt-in rules off, as flake8 does when a longer
     # default-ignore entry matches; name the full code to turn one on.
     if sel.upper() == "ALL":
-        return sorted((r for r in ALL_RULES if r.default_enabled), key=lambda r: r.code)
-    matched = [r for r in ALL_RULES if r.code.startswith(sel.upper())] if sel.upper().startswith("AMP") else []
+        return sorted(e.code for e in CATALOG if e.default_enabled)
+    matched = [e for e in CATALOG if e.code.startswith(sel.upper())] if sel.upper().startswith("AMP") else []
     if not matched:
         raise UnknownSelector(f"unknown rule selector {selector!r} (expected a code like AMP101, a prefix like AMP1, or a rule name)")
-    return sorted((r for r in matched if r.default_enabled), key=lambda r: r.code)
+    return sorted(e.code for e in matched if e.default_enabled)
+
+
+def resolve_codes(select=None, ignore=(), extend_select=()) -> tuple[str, ...]:
+    """Codes enabled by ruff-style selection: explicit select wins over defaults; ignore removes."""
+    if select:
+        chosen = {c for s in select for c in expand_codes(s)}
+    else:
+        chosen = {e.code for e in CATALOG if e.default_enabled}
+    chosen |= {c for s in extend_select for c in expand_codes(s)}
+    chosen -= {c for s in ignore for c in expand_codes(s)}
+    return tuple(sorted(chosen))
+
+
+def codes_with_prefix(prefix: str) -> set[str]:
+    """Every code that starts with `prefix`, opt-in ones included (a per-file ignore)."""
+    return {e.code for e in CATALOG if e.code.startswith(prefix.upper())}
+
+
+def rule(code: str) -> type:
+    """The rule class of `code` (its module imported now, if not yet)."""
+    return _load(_BY_CODE[code])
+
+
+def expand(selector: str) -> list[type]:
+    """`expand_codes`, as rule classes."""
+    return [rule(c) for c in expand_codes(selector)]
 
 
 def resolve(select=None, ignore=(), extend_select=()) -> tuple[type, ...]:
-    """Rules enabled by ruff-style selection: explicit select wins over defaults; ignore removes."""
-    if select:
-        chosen = {r for s in select for r in expand(s)}
-    else:
-        chosen = {r for r in ALL_RULES if r.default_enabled}
-    chosen |= {r for s in extend_select for r in expand(s)}
-    chosen -= {r for s in ignore for r in expand(s)}
-    return tuple(sorted(chosen, key=lambda r: r.code))
+    """`resolve_codes`, as rule classes."""
+    return _classes(resolve_codes(select, ignore, extend_select))
+
+
+@lru_cache(maxsize=256)
+def _classes(codes: tuple[str, ...]) -> tuple[type, ...]:
+    return tuple(rule(c) for c in codes)
+
+
+@lru_cache(maxsize=None)
+def _load(entry: RuleEntry) -> type:
+    # NB: through the package, which imports every rule by name (no import by string on
+    # the static side: tests/test_no_execution.py)
+    from amplint import rules
+
+    return getattr(rules, entry.class_name)
+
+
+@lru_cache(maxsize=1)
+def _tables() -> dict:
+    classes = tuple(_load(e) for e in CATALOG)
+    return {"ALL_RULES": classes, "BY_CODE": {r.code: r for r in classes}, "BY_NAME": {r.name: r for r in classes}}
+
+
+def __getattr__(name: str):
+    # ALL_RULES, BY_CODE and BY_NAME import every rule: only callers that need the classes ask
+    if name in ("ALL_RULES", "BY_CODE", "BY_NAME"):
+        return _tables()[name]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

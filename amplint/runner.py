@@ -20,8 +20,7 @@ from typing import TYPE_CHECKING
 from amplint import notebooks, sources
 from amplint.cache import FileStates, ResultCache
 from amplint.config import Config
-from amplint.diagnostics import Diagnostic
-from amplint.engine import RuleCrash, SourceError, check_source
+from amplint.diagnostics import Diagnostic, RuleCrash, SourceError
 from amplint.fixes import FixOutcome, fix_text, unified_diff
 
 if TYPE_CHECKING:
@@ -192,6 +191,14 @@ def _check_file(path: Path, config: Config, *, fix: bool, unsafe: bool, diff: bo
     if cache is not None and not (fix or diff) and not result.crashes:
         cache.store(path, probe, src.raw, result.diagnostics, result.error, reads=reads)
     return result
+
+
+def check_source(*args, **kwargs) -> list[Diagnostic]:
+    """engine.check_source, imported on the first file that is analysed: a run that the
+    cache answers whole never imports the engine, the rules or libcst."""
+    from amplint.engine import check_source as analyse
+
+    return analyse(*args, **kwargs)
 
 
 def unique_crashes(crashes: list[RuleCrash]) -> list[RuleCrash]:
@@ -382,6 +389,7 @@ def check_files(files: list[Path], config: Config, *, jobs: int | None = 1, cach
                 results[i] = hit_result
         todo = [i for i in todo if results[i] is None]
     if jobs > 1 and todo:
+        from amplint import engine  # noqa: F401 - imported once here, before the workers fork, not in each
         from amplint.pool import PoolUnavailable  # NB: multiprocessing loads only for a pool
 
         # Even one file goes to a worker: if libcst's native code crashes or aborts on it (out

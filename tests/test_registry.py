@@ -106,3 +106,33 @@ def test_check_never_imports_torch() -> None:
     proc = subprocess.run([sys.executable, "-c", TORCH_FREE, str(ROOT)], capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "TORCH-MODULES: []" in proc.stderr
+
+
+def test_the_catalog_describes_every_rule_as_its_class_does() -> None:
+    """Selection and the cache key read rule_catalog.CATALOG; the classes must agree with it."""
+    from amplint.rule_catalog import CATALOG
+
+    assert [e.code for e in CATALOG] == [r.code for r in ALL_RULES]
+    for entry, rule in zip(CATALOG, ALL_RULES):
+        assert (entry.name, entry.default_enabled) == (rule.name, rule.default_enabled), entry
+        assert rule.__module__ == f"amplint.rules.{entry.module}" and rule.__name__ == entry.class_name
+        assert registry.expand_codes(entry.code) == [entry.code] and registry.rule(entry.code) is rule
+
+
+def test_a_run_that_the_cache_answers_imports_no_rule_and_no_libcst(tmp_path) -> None:
+    """A warm check of one file (pre-commit, an editor's save) is start-up and a cache look-up:
+    importing libcst and the rules was half of its time."""
+    (tmp_path / "train.py").write_text("import torch\nscaler = torch.cuda.amp.GradScaler()\n")
+    probe = (
+        "import sys\n"
+        "from amplint.cli import main\n"
+        "try:\n"
+        "    main(['check', 'train.py', '--exit-zero', '-q', '-j', '1'])\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "print(sorted(m for m in sys.modules if m == 'libcst' or m.startswith(('amplint.rules', 'amplint.engine'))))\n"
+    )
+    cold = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert "'libcst'" in cold.stdout.splitlines()[-1], cold.stderr  # the first run analyses (in-process: -j 1)
+    warm = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert warm.stdout.splitlines()[-1] == "[]", warm.stdout + warm.stderr
