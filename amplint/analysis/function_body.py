@@ -11,7 +11,9 @@ dtypes autocast chose and the backward in whatever the saved tensors and gradien
 hold: mismatched matmuls raise, or the backward quietly runs another precision.
 
 A Function that only moves, gathers, permutes or communicates tensors, or calls a
-dtype-generic kernel, computes the same under any autocast state.
+dtype-generic kernel, computes the same under any autocast state; so does an op whose
+tensors are all complex (the results of `torch.fft.fft` and its kin: autocast casts
+floating-point tensors only).
 
 A Function that asks for the autocast state itself (`torch.is_autocast_enabled(...)`,
 `torch.get_autocast_dtype(...)`, directly or through a helper of its module) and
@@ -32,9 +34,70 @@ from amplint.analysis.walk import walk
 def autocast_sensitive(fn: cst.FunctionDef, model, rerun: frozenset[str] = frozenset()) -> bool:
     """`rerun`: the callables the forward was handed and called; the backward calling one
     of them again through `ctx` recomputes the forward (activation checkpointing)."""
-    finder = _SensitiveFinder(model, _ctx_name(fn), rerun)
+    finder = _SensitiveFinder(model, _ctx_name(fn), rerun, _complex_names(fn, model))
     walk(fn.body, finder)
     return finder.found
+
+
+# torch.fft's transforms whose result is complex (irfft, hfft and the like return real
+# tensors): autocast casts floating-point tensors only, so an op on these is not its concern.
+_COMPLEX_FFT = frozenset(
+    f"torch.fft.{name}" for name in ("fft", "ifft", "fft2", "ifft2", "fftn", "ifftn", "rfft", "rfft2", "rfftn", "ihfft", "ihfft2", "ihfftn")
+)
+
+
+def _is_complex(expr: cst.BaseExpression, model, names: frozenset[str]) -> bool:
+    """A complex FFT's result, or a local name bound only to one (`g = fft(grad)`)."""
+    if isinstance(expr, cst.Call):
+        return model.qualify(expr.func) in _COMPLEX_FFT
+    return isinstance(expr, cst.Name) and expr.value in names
+
+
+def _complex_names(fn: cst.FunctionDef, model) -> frozenset[str]:
+    """The function's local names whose every assignment is a complex FFT's result."""
+    finder = _Assignments()
+    walk(fn.body, finder)
+    return frozenset(
+        name for name, values in finder.values.items()
+        if all(v is not None and _is_complex(v, model, frozenset()) for v in values)
+    )
+
+
+class _Assignments(cst.CSTVisitor):
+    def __init__(self) -> None:
+        self.values: dict[str, list] = {}
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        for target in node.targets:
+            names = [target.target] if isinstance(target.target, cst.Name) else _names_in(target.target)
+            for name in names:  # NB: an unpacked or augmented name is bound to something else
+                self.values.setdefault(name.value, []).append(node.value if isinstance(target.target, cst.Name) else None)
+
+    def visit_AugAssign(self, node: cst.AugAssign) -> None:
+        if isinstance(node.target, cst.Name):
+            self.values.setdefault(node.target.value, []).append(None)
+
+    def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
+        if isinstance(node.target, cst.Name):
+            self.values.setdefault(node.target.value, []).append(node.value)
+
+    def visit_For(self, node: cst.For) -> None:
+        for name in _names_in(node.target):
+            self.values.setdefault(name.value, []).append(None)
+
+    def visit_NamedExpr(self, node: cst.NamedExpr) -> None:
+        if isinstance(node.target, cst.Name):
+            self.values.setdefault(node.target.value, []).append(node.value)
+
+
+def _names_in(target: cst.BaseExpression) -> list[cst.Name]:
+    if isinstance(target, cst.Name):
+        return [target]
+    if isinstance(target, (cst.Tuple, cst.List)):
+        return [n for e in target.elements for n in _names_in(e.value)]
+    if isinstance(target, cst.StarredElement):
+        return _names_in(target.value)
+    return []
 
 
 def called_parameters(fn: cst.FunctionDef) -> frozenset[str]:
@@ -60,11 +123,22 @@ def _ctx_name(fn: cst.FunctionDef) -> str | None:
 
 
 class _SensitiveFinder(cst.CSTVisitor):
-    def __init__(self, model, ctx: str | None, rerun: frozenset[str]) -> None:
+    def __init__(self, model, ctx: str | None, rerun: frozenset[str], complex_names: frozenset[str] = frozenset()) -> None:
         self.model = model
         self.ctx = ctx
         self.rerun = rerun
+        self.complex_names = complex_names
         self.found = False
+
+    def _on_complex(self, node: cst.Call) -> bool:
+        """Every tensor the op takes is complex (peft's C3A: `einsum(eq, ifft(x), fft(w))`);
+        a string (einsum's equation) is no tensor, and a starred argument could be anything."""
+        operands = [a.value for a in node.args if not isinstance(a.value, (cst.SimpleString, cst.ConcatenatedString, cst.FormattedString))]
+        if isinstance(node.func, cst.Attribute) and self.model.qualify(node.func) is None:
+            operands.append(node.func.value)  # `a.matmul(b)`: the receiver too
+        return bool(operands) and not any(a.star for a in node.args) and all(
+            _is_complex(o, self.model, self.complex_names) for o in operands
+        )
 
     def visit_BinaryOperation(self, node: cst.BinaryOperation) -> None:
         if isinstance(node.operator, cst.MatrixMultiply):
@@ -77,11 +151,11 @@ class _SensitiveFinder(cst.CSTVisitor):
         qual = self.model.qualify(func)
         if qual is not None:
             if qual.split(".")[0] == "torch":
-                self.found = qual.rsplit(".", 1)[-1] in AUTOCAST_SENSITIVE_OPS
+                self.found = qual.rsplit(".", 1)[-1] in AUTOCAST_SENSITIVE_OPS and not self._on_complex(node)
             return
         if isinstance(func, cst.Attribute):
             if func.attr.value in AUTOCAST_SENSITIVE_OPS:
-                self.found = True  # `x.matmul(w)`, `grad.mm(weight)`, `scores.softmax(-1)`
+                self.found = not self._on_complex(node)  # `x.matmul(w)`, `grad.mm(weight)`, `scores.softmax(-1)`
             elif isinstance(func.value, cst.Name) and func.value.value == self.ctx and func.attr.value in self.rerun:
                 self.found = True  # `ctx.run_function(...)`: the forward handed over, run again
 

@@ -104,7 +104,9 @@ class CustomFunctionWithoutCustomFwd(Rule):
     convolutions, softmax, norms, losses), a compiled kernel (a CUDA extension, a
     Triton launch, `torch.ops`), or a function handed over (`ctx.run_function`). One
     that only moves, gathers or communicates tensors computes the same in any autocast
-    state. Not reported either: a `forward` that switches autocast off itself
+    state, and so does an op whose every tensor is complex, an FFT's result
+    (`torch.einsum(eq, ifft(x), fft(w))`: autocast casts floating-point tensors only). Not
+    reported either: a `forward` that switches autocast off itself
     (`with torch.autocast(..., enabled=False)`) or turns its inputs into float32
     (`x.float()`); a `forward` that asks torch for the autocast state
     (`torch.get_autocast_dtype(d) if torch.is_autocast_enabled(d) else x.dtype`, also
