@@ -114,3 +114,22 @@ def test_a_custom_bwd_without_custom_fwd_is_no_hand_written_pair() -> None:
     lint = lambda text: [(d.span.line, d.code) for d in check_source(text, "<string>", select=["AMP205"])]  # noqa: E731
     assert lint(src) == [(3, "AMP205")]
     assert lint(src.replace('    @torch.amp.custom_bwd(device_type="cuda")\n', "")) == []  # both by hand: nothing to change
+
+
+@pytest.mark.parametrize("body, sensitive", [
+    # every operand an FFT's result (complex): autocast casts floating-point tensors only
+    ('return torch.einsum("ij,jk->ik", torch.fft.ifft(grad), torch.fft.fft(grad))', False),
+    ('g = torch.fft.fft(grad)\nreturn torch.einsum("ij,jk->ik", g, g)', False),
+    # a real operand, an inverse real FFT (real output), or a name bound otherwise too
+    ('return torch.einsum("ij,jk->ik", torch.fft.fft(grad).real, grad)', True),
+    ('return torch.einsum("ij,jk->ik", torch.fft.irfft(grad), grad)', True),
+    ('g = torch.fft.fft(grad)\nif grad.ndim > 2:\n    g = grad.flatten(1)\nreturn torch.einsum("ij,jk->ik", g, g)', True),
+    ('with torch.no_grad() as g:\n    pass\ng = torch.fft.fft(grad)\nreturn g.matmul(g)', True),
+    # a parameter rebound to an FFT is real where it is used before
+    ('a = torch.einsum("ij,jk->ik", grad, grad)\ngrad = torch.fft.fft(grad)\nreturn torch.einsum("ij,jk->ik", grad, grad)', True),
+])
+def test_ops_on_complex_fft_results_are_not_autocast_sensitive(body: str, sensitive: bool) -> None:
+    from amplint.analysis.function_body import autocast_sensitive
+
+    _, backward, model = passes("return x", body)
+    assert autocast_sensitive(backward, model) is sensitive

@@ -54,12 +54,16 @@ def _is_complex(expr: cst.BaseExpression, model, names: frozenset[str]) -> bool:
 
 
 def _complex_names(fn: cst.FunctionDef, model) -> frozenset[str]:
-    """The function's local names whose every assignment is a complex FFT's result."""
+    """The function's local names whose every binding is a complex FFT's result.
+
+    Read without regard to order, so a parameter (bound on entry to whatever the caller
+    passed) never counts, and every other way of binding a name marks it unknown."""
     finder = _Assignments()
     walk(fn.body, finder)
+    params = {p.name.value for p in (*fn.params.posonly_params, *fn.params.params, *fn.params.kwonly_params)}
     return frozenset(
         name for name, values in finder.values.items()
-        if all(v is not None and _is_complex(v, model, frozenset()) for v in values)
+        if name not in params and all(v is not None and _is_complex(v, model, frozenset()) for v in values)
     )
 
 
@@ -74,20 +78,33 @@ class _Assignments(cst.CSTVisitor):
                 self.values.setdefault(name.value, []).append(node.value if isinstance(target.target, cst.Name) else None)
 
     def visit_AugAssign(self, node: cst.AugAssign) -> None:
-        if isinstance(node.target, cst.Name):
-            self.values.setdefault(node.target.value, []).append(None)
+        self._unknown(node.target)
 
     def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
         if isinstance(node.target, cst.Name):
             self.values.setdefault(node.target.value, []).append(node.value)
 
     def visit_For(self, node: cst.For) -> None:
-        for name in _names_in(node.target):
-            self.values.setdefault(name.value, []).append(None)
+        self._unknown(node.target)
 
     def visit_NamedExpr(self, node: cst.NamedExpr) -> None:
         if isinstance(node.target, cst.Name):
             self.values.setdefault(node.target.value, []).append(node.value)
+
+    def visit_CompFor(self, node: cst.CompFor) -> None:
+        self._unknown(node.target)
+
+    def visit_WithItem(self, node: cst.WithItem) -> None:
+        if node.asname is not None:
+            self._unknown(node.asname.name)
+
+    def visit_ExceptHandler(self, node: cst.ExceptHandler) -> None:
+        if node.name is not None:
+            self._unknown(node.name.name)
+
+    def _unknown(self, target: cst.BaseExpression) -> None:
+        for name in _names_in(target):
+            self.values.setdefault(name.value, []).append(None)
 
 
 def _names_in(target: cst.BaseExpression) -> list[cst.Name]:
