@@ -21,7 +21,7 @@ The pairing of ranges and texts is the other half of placing a fix right:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import libcst as cst
 from libcst._nodes.internal import CodegenState  # NB: what Module.code_for_node itself uses
@@ -48,41 +48,161 @@ def code_at_indent(module: cst.Module, node: cst.CSTNode, indent: str) -> str:
     return "".join(state.tokens)
 
 
-@dataclass
-class _BothRangesState(PositionProvidingCodegenState):
-    """PositionProvider's printer, also keeping every node's whitespace-inclusive range
-    (what WhitespaceInclusivePositionProvider computes, in a second print of the module)."""
+class _NoRange:
+    """What `record_syntactic_position` returns outside the nodes asked for: nothing recorded."""
 
-    inclusive: dict = field(default_factory=dict)
+    __slots__ = ()
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc) -> bool:
+        return False
+
+
+_NO_RANGE = _NoRange()
+
+
+class _SyntacticRange:
+    """libcst's `record_syntactic_position`, as a plain context manager (the generator-based
+    one costs several calls per node)."""
+
+    __slots__ = ("state", "node", "start_node", "end_node", "start")
+
+    def __init__(self, state, node, start_node, end_node) -> None:
+        self.state, self.node, self.start_node, self.end_node = state, node, start_node, end_node
+
+    def __enter__(self) -> None:
+        self.start = CodePosition(self.state.line, self.state.column)
+
+    def __exit__(self, *exc) -> bool:
+        state = self.state
+        computed = state.provider._computed
+        start = computed[self.start_node].start if self.start_node is not None else self.start
+        end = computed[self.end_node].end if self.end_node is not None else CodePosition(state.line, state.column)
+        computed[self.node] = CodeRange(start, end)
+        return False
+
+
+@dataclass
+class _RangesState(PositionProvidingCodegenState):
+    """PositionProvider's printer, recording the ranges of the nodes in `wanted` (and of
+    their descendants, whose ranges theirs may be hoisted from), or of every node when
+    `wanted` is None; with `inclusive`, the whitespace-inclusive ranges too (what
+    WhitespaceInclusivePositionProvider computes, in a second print of the module).
+
+    Line and column are followed through every token as libcst does; only the per-node
+    bookkeeping is skipped outside the nodes asked for, which is most of the cost of a
+    position map (about six times a plain print of the module)."""
+
+    wanted: frozenset | None = None
+    inclusive: dict | None = None
+    _depth: int = 0  # > 0 inside a node of `wanted` (always, when `wanted` is None)
+
+    def __post_init__(self) -> None:
+        if self.wanted is None:
+            self._depth = 1
+
+    def add_token(self, value: str) -> None:
+        self.tokens.append(value)
+        if "\n" in value or "\r" in value:
+            self._update_position(value)
+        else:
+            self.column += len(value)
+
+    def before_codegen(self, node: cst.CSTNode) -> None:
+        if self._depth or node in self.wanted:
+            self._depth += 1
+            self._stack.append(CodePosition(self.line, self.column))
 
     def after_codegen(self, node: cst.CSTNode) -> None:
-        # NB: the parent's after_codegen, inlined (it runs once per node of the module):
-        # the range is the syntactic one too unless record_syntactic_position set that.
-        whole = self.inclusive[node] = CodeRange(self._stack.pop(), CodePosition(self.line, self.column))
+        if not self._depth:
+            return
+        if self.wanted is not None:
+            self._depth -= 1
+        whole = CodeRange(self._stack.pop(), CodePosition(self.line, self.column))
+        if self.inclusive is not None:
+            self.inclusive[node] = whole
         computed = self.provider._computed
-        if node not in computed:
+        if node not in computed:  # NB: the syntactic range, unless record_syntactic_position set it
             computed[node] = whole
+
+    def record_syntactic_position(self, node, *, start_node=None, end_node=None):
+        if not self._depth:
+            return _NO_RANGE
+        return _SyntacticRange(self, node, start_node, end_node)
+
+
+class NodeRanges:
+    """The ranges of a module's nodes, from one print of it: of the nodes named when it
+    was made, and of any other node once asked for (the whole module is printed again then).
+
+    A finding needs the positions of a handful of nodes, and a position map of a large
+    module (transformers' trainer.py) cost more than its analysis."""
+
+    def __init__(self, module: cst.Module, *, inclusive: bool, wanted=None) -> None:
+        self._module = module
+        self._wanted = None if wanted is None else frozenset(wanted)
+        self.syntactic, self.inclusive = _print_ranges(module, inclusive, self._wanted)
+        self._with_inclusive = inclusive
+
+    def want(self, nodes) -> None:
+        """Make sure the ranges of `nodes` are at hand (one more print, if any is new)."""
+        if self._wanted is not None and not self._wanted.issuperset(nodes):
+            self._wanted = self._wanted.union(nodes)
+            self.syntactic, self.inclusive = _print_ranges(self._module, self._with_inclusive, self._wanted)
+
+    def get(self, node: cst.CSTNode) -> CodeRange | None:
+        return self._lookup(node, inclusive=False)
+
+    def get_inclusive(self, node: cst.CSTNode) -> CodeRange | None:
+        return self._lookup(node, inclusive=True)
+
+    def _lookup(self, node, *, inclusive: bool) -> CodeRange | None:
+        if inclusive and not self._with_inclusive:
+            raise ValueError("these ranges were made without the whitespace-inclusive ones")
+        table = self.inclusive if inclusive else self.syntactic
+        found = table.get(node)
+        if found is None and self._wanted is not None and node not in self._wanted:
+            self._wanted = None
+            self.syntactic, self.inclusive = _print_ranges(self._module, self._with_inclusive, None)
+            found = (self.inclusive if inclusive else self.syntactic).get(node)
+        return found
+
+
+def _print_ranges(module: cst.Module, inclusive: bool, wanted: frozenset | None) -> tuple[dict, dict | None]:
+    provider = PositionProvider()
+    state = _RangesState(default_indent=module.default_indent, default_newline=module.default_newline,
+                         provider=provider, wanted=wanted, inclusive={} if inclusive else None)
+    module._codegen(state)
+    return provider._computed, state.inclusive
 
 
 def node_ranges(module: cst.Module, *, inclusive: bool) -> tuple[dict, dict | None]:
     """libcst's PositionProvider ranges of every node and, when asked, the whitespace-
     inclusive ones too, from one print of the module (half the cost of two providers)."""
-    provider = PositionProvider()
-    state_class = _BothRangesState if inclusive else PositionProvidingCodegenState
-    state = state_class(default_indent=module.default_indent, default_newline=module.default_newline, provider=provider)
-    module._codegen(state)
-    return provider._computed, getattr(state, "inclusive", None)
+    return _print_ranges(module, inclusive, None)
+
+
+def fix_nodes(spec: FixSpec) -> tuple[cst.CSTNode, ...]:
+    """The nodes whose ranges placing `spec`'s changes reads."""
+    out = []
+    for change in spec.changes:
+        if isinstance(change, Replace):
+            out.append(change.node)
+        elif isinstance(change, (InsertBefore, RemoveStatement)):
+            out.append(change.statement)
+    return tuple(out)
 
 
 class EditBuilder:
     """Builds the text edits of every fix of one module."""
 
-    def __init__(self, module: cst.Module, source: str, positions, inclusive) -> None:
+    def __init__(self, module: cst.Module, source: str, ranges: NodeRanges) -> None:
         self.module = module
         self.source = source
         self.index = LineIndex(source)
-        self._positions = positions
-        self.inclusive = inclusive
+        self._positions = ranges
 
     def fix(self, spec: FixSpec) -> Fix | None:
         """The fix as edits, or None when one of its changes cannot be placed exactly."""
@@ -147,7 +267,7 @@ class EditBuilder:
     def _verified(self, node: cst.CSTNode) -> tuple[tuple[int, int], tuple[int, int], str] | None:
         """(start, end, indentation) of `node`'s whitespace-inclusive range, if the file
         holds exactly the node's code there; None otherwise."""
-        rng = self.inclusive.get(node)
+        rng = self._positions.get_inclusive(node)
         if rng is None:
             return None
         start, end = (rng.start.line, rng.start.column), (rng.end.line, rng.end.column)

@@ -26,7 +26,7 @@ from amplint.analysis.model import ModuleModel
 from amplint.config import Config
 from amplint.deep_codegen import codegen_without_c_recursion
 from amplint.diagnostics import Diagnostic, Fix, Related, RuleCrash, SourceError, Span
-from amplint.edits import EditBuilder, node_ranges
+from amplint.edits import EditBuilder, NodeRanges, fix_nodes
 from amplint.parse_limits import DEFAULT_MAX_TOKENS
 from amplint.rules._base import Report, RuleOptions
 from amplint.prefilter import package_of, rules_that_may_fire
@@ -326,14 +326,19 @@ def analyse(module: cst.Module, source: str, path: str, rules, *, crashes=None, 
         reads.merge(used)
     if not reports:
         return []
+    # Only the reported nodes and those their fixes change are placed (a whole position
+    # map of a large module costs more than its analysis).
+    wanted = {r.node for r in reports}
+    wanted.update(node for r in reports if r.fix for node in fix_nodes(r.fix))
     try:
-        positions, inclusive = node_ranges(module, inclusive=any(r.fix for r in reports))
+        positions = NodeRanges(module, inclusive=any(r.fix for r in reports), wanted=wanted)
     except Exception as exc:  # noqa: BLE001 - re-raised
         if _during_recursion_error(exc):  # libcst's context managers turn it into a KeyError on the way out
             raise RecursionError("positions of a deep tree") from exc
         raise
     noqa = noqa_map(source)
-    edits = EditBuilder(module, source, positions, inclusive)
+    edits = EditBuilder(module, source, positions)
+    _want_related(reports)
     out = []
     for r in reports:
         pos = positions.get(r.node)
@@ -358,13 +363,26 @@ def analyse(module: cst.Module, source: str, path: str, rules, *, crashes=None, 
     return sorted(set(out), key=lambda d: d.sort_key)
 
 
+def _want_related(reports) -> None:
+    """Place, in one print per other module, the nodes the findings point to there."""
+    by_model: dict[int, tuple] = {}
+    for r in reports:
+        for model, node, _ in r.related:
+            by_model.setdefault(id(model), (model, set()))[1].add(node)
+    for model, nodes in by_model.values():
+        ranges = model.__dict__.get("_amplint_ranges")
+        if ranges is None:
+            model.__dict__["_amplint_ranges"] = NodeRanges(model.module, inclusive=False, wanted=nodes)
+        else:
+            ranges.want(nodes)
+
+
 def _related(path: str, model, node, message: str) -> Related | None:
     """Where `node` of another module is, named as the checked file's path is (relative or absolute)."""
-    positions = model.__dict__.get("_amplint_positions")
-    if positions is None:
-        positions, _ = node_ranges(model.module, inclusive=False)
-        model.__dict__["_amplint_positions"] = positions
-    pos = positions.get(node)
+    ranges = model.__dict__.get("_amplint_ranges")
+    if ranges is None:
+        ranges = model.__dict__["_amplint_ranges"] = NodeRanges(model.module, inclusive=False, wanted=(node,))
+    pos = ranges.get(node)
     if pos is None:
         return None
     where = model.path
