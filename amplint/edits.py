@@ -75,7 +75,9 @@ class _SyntacticRange:
     def __enter__(self) -> None:
         self.start = CodePosition(self.state.line, self.state.column)
 
-    def __exit__(self, *exc) -> bool:
+    def __exit__(self, exc_type, *exc) -> bool:
+        if exc_type is not None:
+            return False  # the print failed (a tree too deep): nothing half-done is recorded
         state = self.state
         computed = state.provider._computed
         start = computed[self.start_node].start if self.start_node is not None else self.start
@@ -171,17 +173,13 @@ class NodeRanges:
 
 
 def _print_ranges(module: cst.Module, inclusive: bool, wanted: frozenset | None) -> tuple[dict, dict | None]:
+    """The syntactic ranges and, when asked, the whitespace-inclusive ones, from one print
+    of the module (half the cost of libcst's two providers)."""
     provider = PositionProvider()
     state = _RangesState(default_indent=module.default_indent, default_newline=module.default_newline,
                          provider=provider, wanted=wanted, inclusive={} if inclusive else None)
     module._codegen(state)
     return provider._computed, state.inclusive
-
-
-def node_ranges(module: cst.Module, *, inclusive: bool) -> tuple[dict, dict | None]:
-    """libcst's PositionProvider ranges of every node and, when asked, the whitespace-
-    inclusive ones too, from one print of the module (half the cost of two providers)."""
-    return _print_ranges(module, inclusive, None)
 
 
 def fix_nodes(spec: FixSpec) -> tuple[cst.CSTNode, ...]:

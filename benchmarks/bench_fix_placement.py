@@ -7,7 +7,7 @@ and a deprecated autocast (2N AMP401 findings, all with fixes), then times
 `check_source(..., select=["AMP401"])` in fresh interpreters of both trees, alternating,
 best of 5 per interpreter, and prints the best of each tree and their ratio.  The fixes
 are placed by one print of the module that records both position kinds
-(amplint/edits.py `node_ranges`) and verified node by node.
+(amplint/edits.py `NodeRanges`) and verified node by node.
 """
 
 from __future__ import annotations
