@@ -370,19 +370,22 @@ def _want_related(reports) -> None:
         for model, node, _ in r.related:
             by_model.setdefault(id(model), (model, set()))[1].add(node)
     for model, nodes in by_model.values():
-        ranges = model.__dict__.get("_amplint_ranges")
-        if ranges is None:
-            model.__dict__["_amplint_ranges"] = NodeRanges(model.module, inclusive=False, wanted=nodes)
-        else:
-            ranges.want(nodes)
+        _ranges_in(model, nodes)
+
+
+def _ranges_in(model, nodes) -> NodeRanges:
+    """The ranges of another module's nodes, kept on its model for the next finding there."""
+    ranges = model.__dict__.get("_amplint_ranges")
+    if ranges is None:
+        ranges = model.__dict__["_amplint_ranges"] = NodeRanges(model.module, inclusive=False, wanted=nodes)
+    else:
+        ranges.want(nodes)
+    return ranges
 
 
 def _related(path: str, model, node, message: str) -> Related | None:
     """Where `node` of another module is, named as the checked file's path is (relative or absolute)."""
-    ranges = model.__dict__.get("_amplint_ranges")
-    if ranges is None:
-        ranges = model.__dict__["_amplint_ranges"] = NodeRanges(model.module, inclusive=False, wanted=(node,))
-    pos = ranges.get(node)
+    pos = _ranges_in(model, (node,)).get(node)
     if pos is None:
         return None
     where = model.path
