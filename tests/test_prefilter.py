@@ -604,3 +604,98 @@ def test_amp205_needs_a_sensitive_op_in_a_function_body(imports: str, op: str, f
     full = _findings(source, "layers.py", prefilter=False)
     assert _findings(source, "layers.py", prefilter=True) == full
     assert [d.code for d in full] == (["AMP205"] if op else [])
+
+
+# --- AMP501's finfo token: one scan per question, the same answers -------------------------
+def _finfo_may_be_full_by_plain_regexes(arg: str | None, text: str) -> bool:
+    """The finfo argument reading written as one regex per question over the whole text
+    (how the token read until each question became one scan): the oracle below."""
+    from amplint.rules.amp501_fp16_overflow_constant import _DOTTED_NAME, _FULL_DTYPE_NAMES
+
+    if arg is None:
+        return True
+    arg = arg.strip()
+    if arg.startswith("type") and "=" in arg:
+        arg = arg.split("=", 1)[1].strip()
+    if not _DOTTED_NAME.fullmatch(arg):
+        return True
+    parts = [p.strip() for p in arg.split(".")]
+    last = re.escape(parts[-1])
+    if parts[-1] in _FULL_DTYPE_NAMES:
+        return True
+    if re.search(rf"(?:float32|float64|float|double)\s+as\s+{re.escape(parts[0])}(?![a-z0-9_])", text):
+        return True
+    if len(parts) > 1:
+        head = re.escape(parts[0])
+        dotted_text = r"\s*\.\s*".join(map(re.escape, parts))
+        assigned = rf"(?<![a-z0-9_.]){dotted_text}\s*(?::[^=\n]*)?=(?!=)"
+        if re.search(rf"def\s+[a-z0-9_]+\s*\(\s*{head}(?![a-z0-9_])", text):
+            assigned += rf"|\.\s*{last}\s*(?::[^=\n]*)?=(?!=)"
+    else:
+        assigned = rf"(?:^|[=;])[ \t]*{last}\s*(?::[^=\n]*)?=(?!=)|(?<![a-z0-9_]){last}\s*:="
+    return re.search(assigned, text, re.MULTILINE) is not None
+
+
+def _finfo_disagreements(text: str) -> list[str]:
+    from amplint.rules.amp501_fp16_overflow_constant import _NameFacts, _call_argument
+
+    facts, out = _NameFacts(text), []
+    at = text.find("finfo")
+    while at != -1:
+        arg = _call_argument(text, at + len("finfo"))
+        if facts.may_be_full(arg) != _finfo_may_be_full_by_plain_regexes(arg, text):
+            out.append(f"finfo({arg})")
+        at = text.find("finfo", at + 1)
+    return out
+
+
+_FINFO_CASES = [
+    # (text, argument): each branch of the reading, and the neighbours each check must turn down
+    ("x = torch.finfo(torch.float32).min", "torch.float32"),
+    ("from torch import float32 as f32\ny = finfo(f32)", "f32"),
+    ("from torch import float32 as f32x\ny = finfo(f32)", "f32"),
+    ("from torch import float as f, double as d\ny = finfo(d)", "d"),
+    ("def f(self, x):\n    self.dtype = torch.float32\n    return finfo(self.dtype)", "self.dtype"),
+    ("def f(self, x):\n    self . dtype : torch.dtype = x\n    return finfo(self.dtype)", "self.dtype"),
+    ("def f(cfg):\n    other.dtype = x\nfinfo(cfg.dtype)", "cfg.dtype"),
+    ("def f(x):\n    other.mydtype = x\nfinfo(cfg.dtype)", "cfg.dtype"),
+    ("finfo(hidden_states.dtype)\nhidden_states.dtype == x", "hidden_states.dtype"),
+    ("finfo(h.dtype)\nh.dtype = x", "h.dtype"),
+    ("finfo(h.dtype)\nxh.dtype = x", "h.dtype"),
+    ("finfo(h.dtype)\na.h.dtype = x", "h.dtype"),
+    ("finfo(h . dtype)\nh.\n dtype = x", "h . dtype"),
+    ("finfo(dtype)\ndtype = torch.float32", "dtype"),
+    ("finfo(dtype)\n    dtype: torch.dtype = torch.float32", "dtype"),
+    ("finfo(dtype)\nx = dtype = y", "dtype"),
+    ("finfo(dtype)\nx = 1; dtype = y", "dtype"),
+    ("finfo(dtype)\nx.dtype = y", "dtype"),
+    ("finfo(dtype)\nif (dtype := y):", "dtype"),
+    ("finfo(dtype)\nif (mydtype := y):", "dtype"),
+    ("finfo(dtype)\nf(dtype=y)", "dtype"),
+    ("finfo(dtype)\ndtype == y", "dtype"),
+    ("finfo(type=dtype)\ndtype = y", "type=dtype"),
+    ("finfo(x[0])", "x[0]"),
+    ("finfo", None),
+]
+
+
+@pytest.mark.parametrize("text,arg", _FINFO_CASES)
+def test_amp501_finfo_reading_answers_as_the_plain_regexes(text: str, arg: str | None) -> None:
+    from amplint.rules.amp501_fp16_overflow_constant import _NameFacts
+
+    assert _NameFacts(text).may_be_full(arg) == _finfo_may_be_full_by_plain_regexes(arg, text)
+
+
+def test_amp501_finfo_reading_answers_as_the_plain_regexes_on_the_fixtures() -> None:
+    texts = [p.read_text(encoding="utf-8", errors="replace").lower() for p in _fixture_files()]
+    assert any("finfo" in t for t in texts)  # NB: the comparison has something to compare
+    assert [(i, d) for i, t in enumerate(texts) for d in _finfo_disagreements(t)] == []
+
+
+@pytest.mark.skipif(not CORPUS.is_dir(), reason="set AMPLINT_CORPUS to a real-code corpus (benchmarks/fetch_corpus.sh) to run this")
+def test_amp501_finfo_reading_answers_as_the_plain_regexes_on_real_code() -> None:
+    out = []
+    for path in sorted(CORPUS.rglob("*.py")):
+        text = path.read_text(encoding="utf-8", errors="replace").lower()
+        out.extend(f"{path}: {d}" for d in _finfo_disagreements(text))
+    assert out == []

@@ -153,18 +153,43 @@ class _FinfoOfFullDtype:
 
     def search(self, text: str) -> bool:
         judged: set[str | None] = set()  # a model file writes `finfo(dtype)` dozens of times
+        facts: _NameFacts | None = None
         at = text.find("finfo")
         while at != -1:
             arg = _call_argument(text, at + len("finfo"))
             if arg not in judged:
-                if self._may_be_full(arg, text):
+                facts = facts or _NameFacts(text)
+                if facts.may_be_full(arg):
                     return True
                 judged.add(arg)
             at = text.find("finfo", at + 1)
         return False
 
-    @staticmethod
-    def _may_be_full(arg: str | None, text: str) -> bool:
+
+_WORD_CHARACTERS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789_")  # `[a-z0-9_]`
+# `float32 as f32`: the name a full dtype is imported as; `def f(self`: a first parameter.
+_FULL_DTYPE_ALIAS = re.compile(r"(?:float32|float64|float|double)\s+as\s+([a-z0-9_]+)")
+_FIRST_PARAMETER = re.compile(r"def\s+[a-z0-9_]+\s*\(\s*([a-z0-9_]+)")
+# What follows an assigned name: an annotation, then `=` that is no `==`.
+_ASSIGNED = r"\s*(?::[^=\n]*)?=(?!=)"
+
+
+class _NameFacts:
+    """What one text says of the names a `finfo` argument may be: each question is
+    answered by one scan of the text (a model file asks for a dozen arguments).
+
+    Every pattern starts with the name it is about, so the regex engine can skip to
+    that literal; what must come before the name (no identifier character, a dot, a
+    line start) is checked at each match.  Matches may overlap: a search goes on from
+    the character after a match that is turned down.
+    """
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self._aliases: frozenset[str] | None = None
+        self._first_parameters: frozenset[str] | None = None
+
+    def may_be_full(self, arg: str | None) -> bool:
         if arg is None:
             return True  # `finfo` not called here (an alias, an import): no argument to judge
         arg = arg.strip()
@@ -173,20 +198,65 @@ class _FinfoOfFullDtype:
         if not _DOTTED_NAME.fullmatch(arg):
             return True
         parts = [p.strip() for p in arg.split(".")]
-        last = re.escape(parts[-1])
-        if parts[-1] in _FULL_DTYPE_NAMES:
-            return True
-        if re.search(rf"(?:float32|float64|float|double)\s+as\s+{re.escape(parts[0])}(?![a-z0-9_])", text):
+        last = parts[-1]
+        if last in _FULL_DTYPE_NAMES or parts[0] in self.aliases:
             return True
         if len(parts) > 1:
-            head = re.escape(parts[0])
             dotted_text = r"\s*\.\s*".join(map(re.escape, parts))
-            assigned = rf"(?<![a-z0-9_.]){dotted_text}\s*(?::[^=\n]*)?=(?!=)"
-            if re.search(rf"def\s+[a-z0-9_]+\s*\(\s*{head}(?![a-z0-9_])", text):  # maybe `self`
-                assigned += rf"|\.\s*{last}\s*(?::[^=\n]*)?=(?!=)"
-        else:
-            assigned = rf"(?:^|[=;])[ \t]*{last}\s*(?::[^=\n]*)?=(?!=)|(?<![a-z0-9_]){last}\s*:="
-        return re.search(assigned, text, re.MULTILINE) is not None
+            if self._any_match(dotted_text + _ASSIGNED, self._not_after_name_or_dot):
+                return True
+            # `self.dtype = ...` in any method assigns `<instance>.dtype` (maybe `self`)
+            return parts[0] in self.first_parameters and self._any_match(re.escape(last) + _ASSIGNED, self._after_dot)
+        return self._any_match(re.escape(last) + _ASSIGNED, self._statement_start) or self._any_match(
+            re.escape(last) + r"\s*:=", self._not_after_name
+        )
+
+    @property
+    def aliases(self) -> frozenset[str]:
+        if self._aliases is None:
+            self._aliases = self._captured(_FULL_DTYPE_ALIAS)
+        return self._aliases
+
+    @property
+    def first_parameters(self) -> frozenset[str]:
+        if self._first_parameters is None:
+            self._first_parameters = self._captured(_FIRST_PARAMETER)
+        return self._first_parameters
+
+    def _captured(self, pattern: re.Pattern) -> frozenset[str]:
+        """The whole word each (possibly overlapping) match captures."""
+        found, at = set(), 0
+        while (m := pattern.search(self.text, at)) is not None:
+            found.add(m.group(1))
+            at = m.start() + 1
+        return frozenset(found)
+
+    def _any_match(self, pattern: str, fits) -> bool:
+        compiled, at = re.compile(pattern), 0
+        while (m := compiled.search(self.text, at)) is not None:
+            if fits(m.start()):
+                return True
+            at = m.start() + 1
+        return False
+
+    def _not_after_name_or_dot(self, start: int) -> bool:
+        return start == 0 or (self.text[start - 1] not in _WORD_CHARACTERS and self.text[start - 1] != ".")
+
+    def _not_after_name(self, start: int) -> bool:
+        return start == 0 or self.text[start - 1] not in _WORD_CHARACTERS
+
+    def _after_dot(self, start: int) -> bool:
+        at = start - 1
+        while at >= 0 and self.text[at].isspace():  # NB: what `\s` matches in a str pattern
+            at -= 1
+        return at >= 0 and self.text[at] == "."
+
+    def _statement_start(self, start: int) -> bool:
+        """A line start, `=` or `;` before the name, blanks between (`^|[=;]` of MULTILINE)."""
+        at = start - 1
+        while at >= 0 and self.text[at] in " \t":
+            at -= 1
+        return at < 0 or self.text[at] in "\n=;"
 
 
 def _call_argument(text: str, at: int) -> str | None:
