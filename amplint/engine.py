@@ -27,6 +27,7 @@ from amplint.config import Config
 from amplint.deep_codegen import codegen_without_c_recursion
 from amplint.diagnostics import Diagnostic, Fix, Related, RuleCrash, SourceError, Span
 from amplint.edits import EditBuilder, NodeRanges, fix_nodes
+from amplint.libcst_parse import parse_module
 from amplint.parse_limits import DEFAULT_MAX_TOKENS
 from amplint.rules._base import Report, RuleOptions
 from amplint.prefilter import package_of, rules_that_may_fire
@@ -57,8 +58,8 @@ def parse(source: str, path: str, *, max_tokens: int | None = DEFAULT_MAX_TOKENS
         raise SourceError(path, plan.problem[0], 0, plan.problem[1])
     try:
         if plan.fits_this_thread():
-            return cst.parse_module(source)
-        return _in_thread(lambda: cst.parse_module(source), plan.thread_stack)
+            return parse_module(source)
+        return _in_thread(lambda: parse_module(source), plan.thread_stack)
     except cst.ParserSyntaxError as exc:
         # CPython accepted the text: this is a gap in libcst's grammar, not the user's error.
         raise SourceError(path, exc.raw_line, max(exc.raw_column, 0),
