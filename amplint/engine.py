@@ -165,20 +165,30 @@ def check_source(
         syntax_check(source, path)
         return _with_unused_noqa([], source, path, suppressed, enabled) if unused_noqa_on else []
     options = RuleOptions(target_torch=config.torch_version)
+    # NB: one pause for the parse and the analysis (see `_cyclic_gc_paused`)
     with _cyclic_gc_paused():
-        module = parse(source, path, max_tokens=config.max_file_tokens)
+        out, found = _parse_and_analyse(source, path, rules, config, crashes is not None, suppressed, project, reads,
+                                        options)
+    if crashes is not None:
+        crashes.extend(found)
+    return _with_unused_noqa(out, source, path, suppressed, enabled) if unused_noqa_on else out
+
+
+def _parse_and_analyse(source: str, path: str, rules, config: Config, collect_crashes: bool, suppressed: list,
+                       project, reads, options: RuleOptions) -> tuple[list[Diagnostic], list[RuleCrash] | None]:
+    """(findings, rule crashes) of one module that the pre-filter let through."""
+    module = parse(source, path, max_tokens=config.max_file_tokens)
     # Crashes are collected per attempt, so a retry does not report them twice; without a
     # `crashes` list a rule's exception propagates unchanged (API and test callers).
-    found: list[RuleCrash] | None = [] if crashes is not None else None
+    found: list[RuleCrash] | None = [] if collect_crashes else None
     try:
         try:
-            with _cyclic_gc_paused():
-                out = _with_room(lambda: analyse(module, source, path, rules, crashes=found, suppressed=suppressed,
-                                                 project=project, reads=reads, options=options))
+            out = _with_room(lambda: analyse(module, source, path, rules, crashes=found, suppressed=suppressed,
+                                             project=project, reads=reads, options=options))
         except RecursionError:
             # Deep but legal code (CPython compiles ~3,000 levels; the model and the libcst
             # visitors recurse in Python, several frames per level): once more, with room.
-            found = [] if crashes is not None else None
+            found = [] if collect_crashes else None
             suppressed.clear()
 
             def again() -> list[Diagnostic]:
@@ -193,9 +203,7 @@ def check_source(
                           f"{parse_limits.python_version()}") from None
     except MemoryError:
         raise SourceError(path, 1, 0, _out_of_memory(source)) from None
-    if crashes is not None:
-        crashes.extend(found)
-    return _with_unused_noqa(out, source, path, suppressed, enabled) if unused_noqa_on else out
+    return out, found
 
 
 def _with_unused_noqa(out: list[Diagnostic], source: str, path: str, suppressed, enabled: set[str]) -> list[Diagnostic]:
@@ -207,12 +215,15 @@ def _with_unused_noqa(out: list[Diagnostic], source: str, path: str, suppressed,
 
 @contextmanager
 def _cyclic_gc_paused():
-    """Pause Python's cyclic garbage collector around a parse or an analysis.
+    """Pause Python's cyclic garbage collector around a parse and its analysis.
 
     libcst builds several objects per source token, and the collector, triggered by the
     allocations, walks the growing tree again and again although it holds no cycles: a
-    third of the parse time (BENCHMARKS.md).  Whatever cycles the analysis leaves behind
-    are collected at the next collection after the file.
+    third of the parse time (BENCHMARKS.md).  The pause spans the parse *and* the
+    analysis: between two pauses, the first allocation made the collector walk the whole
+    new tree once more and promote it, so that older collections walked it again while
+    the analysis ran.  The tree is freed by reference counting when the check returns;
+    the few cycles the analysis leaves (step graphs' loops) go at the next collection.
     """
     was_enabled = gc.isenabled()
     gc.disable()
