@@ -73,3 +73,28 @@ def test_attributes_are_collected_only_for_the_names_asked_for() -> None:
     assert attributes_used(code, ["utils", "layers"]) == {"utils": {"clip"}, "layers": {"norm"}}
     assert attributes_used(code, []) == {}
 
+
+
+_IMPORT_CORNERS = [
+    "import a\nimport b.c as d, e\n",
+    "from . import x\nfrom ..pkg.mod import (\n    a,\n    b as c,\n)\nfrom m import *\n",
+    "from x import (a); import y\nimport_z = 1\nx.import_()\n",
+    "from m import a, \\\n    b\nimport n, \\\n    o\n",
+    "if t:\n    from m import a\n    import n\nelse:\n\timport o\n",
+    "from x import (\n    import_utils,\n    imports,\n)\nimport p\n",
+    "s = 'import q'\n# import r\nfromimport = 1\nfrom   mod   import   name\n",
+    "from x \\\n  import y\nimport\n",
+    "\r\nimport a\r\nfrom b import (c,\r\n d)\r\n",
+]
+
+
+def test_import_statements_are_those_the_plain_scan_finds() -> None:
+    """Only lines with `import` are tried; the matches are the ones `finditer` makes."""
+    from amplint.project.text_imports import _IMPORT, import_statements
+
+    fixtures = sorted((Path(__file__).resolve().parent.parent / "fixtures").rglob("*.py"))
+    texts = _IMPORT_CORNERS + [p.read_text(encoding="utf-8", errors="replace") for p in fixtures]
+    for text in texts:
+        plain = [(m.start(), m.end(), m.groups()) for m in _IMPORT.finditer(text)]
+        assert [(m.start(), m.end(), m.groups()) for m in import_statements(text)] == plain, text[:200]
+    assert sum(1 for t in _IMPORT_CORNERS for _ in import_statements(t)) == 17  # NB: what the corners hold
