@@ -98,3 +98,41 @@ def test_import_statements_are_those_the_plain_scan_finds() -> None:
         plain = [(m.start(), m.end(), m.groups()) for m in _IMPORT.finditer(text)]
         assert [(m.start(), m.end(), m.groups()) for m in import_statements(text)] == plain, text[:200]
     assert sum(1 for t in _IMPORT_CORNERS for _ in import_statements(t)) == 17  # NB: what the corners hold
+
+
+def _find_by_stat(root: str, dotted: str):
+    """What `layout._find` answers, by a stat of each candidate (the oracle below)."""
+    import os
+
+    rel = os.path.join(*dotted.split("."))
+    tried = []
+    for candidate in (os.path.join(root, rel + ".py"), os.path.join(root, rel, "__init__.py")):
+        tried.append(candidate)
+        if os.path.isfile(candidate):
+            return tuple(tried), candidate
+    return tuple(tried), None
+
+
+def test_module_lookup_by_folder_listing_answers_as_stat_does(tmp_path) -> None:
+    import os
+
+    from amplint.project import layout
+
+    files = ["a.py", "pkg/__init__.py", "pkg/mod.py", "pkg/sub/__init__.py", "pkg/sub/deep.py",
+             "ns/only.py", "both.py", "both/__init__.py", "dir.py/__init__.py", "noinit/x.py", "pkg/data.txt"]
+    for f in files:
+        (tmp_path / f).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / f).write_text("x = 1\n")
+    (tmp_path / "notdir").write_text("")  # a file where a folder is looked for
+    (tmp_path / "linked").symlink_to(tmp_path / "pkg", target_is_directory=True)
+    (tmp_path / "broken.py").symlink_to(tmp_path / "missing.py")
+    names = ["a", "pkg", "pkg.mod", "pkg.sub", "pkg.sub.deep", "pkg.nothing", "ns", "ns.only", "both", "dir",
+             "noinit", "noinit.x", "notdir", "notdir.x", "linked", "linked.mod", "linked.sub.deep", "broken",
+             "missing", "pkg.data"]
+    layout.clear_caches()
+    for root in (str(tmp_path), str(tmp_path / "pkg"), str(tmp_path / "nowhere")):
+        for name in names:
+            assert layout._find(root, name) == _find_by_stat(root, name), (root, name)
+    assert os.path.isdir(tmp_path / "linked")
+    # As the interpreter's finder, in the exact case (a case-insensitive disk would stat `A`)
+    assert layout._find(str(tmp_path), "A")[1] is None and layout._find(str(tmp_path), "Pkg.mod")[1] is None

@@ -176,23 +176,43 @@ def _resolve_in(folder: str, dotted: str) -> Resolution:
 
 @lru_cache(maxsize=65536)
 def _find(root: str, dotted: str) -> tuple[tuple[str, ...], str | None]:
-    """(paths tried, the one found) for module `dotted` directly under `root`.
+    """(paths tried, the one found) for module `dotted` directly under `root`: `a/b.py`,
+    then `a/b/__init__.py`.
 
     Shared by every folder whose search passes through `root` (the package root, the
     project root): a large package asks the same question from hundreds of folders.
+    Folder listings answer most lookups (the importing file's own folder rarely holds the
+    package it imports from); a file is stat-ed only when its name is there.  Like the
+    interpreter's own finder, a name matches in its exact case.
     """
-    rel = os.path.join(*dotted.split("."))
-    tried = []
-    for candidate in (os.path.join(root, rel + ".py"), os.path.join(root, rel, "__init__.py")):
-        tried.append(candidate)
-        if os.path.isfile(candidate):
-            return tuple(tried), candidate
-    return tuple(tried), None
+    parts = dotted.split(".")
+    rel = os.path.join(*parts)
+    module_file, package_init = os.path.join(root, rel + ".py"), os.path.join(root, rel, "__init__.py")
+    folder = root
+    for part in parts[:-1]:
+        if part not in _names_in(folder):
+            return (module_file, package_init), None
+        folder = os.path.join(folder, part)
+    names, last = _names_in(folder), parts[-1]
+    if last + ".py" in names and os.path.isfile(module_file):
+        return (module_file,), module_file
+    if last in names and "__init__.py" in _names_in(os.path.join(folder, last)) and os.path.isfile(package_init):
+        return (module_file, package_init), package_init
+    return (module_file, package_init), None
+
+
+@lru_cache(maxsize=16384)
+def _names_in(folder: str) -> frozenset[str]:
+    """The entries of a folder (none when it is no folder or cannot be listed)."""
+    try:
+        return frozenset(os.listdir(folder))
+    except OSError:
+        return frozenset()
 
 
 def clear_caches() -> None:
     """Forget what the file system looked like (files created or removed since)."""
-    for cached in (project_root, _project_root, _unpacked_wheel, package_root, _package_root, _package_parts, _import_roots, _boundary, _resolve_in, _find):
+    for cached in (project_root, _project_root, _unpacked_wheel, package_root, _package_root, _package_parts, _import_roots, _boundary, _resolve_in, _find, _names_in):
         cached.cache_clear()
 
 
