@@ -177,7 +177,9 @@ def check_source(
 def _parse_and_analyse(source: str, path: str, rules, config: Config, collect_crashes: bool, suppressed: list,
                        project, reads, options: RuleOptions) -> tuple[list[Diagnostic], list[RuleCrash] | None]:
     """(findings, rule crashes) of one module that the pre-filter let through."""
-    module = parse(source, path, max_tokens=config.max_file_tokens)
+    module = project.parsed_tree(path, source) if project is not None else None
+    if module is None:
+        module = parse(source, path, max_tokens=config.max_file_tokens)
     # Crashes are collected per attempt, so a retry does not report them twice; without a
     # `crashes` list a rule's exception propagates unchanged (API and test callers).
     found: list[RuleCrash] | None = [] if collect_crashes else None

@@ -343,7 +343,8 @@ def rules_that_may_fire(source: str, rules, path: str | None = None, *, project=
     universe = _universe(tuple(r for r in rules if r.imported_tokens), "imported_tokens")
     # NB: a file that failed the first stage has no code text: its imports are read from
     # the whole text (one in a docstring can only add a module to read).
-    present = project.imported_tokens(path, raw_code if passing else source, package_of(path), universe, reads)
+    present = project.imported_tokens(path, raw_code if passing else source, package_of(path), universe, reads,
+                                      uses=without_strings)
     more = {r for r in candidates if present and _groups_match(r, own_text, memo, bare_or_none, present, r.imported_tokens)}
     return tuple(r for r in rules if r in own or r in more or r in upward)
 

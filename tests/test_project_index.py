@@ -136,3 +136,64 @@ def test_module_lookup_by_folder_listing_answers_as_stat_does(tmp_path) -> None:
     assert os.path.isdir(tmp_path / "linked")
     # As the interpreter's finder, in the exact case (a case-insensitive disk would stat `A`)
     assert layout._find(str(tmp_path), "A")[1] is None and layout._find(str(tmp_path), "Pkg.mod")[1] is None
+
+
+def test_a_name_imported_and_never_used_is_not_read(tmp_path) -> None:
+    """A re-export (`__init__.py` importing helpers it never calls) reads nothing: the
+    analysis meets an imported definition only where the code names it."""
+    from amplint.prefilter import code_text
+
+    _tree(tmp_path, {
+        "helpers.py": "import torch\n\ndef half_default():\n    torch.set_default_dtype(torch.float16)\n",
+        "other.py": "def nothing():\n    return 1\n",
+        "__init__.py": "",
+    })
+    index = ProjectIndex()
+    wanted = frozenset({"set_default_dtype"})
+
+    def tokens(code: str) -> frozenset:
+        return index.imported_tokens(str(tmp_path / "train.py"), code, None, wanted,
+                                     uses=lambda: code_text(code, strings=False).lower())
+
+    imports = "from helpers import half_default\nfrom other import nothing\n"
+    assert tokens(imports + "__all__ = ['half_default']\nx = 'half_default()'\n") == frozenset()
+    assert tokens(imports + "if TYPE_CHECKING:\n    from helpers import half_default as h\n") == frozenset()
+    assert tokens(imports + "half_default()\n") == wanted
+    assert tokens(imports + "run(f'{half_default()}')\n") == wanted  # an f-string's field is code
+    assert tokens(imports + "@half_default\ndef f(): pass\n") == wanted
+    # without `uses`, every name imported is read (what a caller without the code gets)
+    assert index.imported_tokens(str(tmp_path / "train.py"), imports, None, wanted) == wanted
+
+
+def test_a_helper_parsed_whole_for_another_file_is_not_parsed_again_when_checked(tmp_path, monkeypatch) -> None:
+    """trainer.py reads trainer_pt_utils.py whole; checking trainer_pt_utils.py then takes
+    that tree (same text), and finds what a fresh parse finds.  Another text is parsed."""
+    from amplint import engine
+    from amplint.config import Config
+
+    helper = (
+        "import torch\n\n"
+        "def clip(model):\n"
+        "    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)\n\n"
+        "def train(model, opt, scaler, loss):\n"
+        "    scaler.scale(loss).backward()\n"
+        "    clip(model)\n"
+        "    scaler.step(opt)\n"
+        "    scaler.update()\n"
+    )
+    _tree(tmp_path, {"helpers.py": helper})
+    path = str(tmp_path / "helpers.py")
+    config = Config()
+    fresh = engine.check_source(helper, path, config, project=ProjectIndex())
+    assert [d.code for d in fresh] == ["AMP101"]
+
+    index = ProjectIndex()
+    assert index.model_at(path) is not None  # read whole, as for another file's sake
+    parses: list[str] = []
+    real_parse = engine.parse
+    monkeypatch.setattr(engine, "parse", lambda text, where, **k: parses.append(where) or real_parse(text, where, **k))
+    assert engine.check_source(helper, path, config, project=index) == fresh
+    assert parses == []
+    edited = helper.replace("clip(model)\n", "clip(model)  # edited\n")
+    assert [d.code for d in engine.check_source(edited, path, config, project=index)] == ["AMP101"]
+    assert parses == [path]

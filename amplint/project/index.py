@@ -133,6 +133,7 @@ class _Entry:
     mtime_ns: int
     kept: frozenset[str] | None = None  # the definitions a partial model holds (None: all)
     parsed_bytes: int = 0  # what the model's tree was parsed from (its memory, roughly)
+    text: str | None = None  # the text a whole model was parsed from (None for a partial one)
 
 
 
@@ -219,8 +220,9 @@ class ProjectIndex:
         if stale:
             if entry is not None:
                 self._drop(key)
-            model, parsed, nbytes = self._load(key, st.st_size, keep)
-            entry = _Entry(model, st.st_size, st.st_mtime_ns, keep if parsed == "partial" else None, nbytes)
+            model, parsed, nbytes, text = self._load(key, st.st_size, keep)
+            entry = _Entry(model, st.st_size, st.st_mtime_ns, keep if parsed == "partial" else None, nbytes,
+                           text if parsed == "full" else None)
             self._entries[key] = entry
             if entry.model is not None:
                 self._held += entry.parsed_bytes
@@ -282,7 +284,8 @@ class ProjectIndex:
         return memo[1]
 
     def _load(self, path: str, size: int, keep: frozenset | None = None):
-        """(model or None, "full" / "partial" / None, bytes parsed): the module, whole or in part."""
+        """(model or None, "full" / "partial" / None, bytes parsed, the file's text): the
+        module, whole or in part."""
         from amplint import sources
         from amplint.analysis.model import ModuleModel
         from amplint.engine import SourceError, parse
@@ -290,11 +293,11 @@ class ProjectIndex:
         from amplint.project.partial import partial_source
 
         if size > MAX_DEPENDENCY_BYTES:
-            return None, None, 0
+            return None, None, 0, None
         try:
             src = sources.read(Path(path))
         except sources.UnreadableSource:
-            return None, None, 0
+            return None, None, 0, None
         text = partial_source(src.text, set(keep)) if keep is not None else None
         for attempt, how in ((text, "partial"), (src.text, "full")):
             if attempt is None:
@@ -302,10 +305,19 @@ class ProjectIndex:
             try:
                 module = parse(attempt, path)
                 nbytes = sum(len(line) for line in attempt.splitlines() if line.strip())
-                return ModuleModel.build(module, path, package_of(path), project=self), how, nbytes
+                return ModuleModel.build(module, path, package_of(path), project=self), how, nbytes, src.text
             except (SourceError, RecursionError, MemoryError):
                 continue  # a cut the parser refuses: parse the whole file instead
-        return None, None, 0
+        return None, None, 0, None
+
+    def parsed_tree(self, path: str, text: str):
+        """The libcst tree of `text` when this index already parsed exactly that text, whole,
+        for the module at `path` (a helper read for another file, now checked itself);
+        else None.  A tree is immutable, so the check builds its own model over it."""
+        entry = self._entries.get(_abs(path))
+        if entry is None or entry.model is None or entry.text is None or len(entry.text) != len(text):
+            return None
+        return entry.model.module if entry.text == text else None
 
     def _drop(self, key: str) -> None:
         entry = self._entries.pop(key, None)
@@ -318,7 +330,8 @@ class ProjectIndex:
             self._drop(key)
 
     # --- texts, for the pre-filter --------------------------------------------------------
-    def imported_tokens(self, path: str, code: str, package: str | None, tokens, reads: Reads | None = None) -> frozenset:
+    def imported_tokens(self, path: str, code: str, package: str | None, tokens, reads: Reads | None = None,
+                        uses=None) -> frozenset:
         """Which of `tokens` the code of the project definitions `code` uses contains.
 
         For each name the file imports from the project and uses (calls, takes an
@@ -327,6 +340,12 @@ class ProjectIndex:
         IMPORT_TEXT_DEPTH levels.  Read from text only (amplint/project/text_index.py)
         and remembered per definition, so a helper imported by fifty files is read once;
         the files read and the paths probed in vain go into `reads`.
+
+        `uses()`, where given, is the file's code with string contents emptied (in any
+        case): a name `from m import name` brings is read only if that text spells it
+        outside import statements.  The analysis meets an imported definition only where
+        the code names it, so a re-export (a package's `__init__.py` imports a thousand
+        names under TYPE_CHECKING and runs none) reads nothing.
         """
         from amplint.project.text_index import TextModule, attributes_used
 
@@ -343,7 +362,10 @@ class ProjectIndex:
 
         modules = [local for local, (module, name) in own.imports.items() if not is_external(module, origin)]
         attrs_of = attributes_used(code, modules)
+        named = _outside_imports(uses()) if uses is not None else None
         for local, (module, name) in own.imports.items():
+            if name is not None and named is not None and not Word(local.lower()).search(named):
+                continue
             attrs = attrs_of.get(local, set())
             for target in self._targets(module, name, attrs, origin, missing):
                 found, read, probed = self._closure(target, IMPORT_TEXT_DEPTH, tokens)
@@ -850,6 +872,19 @@ class ProjectIndex:
         if hit.path is None:
             self._note_missing(hit.probed)
         return hit.path
+
+
+def _outside_imports(code: str) -> str:
+    """`code` (lowercased, string contents emptied) with its import statements blanked out."""
+    from amplint.project.text_imports import import_statements
+
+    parts, kept = [], 0
+    for m in import_statements(code):
+        parts.append(code[kept : m.start()])
+        parts.append(" ")
+        kept = m.end()
+    parts.append(code[kept:])
+    return "".join(parts)
 
 
 def _interesting(lowered: str) -> bool:
