@@ -19,6 +19,13 @@ corpus  `amplint check <transformers> --isolated -j 2 --exit-zero --output-forma
         child and the workers it reaped, from os.wait4) and peak RSS; the medians; the
         ratio new/baseline per pair and its median.  Goal: <= 1.2 cold and warm.  The
         new tree's findings must be the same in every cold, fill and warm run.
+        Then, cold only, N pairs each, what the cold ratio is made of:
+          rules    both trees with `--select` of the baseline's default rules (the five
+                   rules added since, AMP109/110/112/206/305, are not run): the same
+                   rules, before and after the project model;
+          reading  this tree twice, the project index off (benchmarks/check_modules_alone.py:
+                   each module alone, as before issue 13) and on: what reading other
+                   modules costs, the rest of the tree being equal.
 file    `amplint check <project>/train.py --isolated` (a training script whose imports
         span 8 modules of benchmarks/data/project_scale) in fresh processes, cold and
         warm, M rounds each, beside `python -c pass` and `python -m amplint --version`
@@ -29,6 +36,7 @@ file    `amplint check <project>/train.py --isolated` (a training script whose i
 Setup (once):  bash benchmarks/fetch_corpus.sh /work/corpus
 Run:           python benchmarks/bench_project.py [--rounds 3] [--file-rounds 7] [--json OUT]
                [--baseline REF | --baseline-tree DIR] [--corpus DIR] [--timeout S]
+               [--skip-decomposition]
 Not a test: nothing asserts a time; exit 0 once the figures are printed.
 """
 
@@ -93,8 +101,9 @@ def baseline_checkout(ref: str, repo: Path = ROOT, parent: Path | None = None) -
 
 @dataclass(frozen=True)
 class Tree:
-    name: str  # "baseline" or "new"
+    name: str  # "baseline", "new" or "alone" (this tree, the project index off)
     path: Path
+    runner: tuple[str, ...] = ("-m", "amplint")  # what the interpreter is given before amplint's arguments
 
     def env(self) -> dict[str, str]:
         env = dict(os.environ)
@@ -102,11 +111,24 @@ class Tree:
         return env
 
     def amplint(self, *args: str) -> list[str]:
-        return [sys.executable, "-m", "amplint", *args]
+        return [sys.executable, *self.runner, *args]
+
+    def default_codes(self) -> str:
+        """The codes this tree runs by default, comma-separated (read from its registry)."""
+        code = ("from amplint.registry import ALL_RULES; "
+                "print(','.join(r.code for r in ALL_RULES if getattr(r, 'default_enabled', True)))")
+        return subprocess.run([sys.executable, "-c", code], env=self.env(), cwd=tempfile.gettempdir(),
+                              check=True, capture_output=True, text=True).stdout.strip()
+
 
     def imported_from(self) -> str:
         return subprocess.run([sys.executable, "-c", WHICH], env=self.env(), cwd=tempfile.gettempdir(),
                               check=True, capture_output=True, text=True).stdout
+
+
+def alone(tree: Tree) -> Tree:
+    """`tree` with the project index off (benchmarks/check_modules_alone.py)."""
+    return Tree("alone", tree.path, (str(ROOT / "benchmarks" / "check_modules_alone.py"),))
 
 
 def compile_tree(tree: Tree) -> None:
@@ -212,6 +234,20 @@ def measure_corpus(trees: tuple[Tree, Tree], corpus: Path, *, rounds: int, jobs:
         for r in range(rounds):
             out["warm"].append([timed(f"warm {r + 1}", t, t.amplint(*common, "--cache-dir", caches[t.name]),
                                       timeout=timeout, json_out=True) for t in trees])
+    return out
+
+
+def measure_decomposition(trees: tuple[Tree, Tree], corpus: Path, *, rounds: int, jobs: int, timeout: float) -> dict:
+    """Cold pairs that split the cold ratio: {"rules": [...], "reading": [...]} (see the
+    module docstring); each pair a list of two Runs, the reference first."""
+    common = ["check", str(corpus), "--isolated", "-j", str(jobs), "--exit-zero", "--output-format", "json", "--no-cache"]
+    base_codes = trees[0].default_codes()
+    out: dict[str, list] = {"rules": [], "reading": [], "baseline_codes": base_codes}
+    pairs = {"rules": (trees, ["--select", base_codes]), "reading": ((alone(trees[1]), trees[1]), [])}
+    for r in range(rounds):
+        for kind, (pair, extra) in pairs.items():
+            out[kind].append([timed(f"{kind} {r + 1}", t, t.amplint(*common, *extra), timeout=timeout, json_out=True)
+                              for t in pair])
     return out
 
 
@@ -337,6 +373,32 @@ def print_corpus(corpus: dict, label: str) -> dict:
     return summaries
 
 
+def print_decomposition(measured: dict) -> dict:
+    """The cold ratio's parts, each a table of pairs and its median."""
+    summaries = {}
+    titles = {
+        "rules": f"same rules in both trees (`--select {measured['baseline_codes']}`): new / baseline",
+        "reading": "reading other modules: this tree with the project index on / off (same rules: the default)",
+    }
+    for kind in ("rules", "reading"):
+        pairs = measured[kind]
+        print(f"\ncold, {titles[kind]}")
+        print("| run | reference wall s | new wall s | wall ratio | reference CPU s | new CPU s | CPU ratio | findings ref / new |")
+        print("|---|---:|---:|---:|---:|---:|---:|---:|")
+        for b, n in pairs:
+            print(f"| {n.label} ({b.tree} / {n.tree}) | {b.wall_s:.2f} | {n.wall_s:.2f} | {n.wall_s / b.wall_s:.2f} | "
+                  f"{b.cpu_s:.2f} | {n.cpu_s:.2f} | {n.cpu_s / b.cpu_s:.2f} | "
+                  f"{len(b.findings or ())} / {len(n.findings or ())} |")
+        if pairs:
+            s = summarise(pairs)
+            summaries[kind] = s
+            print(f"| **median** | {s['wall_s']['baseline_median']:.2f} | {s['wall_s']['new_median']:.2f} | "
+                  f"**{s['wall_s']['ratio_median']:.2f}** | {s['cpu_s']['baseline_median']:.2f} | "
+                  f"{s['cpu_s']['new_median']:.2f} | **{s['cpu_s']['ratio_median']:.2f}** | |")
+            print(f"- findings by code: reference {codes(pairs[0][0])}, new {codes(pairs[0][1])}")
+    return summaries
+
+
 def print_file(result: dict, script: Path) -> None:
     rows = result["rows"]
     print(f"\nsingle file: {script} (fresh process per run; median of {len(rows['python -c pass'])})")
@@ -378,6 +440,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--jobs", type=int, default=2, help="amplint -j on the corpus (default: %(default)s)")
     ap.add_argument("--timeout", type=float, default=3600, help="seconds before a run is killed (its figure is then a bound)")
     ap.add_argument("--skip-corpus", action="store_true", help="only the single-file rows")
+    ap.add_argument("--skip-decomposition", action="store_true", help="no same-rules and project-index-off pairs")
     ap.add_argument("--json", type=Path, help="also write the figures here")
     args = ap.parse_args(argv)
 
@@ -417,6 +480,10 @@ def main(argv: list[str] | None = None) -> int:
         report["corpus"] = {"path": str(corpus), "files": files, "bytes": size, "jobs": args.jobs, "rounds": args.rounds,
                             "runs": _plain(measured), "summary": summaries, "new_findings_identical": identical,
                             "findings_by_code": {"new": codes(new_runs[0]), "baseline": codes(base_runs[0])}}
+        if not args.skip_decomposition:
+            parts = measure_decomposition(trees, corpus, rounds=args.rounds, jobs=args.jobs, timeout=args.timeout)
+            report["decomposition"] = {"runs": _plain({k: v for k, v in parts.items() if k != "baseline_codes"}),
+                                       "baseline_codes": parts["baseline_codes"], "summary": print_decomposition(parts)}
     print(f"\nsingle file, {args.file_rounds} rounds:")
     single = measure_file(trees, script, rounds=args.file_rounds, timeout=args.timeout)
     print_file(single, script)

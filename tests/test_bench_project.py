@@ -156,7 +156,8 @@ def test_same_findings_needs_every_run_finished_and_equal():
 
 
 def test_end_to_end_on_a_tiny_tree_with_this_tree_as_baseline(tmp_path: Path, capsys):
-    corpus = write(tmp_path / "corpus", CORPUS)
+    # The corpus holds the two-module project too: the index-off run must miss its AMP101.
+    corpus = write(tmp_path / "corpus", {**CORPUS, **{f"pkg/{name}": text for name, text in PROJECT.items()}})
     project = write(tmp_path / "project", PROJECT)
     out = tmp_path / "figures.json"
     rc = bench.main(["--baseline-tree", str(ROOT), "--corpus", str(corpus), "--project-file", str(project / "train.py"),
@@ -170,9 +171,19 @@ def test_end_to_end_on_a_tiny_tree_with_this_tree_as_baseline(tmp_path: Path, ca
     assert [len(c["runs"][k]) for k in ("cold", "fill", "warm")] == [1, 1, 1]
     assert all(run["rc"] == 0 and run["wall_s"] > 0 for k in ("cold", "fill", "warm") for run in c["runs"][k][0])
     assert c["new_findings_identical"] is True
-    assert c["findings_by_code"] == {"new": {"AMP401": 1}, "baseline": {"AMP401": 1}}
+    assert c["findings_by_code"] == {"new": {"AMP101": 1, "AMP401": 1}, "baseline": {"AMP101": 1, "AMP401": 1}}
     for kind in ("cold", "warm"):
         assert c["summary"][kind]["wall_s"]["ratio_median"] > 0 and len(c["summary"][kind]["cpu_s"]["ratios"]) == 1
+
+    d = report["decomposition"]
+    assert "AMP101" in d["baseline_codes"].split(",") and "AMP001" not in d["baseline_codes"].split(",")
+    (same_ref, same_new), = d["runs"]["rules"]
+    (off, on), = d["runs"]["reading"]
+    assert (same_ref["tree"], same_new["tree"], off["tree"], on["tree"]) == ("baseline", "new", "alone", "new")
+    assert all(run["rc"] == 0 for run in (same_ref, same_new, off, on))
+    assert d["summary"]["reading"]["cpu_s"]["ratio_median"] > 0
+    assert "reading other modules: this tree with the project index on / off" in printed
+    assert "{'AMP401': 1}, new {'AMP101': 1, 'AMP401': 1}" in printed  # the index off misses the helper's clip
 
     f = report["single_file"]
     assert set(f["rows"]) >= {"python -c pass", "amplint --version (new)", "train.py cold (new)", "train.py warm (new)",
