@@ -205,10 +205,10 @@ def _restore(code: str, magics: tuple[str, ...], marker: str) -> str:
 
 def _lines_inside_strings(source: str) -> set[int]:
     """Lines that start inside a multi-line string literal (never IPython syntax there)."""
-    from amplint.sources import STRINGS_AND_COMMENTS
+    from amplint.sources import strings_and_comments
 
     inside: set[int] = set()
-    for m in STRINGS_AND_COMMENTS.finditer(source):
+    for m in strings_and_comments(source):
         if m.group("string") and "\n" in m.group():
             first = source.count("\n", 0, m.start()) + 1
             inside.update(range(first + 1, first + m.group().count("\n") + 1))

@@ -35,7 +35,7 @@ import sys
 import warnings
 from dataclasses import dataclass
 
-from amplint.sources import STRINGS_AND_COMMENTS
+from amplint.sources import STRINGS_AND_COMMENTS, replace_strings_and_comments, strings_and_comments
 
 # --- size -----------------------------------------------------------------------------------
 
@@ -173,9 +173,9 @@ def _scan(text: str, *, exact_offsets: bool = False) -> _Scan:
     (slower: a call per string; only to name a line in a refusal).
     """
     if exact_offsets:
-        stripped = STRINGS_AND_COMMENTS.sub(lambda m: "0".ljust(len(m.group())), text)
+        stripped = replace_strings_and_comments(text, lambda m: "0".ljust(len(m.group())))
     else:
-        stripped = STRINGS_AND_COMMENTS.sub("0", text)
+        stripped = replace_strings_and_comments(text, lambda m: "0")
     depth = deepest = deepest_at = 0
     start = longest = longest_at = 0
     for m in _STRUCTURE.finditer(stripped):
@@ -289,7 +289,7 @@ def _concatenated_pieces(text: str, lines: list[int], node: ast.AST) -> int:
     end = _offset(text, lines, node.end_lineno, node.end_col_offset)
     if end - start < 2 * MAX_CONCATENATED_STRINGS:
         return 1  # each literal takes two characters at least: no room for too many
-    return sum(1 for m in STRINGS_AND_COMMENTS.finditer(text, start, end) if m.group("string"))
+    return sum(1 for m in strings_and_comments(text, start, end) if m.group("string"))
 
 
 def _offset(text: str, lines: list[int], lineno: int, col: int) -> int:

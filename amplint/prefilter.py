@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from amplint.sources import STRINGS_AND_COMMENTS
+from amplint.sources import strings_and_comments
 
 
 @dataclass(frozen=True)
@@ -457,7 +457,7 @@ def may_fire(source: str, rules, path: str | None = None) -> bool:
 
 
 # --- code text -----------------------------------------------------------------------------
-# One scan over comments and string literals (sources.STRINGS_AND_COMMENTS).  A string is
+# One scan over comments and string literals (sources.strings_and_comments).  A string is
 # removed only when it is a whole statement (a docstring), bracket depth 0, not continued
 # by `\`.
 # What may precede a string statement on its line: indentation and a non-f prefix.
@@ -521,7 +521,7 @@ def _strings_and_comments(source: str) -> list[tuple[int, int, str]]:
     last = _LAST_SCAN
     if last is not None and last[0] is source:
         return last[1]
-    found = [(m.start(), m.end(), m.lastgroup) for m in STRINGS_AND_COMMENTS.finditer(source)]
+    found = [(m.start(), m.end(), m.lastgroup) for m in strings_and_comments(source)]
     _LAST_SCAN = (source, found)
     return found
 

@@ -699,3 +699,45 @@ def test_amp501_finfo_reading_answers_as_the_plain_regexes_on_real_code() -> Non
         text = path.read_text(encoding="utf-8", errors="replace").lower()
         out.extend(f"{path}: {d}" for d in _finfo_disagreements(text))
     assert out == []
+
+
+# --- the scan of strings and comments: the regex's own matches, found faster --------------------
+_LEXER_CORNERS = [
+    "x = 'a' # c\ny = \"b\\\"c\" + '''d\n'e'\n''' + \"\"\"f\"\"\"\n",
+    "s = 'unterminated\nt = \"also\r\nu = '''never closed\n# trailing\n",
+    "a = '#not a comment' # but this is 'quoted'\n",
+    "b = r'\\' + \"\\\\\" + '\\\\'\nc = f\"{x['k']}\" + b'\\x00'\n",
+    'd = """one "" two "\\"" three"""\ne = \'\'\'a \'\' b\'\'\'\n',
+    "e = '\\\r\n continued'\nf = \"x\\\n y\"\n",
+    "",
+    "#",
+    "'",
+    '"""',
+]
+
+
+def test_the_scan_finds_what_finditer_finds() -> None:
+    from amplint.sources import STRINGS_AND_COMMENTS, replace_strings_and_comments, strings_and_comments
+
+    texts = _LEXER_CORNERS + [p.read_text(encoding="utf-8", errors="replace") for p in _fixture_files()]
+    for text in texts:
+        spans = [(m.start(), m.end(), m.lastgroup) for m in STRINGS_AND_COMMENTS.finditer(text)]
+        assert [(m.start(), m.end(), m.lastgroup) for m in strings_and_comments(text)] == spans, text[:200]
+        assert replace_strings_and_comments(text, lambda m: "<>") == STRINGS_AND_COMMENTS.sub("<>", text)
+        for pos, endpos in ((3, len(text) - 2), (len(text) // 2, len(text)), (1, 1)):
+            window = [(m.start(), m.end(), m.lastgroup) for m in STRINGS_AND_COMMENTS.finditer(text, pos, endpos)]
+            assert [(m.start(), m.end(), m.lastgroup) for m in strings_and_comments(text, pos, endpos)] == window
+    assert sum(1 for t in _LEXER_CORNERS for _ in strings_and_comments(t)) >= 20  # NB: the corners hold literals
+
+
+@pytest.mark.skipif(not CORPUS.is_dir(), reason="set AMPLINT_CORPUS to a real-code corpus (benchmarks/fetch_corpus.sh) to run this")
+def test_the_scan_finds_what_finditer_finds_on_real_code() -> None:
+    from amplint.sources import STRINGS_AND_COMMENTS, strings_and_comments
+
+    differ = []
+    for path in sorted(CORPUS.rglob("*.py")):
+        text = path.read_text(encoding="utf-8", errors="replace")
+        spans = [(m.start(), m.end(), m.lastgroup) for m in STRINGS_AND_COMMENTS.finditer(text)]
+        if [(m.start(), m.end(), m.lastgroup) for m in strings_and_comments(text)] != spans:
+            differ.append(str(path))
+    assert differ == []

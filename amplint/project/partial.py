@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 
-from amplint.sources import STRINGS_AND_COMMENTS
+from amplint.sources import replace_strings_and_comments
 
 _BRACKETS = re.compile(r"[(\[{]|[)\]}]")
 _DEFINITION = re.compile(r"(?:async[ \t]+)?def[ \t]+(\w+)|class[ \t]+(\w+)")
@@ -53,7 +53,7 @@ def _code_lines(text: str) -> list[str] | None:
     # Strings and comments become placeholders with the same number of line breaks, so
     # brackets and line starts inside them are not mistaken for code.
     # (A comment becomes nothing: one at column 0 inside a function body is no statement.)
-    stripped = STRINGS_AND_COMMENTS.sub(lambda m: "" if m.group("comment") else "0" + "\n" * m.group().count("\n"), text)
+    stripped = replace_strings_and_comments(text, lambda m: "" if m.group("comment") else "0" + "\n" * m.group().count("\n"))
     return stripped.split("\n")
 
 
