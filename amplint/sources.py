@@ -227,6 +227,7 @@ STRINGS_AND_COMMENTS = re.compile(
     """,
     re.VERBOSE | re.DOTALL,
 )
+
 # Where a comment or a string literal may start.
 _STRING_OR_COMMENT_START = re.compile(r"[#'\"]")
 
