@@ -35,7 +35,7 @@ import sys
 import warnings
 from dataclasses import dataclass
 
-from amplint.sources import STRINGS_AND_COMMENTS, replace_strings_and_comments, strings_and_comments
+from amplint.sources import replace_strings_and_comments, strings_and_comments
 
 # --- size -----------------------------------------------------------------------------------
 
@@ -49,7 +49,6 @@ BYTES_PER_TOKEN = 4096
 
 _TOKEN = re.compile(r"\w+|[^\w\s]")
 _SLICE = 1 << 16  # code between strings is counted in slices this long, so no list is ever large
-_STRING_START = re.compile(r"[#'\"]")
 
 
 def estimated_tokens(text: str, *, stop_after: int | None = None) -> int:
@@ -57,18 +56,18 @@ def estimated_tokens(text: str, *, stop_after: int | None = None) -> int:
 
     Strings and comments count one each; an operator like `**=` counts once per character.
     Counting stops soon after `stop_after` (the answer is then only "more than that"),
-    so a 50 MB file is refused after reading the start of it.  Each string or comment
-    starts with `#`, `'` or `"`, and one always matches there: finding those first is
-    what `STRINGS_AND_COMMENTS.finditer` does, without its scan to the end of the text.
+    so a 50 MB file is refused after reading the start of it: `strings_and_comments` finds
+    each literal as it goes, without a scan to the end of the text.
     """
     count = pos = 0
-    while stop_after is None or count <= stop_after:
-        start = _STRING_START.search(text, pos)
-        if start is None:
-            return count + _code_tokens(text, pos, len(text), None if stop_after is None else stop_after - count)
-        count += _code_tokens(text, pos, start.start()) + 1
-        pos = STRINGS_AND_COMMENTS.match(text, start.start()).end()
-    return count
+    for literal in strings_and_comments(text):
+        if stop_after is not None and count > stop_after:
+            return count
+        count += _code_tokens(text, pos, literal.start()) + 1
+        pos = literal.end()
+    if stop_after is not None and count > stop_after:
+        return count
+    return count + _code_tokens(text, pos, len(text), None if stop_after is None else stop_after - count)
 
 
 def _code_tokens(text: str, start: int, end: int, stop_after: int | None = None) -> int:
