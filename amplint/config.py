@@ -8,6 +8,10 @@ cached), so every git rule applies (nested .gitignore files, .git/info/exclude, 
 global excludes file, negations), and tracked files are never treated as ignored,
 as git itself does.  Outside a work tree, or without git on the
 PATH, nothing is ignored that way.
+
+NB: the checked tree's own `.git/config` is hostile input (a tarball unpacked with its
+`.git`): git runs what `core.fsmonitor` names whenever it reads the index, so every git
+command starts with `_GIT`, which switches off each setting that makes git run a program.
 """
 
 from __future__ import annotations
@@ -545,6 +549,20 @@ class GitIgnore:
         return answer
 
 
+# git with every setting that makes it run a program switched off: the checked repository's
+# config names them (`-c` outranks every config file).  `core.fsmonitor` is run on each read
+# of the index (check-ignore reads it for tracked files); hooks (`post-index-change`) only
+# run when the index is written, which GIT_OPTIONAL_LOCKS=0 also stops; a pager only on a
+# terminal.  check-ignore uses no remote, filter, diff or merge driver, editor or credential
+# helper.  `safe.directory` is left alone: git refusing a repository someone else owns is
+# the protection working (then nothing is ignored by git).
+_GIT = ("git", "--no-pager", "-c", "core.fsmonitor=", "-c", f"core.hooksPath={os.devnull}")
+
+
+def _git_env(**extra: str) -> dict[str, str]:
+    return {**os.environ, "GIT_OPTIONAL_LOCKS": "0", **extra}
+
+
 class _CheckIgnore:
     """A `git check-ignore --stdin` coprocess: write one path, read its verdict."""
 
@@ -552,9 +570,9 @@ class _CheckIgnore:
         self._buf = b""
         try:
             self._proc = subprocess.Popen(
-                ["git", "check-ignore", "--stdin", "-z", "--verbose", "--non-matching"],
+                [*_GIT, "check-ignore", "--stdin", "-z", "--verbose", "--non-matching"],
                 cwd=top, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                env={**os.environ, "GIT_FLUSH": "1"},
+                env=_git_env(GIT_FLUSH="1"),
             )
         except OSError:
             self._proc = None
@@ -596,7 +614,8 @@ def _close(proc: subprocess.Popen) -> None:
 
 def _check_ignore_once(top: Path, rel: str) -> bool:
     try:
-        proc = subprocess.run(["git", "check-ignore", "-q", "--", rel], cwd=top, capture_output=True, timeout=60)
+        proc = subprocess.run([*_GIT, "check-ignore", "-q", "--", rel], cwd=top, capture_output=True,
+                              timeout=60, env=_git_env())
     except (OSError, subprocess.SubprocessError):
         return False
     return proc.returncode == 0

@@ -14,6 +14,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 
 SIDE_EFFECTS = '''\
@@ -111,3 +113,73 @@ def test_syntax_check_compiles_but_never_runs(tmp_path: Path) -> None:
     marker = tmp_path / "ran"
     check_source(f"open({str(marker)!r}, 'w').write('x')\nraise SystemExit(3)\n", str(tmp_path / "m.py"))
     assert not marker.exists()
+
+
+HOOK = '#!/bin/sh\necho "{name}" >> "{marker}"\nexit 1\n'
+
+
+def _repo_with_hostile_git_config(tmp_path: Path, fsmonitor: str) -> tuple[Path, Path]:
+    """A tree unpacked with its `.git`, whose config names programs for git to run.
+
+    `fsmonitor` is how core.fsmonitor names its program: by absolute path or relative
+    to the work tree.  Hooks (post-index-change, via .git/hooks and core.hooksPath)
+    and pagers name the same kind of script.
+    """
+    repo, marker = tmp_path / "repo", tmp_path / "marker"
+    (repo / "pkg").mkdir(parents=True)
+    (repo / "build").mkdir()
+    (repo / "pkg" / "train.py").write_text("import torch\nscaler = torch.cuda.amp.GradScaler()\n")
+    (repo / "build" / "generated.py").write_text("import torch\nscaler = torch.cuda.amp.GradScaler()\n")
+    (repo / ".gitignore").write_text("build/\n")
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-c", "init.defaultBranch=main"]
+    subprocess.run([*git, "init", "-q", str(repo)], check=True)
+    subprocess.run([*git, "add", "-A"], cwd=repo, check=True)
+    subprocess.run([*git, "commit", "-qm", "x"], cwd=repo, check=True)
+    scripts = {}
+    for name in ("fsmonitor", "post-index-change", "hooks-path", "pager"):
+        script = repo / ".git" / ("hooks" if name == "post-index-change" else "") / name
+        script.parent.mkdir(exist_ok=True)
+        script.write_text(HOOK.format(name=name, marker=marker))
+        script.chmod(0o755)
+        scripts[name] = script
+    (repo / ".git" / "evil-hooks").mkdir()
+    os.link(scripts["hooks-path"], repo / ".git" / "evil-hooks" / "post-index-change")
+    config = {
+        "core.fsmonitor": str(scripts["fsmonitor"]) if fsmonitor == "absolute" else ".git/fsmonitor",
+        "core.hooksPath": str(repo / ".git" / "evil-hooks"),
+        "core.pager": str(scripts["pager"]),
+        "pager.check-ignore": str(scripts["pager"]),
+    }
+    for key, value in config.items():
+        subprocess.run(["git", "config", key, value], cwd=repo, check=True)
+    # The trap is live: plain git runs the repository's fsmonitor program.
+    subprocess.run(["git", "status", "--short"], cwd=repo, capture_output=True)
+    assert "fsmonitor" in marker.read_text()
+    marker.unlink()
+    return repo, marker
+
+
+@pytest.mark.parametrize("fsmonitor", ["absolute", "relative"])
+def test_checking_a_repository_runs_no_program_its_git_config_names(tmp_path: Path, fsmonitor: str) -> None:
+    repo, marker = _repo_with_hostile_git_config(tmp_path, fsmonitor)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    # A walk asks git about every path; a named file or folder is checked whatever git says.
+    for args, walks_build in (([str(repo)], True), (["--jobs", "2", "."], True), ([str(repo / "pkg" / "train.py")], False)):
+        proc = subprocess.run([sys.executable, "-m", "amplint", "check", "--no-cache", *args],
+                              capture_output=True, text=True, cwd=repo, env=env, timeout=300)
+        assert proc.returncode == 1, (args, proc.stderr)
+        assert "AMP401" in proc.stdout
+        if walks_build:  # .gitignore is still honoured: git was asked, and answered.
+            assert "train.py" in proc.stdout and "generated.py" not in proc.stdout
+        assert not marker.exists(), f"amplint check {args} ran {marker.read_text()!r}"
+
+
+def test_the_language_server_runs_no_program_the_git_config_names(tmp_path: Path) -> None:
+    pytest.importorskip("pygls")
+    from amplint.server.app import AmplintServer
+
+    repo, marker = _repo_with_hostile_git_config(tmp_path, "absolute")
+    server = AmplintServer()
+    assert server._linter((repo / "pkg" / "train.py").as_uri()) is not None
+    assert server._linter((repo / "build" / "generated.py").as_uri()) is None  # git ignores it
+    assert not marker.exists(), f"the server ran {marker.read_text()!r}"
