@@ -1,7 +1,7 @@
 """`amplint verify` (and the `compare` hand-off): run the training command under probes.
 
     amplint verify [--steps N] [--device cpu] [--nan-guard] [--timeout S] [--report FILE] -- COMMAND...
-    amplint verify train.py [ARGS...]          # shorthand for `python train.py ARGS...`
+    amplint verify train.py [ARGS...]          # shorthand for `python train.py ARGS...` (a `--` in ARGS included)
 
 Order: static check of the script and the project files it imports (the agenda), the run with the
 bootstrap in every Python process, merge, correlate, a table on stdout, the JSON report.
@@ -9,7 +9,8 @@ bootstrap in every Python process, merge, correlate, a table on stdout, the JSON
 Exit codes (`EXIT_*`; the README lists them too):
   0  the run took at least one optimizer step and nothing was confirmed or found
   1  a finding was confirmed, or something was found at run time
-  2  usage error: a bad option, no command, a script that does not exist, no torch
+  2  usage error: a bad option, no command, a script that does not exist, no torch, an output
+     path (--report, --evidence-dir, --profile) that cannot be written (checked before the run)
   3  the run took no optimizer step (nothing was verified), though the command exited 0
   124  --timeout expired (the report is still written)
   128+N  verify itself received signal N (130 SIGINT, 143 SIGTERM); the command was ended and
@@ -69,16 +70,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def parse(argv: list[str]):
-    if "--" in argv:
-        i = argv.index("--")
-        opts, command = argv[:i], argv[i + 1 :]
-        args = build_parser().parse_args(opts)
-        args.command = command
-    else:
-        args = build_parser().parse_args(argv)
-    if args.command and args.command[0].endswith(".py"):
-        from amplint.runtime.launch import python_command
+    from amplint.runtime.launch import parse_with_command, python_command
 
+    args = parse_with_command(build_parser(), argv)
+    if args.command and args.command[0].endswith(".py"):
         args.command = python_command(args.command[0], args.command[1:])
     return args
 
@@ -104,6 +99,13 @@ def verify(argv: list[str]) -> int:
     script = launch.script_of(args.command)
     if script is not None and not Path(script).is_file():
         return _usage_error(f"no such script: {script}")
+    # NB: before the run, not after it: a report that cannot be written would otherwise cost the
+    # whole run and end in a traceback.
+    for option, path, folder in (("--report", args.report, False), ("--evidence-dir", args.evidence_dir, True),
+                                 ("--profile", args.profile, True)):
+        why = None if path is None else launch.unwritable(path, directory=folder)
+        if why:
+            return _usage_error(f"{option}: {why}")
     # NB: looked up, not imported: importing torch here would cost every run a second or two in
     # verify's own process, and only the command's processes need it.
     if importlib.util.find_spec("torch") is None:
@@ -152,8 +154,11 @@ def verify(argv: list[str]) -> int:
 
         print("\n".join(trace_summary.render(s) for s in report["profile"]) or f"profile: no trace written to {args.profile}")
     if args.report is not None:
-        args.report.parent.mkdir(parents=True, exist_ok=True)
-        args.report.write_text(json.dumps(_clean(report), indent=2, allow_nan=False) + "\n", encoding="utf-8")
+        try:
+            args.report.parent.mkdir(parents=True, exist_ok=True)
+            args.report.write_text(json.dumps(_clean(report), indent=2, allow_nan=False) + "\n", encoding="utf-8")
+        except OSError as exc:  # it was writable before the run; something changed since
+            return _usage_error(f"--report: cannot write {args.report}: {exc.strerror or exc}")
     return report["verify_exit"]
 
 

@@ -31,9 +31,11 @@ run's batches against fp32's, NOISE_FACTOR x the mini-batch noise of a trailing 
 (`batch_noise`). The run diverges where it exceeds that, where its loss is NaN/Inf and the
 reference's is not, where it stopped (crashed) before the reference, when GradScaler skipped every
 step, or when it skipped at least 3 steps after calibrating and at least half of them.
-Exit status: 0 all within tolerance, 1 a run diverged (or crashed where the reference ran), 2 usage
-error (including `--plot` without matplotlib, said before any run) or the fp32 reference itself
-failed, 124 `--timeout` expired, 128+N compare got signal N (the run in progress is ended).
+Exit status: 0 all within tolerance, 1 a run diverged (or failed, a non-zero exit, where the
+reference ran: FAILED in the summary), 2 usage error (including `--plot` without matplotlib or a
+`--report`/`--plot` path that cannot be written, said before any run) or the fp32 reference itself
+failed (exit non-zero: no other run is made), 124 `--timeout` expired, 128+N compare got signal N
+(the run in progress is ended).
 """
 
 from __future__ import annotations
@@ -377,12 +379,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
-    if "--" in argv:
-        i = argv.index("--")
-        args = build_parser().parse_args(argv[:i])
-        args.command = argv[i + 1 :]
-    else:
-        args = build_parser().parse_args(argv)
+    from amplint.runtime.launch import parse_with_command
+
+    args = parse_with_command(build_parser(), argv)
     if args.command and args.command[0].endswith(".py"):
         args.command = [sys.executable, *args.command]
     return args
@@ -426,11 +425,15 @@ def main(argv: list[str]) -> int:
             import matplotlib  # noqa: F401
         except ImportError:
             return _error("--plot needs matplotlib: pip install 'amplint[plot]' (or pip install matplotlib)")
-    from amplint.runtime.launch import script_of
+    from amplint.runtime.launch import script_of, unwritable
 
     script_path = script_of(args.command)
     if script_path is not None and not Path(script_path).is_file():
         return _error(f"no such script: {script_path}")
+    for option, path in (("--report", args.report), ("--plot", args.plot)):
+        why = None if path is None else unwritable(path)
+        if why:  # NB: before any run, like --plot without matplotlib
+            return _error(f"{option}: {why}")
     try:
         import torch  # noqa: F401
     except ImportError:
@@ -453,6 +456,8 @@ def main(argv: list[str]) -> int:
             if runs[name]["timed_out"] or runs[name]["interrupted_by"]:
                 stopped = runs[name]
                 break
+            if name == "fp32" and runs[name]["exit_code"] != 0:
+                break  # no reference to compare with: the other runs would only cost time
 
     report: dict[str, Any] = {
         "command": args.command,
@@ -468,24 +473,43 @@ def main(argv: list[str]) -> int:
     if stopped is not None:
         return _stopped(args, report, stopped)
     ref = runs["fp32"]
-    if not ref["losses"]:
-        why = f"the fp32 reference run recorded no loss ({ref['ended']}, exit {ref['exit_code']})"
+    if ref["exit_code"] != 0 or not ref["losses"]:
+        # NB: a failed reference is no reference, even with losses recorded before it failed: a
+        # script that raises in every run must not read as "within tolerance".
+        why = (f"the fp32 reference run failed (exit {ref['exit_code']}: {ref['ended']}); nothing was compared"
+               if ref["exit_code"] != 0 else
+               f"the fp32 reference run recorded no loss ({ref['ended']}, exit {ref['exit_code']})")
         report.update(diverged=None, error=why, status="reference-failed")
         _write_report(args.report, report)
         return _error(why)
 
     noise = _noise(report, runs, args.window)
-    verdicts = {n: judge(ref["losses"], runs[n]["losses"], tolerance=args.tolerance, window=args.window,
-                         skipped=runs[n]["skipped_steps"], noise=noise)
+    verdicts = {n: failed_run(judge(ref["losses"], runs[n]["losses"], tolerance=args.tolerance, window=args.window,
+                                    skipped=runs[n]["skipped_steps"], noise=noise), runs[n])
                 for n, _ in plan[1:] if n != NOISE_RUN}
     report["comparisons"] = verdicts
     report["diverged"] = any(v["diverged"] for v in verdicts.values())
     report["status"] = "diverged" if report["diverged"] else "within-tolerance"
     if args.plot is not None:
         _plot(args, report, verdicts)
-    _write_report(args.report, report)
+    written = _write_report(args.report, report)
     print(render(report))
+    if not written:
+        return EXIT_ERROR
     return EXIT_DIVERGED if report["diverged"] else EXIT_CLEAN
+
+
+def failed_run(verdict: dict[str, Any], run: dict[str, Any]) -> dict[str, Any]:
+    """A run that failed (non-zero exit) where the fp32 reference completed has diverged, whatever
+    its losses: it crashed where fp32 ran (exit 1), and the verdict says so first."""
+    verdict["failed"] = run["exit_code"] != 0
+    if verdict["failed"]:
+        crash = f"the run failed (exit {run['exit_code']}: {run['ended']}) where the fp32 reference completed"
+        verdict["reason"] = crash if not verdict["diverged"] else f"{crash}; {verdict['reason']}"
+        if verdict["first_step_beyond_tolerance"] is None:
+            verdict["first_step_beyond_tolerance"] = len(verdict["aligned_losses"])
+        verdict["diverged"] = True
+    return verdict
 
 
 def _noise(report: dict[str, Any], runs: dict[str, dict[str, Any]], window: int) -> list[float] | None:
@@ -495,6 +519,9 @@ def _noise(report: dict[str, Any], runs: dict[str, dict[str, Any]], window: int)
         report["noise"] = {"measured": False, "why": "--no-noise-run"}
         return None
     ref = runs["fp32"]["losses"]
+    if other["exit_code"] != 0:
+        report["noise"] = {"measured": False, "why": f"the nudged fp32 run failed (exit {other['exit_code']}: {other['ended']})"}
+        return None
     if not other["losses"]:
         report["noise"] = {"measured": False, "why": f"the nudged fp32 run recorded no loss ({other['ended']})"}
         return None
@@ -533,11 +560,17 @@ def _plot(args, report: dict[str, Any], verdicts: dict[str, dict[str, Any]]) -> 
     report["plot"] = str(args.plot)
 
 
-def _write_report(path: Path | None, report: dict[str, Any]) -> None:
+def _write_report(path: Path | None, report: dict[str, Any]) -> bool:
+    """Write the report; False (said on stderr) if it could not be written after all."""
     if path is None:
-        return
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(_json_clean(report), indent=2, allow_nan=False) + "\n", encoding="utf-8")
+        return True
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(_json_clean(report), indent=2, allow_nan=False) + "\n", encoding="utf-8")
+    except OSError as exc:  # writable before the runs; something changed since
+        _error(f"--report: cannot write {path}: {exc.strerror or exc}")
+        return False
+    return True
 
 
 def render(report: dict[str, Any]) -> str:
@@ -554,7 +587,7 @@ def render(report: dict[str, Any]) -> str:
     for name, v in report["comparisons"].items():
         run = report["runs"][name]
         worst = v["max_relative_deviation"]
-        status = "DIVERGED" if v["diverged"] else "ok"
+        status = "FAILED" if v.get("failed") else "DIVERGED" if v["diverged"] else "ok"
         at = "" if v["max_at_step"] is None else f" (after {v['max_at_step']} updates)"
         lines.append(f"  {name:<10} {status:<8} max deviation {worst:.3g}{at}; {v['reason']}; run {run['ended']}")
         if v.get("lag"):

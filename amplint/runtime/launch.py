@@ -226,6 +226,65 @@ def clean(out_dir: Path) -> None:
     shutil.rmtree(out_dir, ignore_errors=True)
 
 
+def parse_with_command(parser, argv: list[str]):
+    """Parse `[options] -- COMMAND...` or `[options] COMMAND...` (verify and compare alike).
+
+    `--` separates the options from the command only where it comes before the command: in
+    `verify train.py -- --flag` the command started at `train.py`, so `--` and what follows are
+    the script's own arguments (`python train.py -- --flag`), not a new command.
+    """
+    if "--" in argv:
+        i = argv.index("--")
+        args = parser.parse_args(argv[:i])
+        # argparse.REMAINDER: a command begun before `--` keeps the `--` and the rest
+        args.command = (args.command + argv[i:]) if args.command else argv[i + 1 :]
+    else:
+        args = parser.parse_args(argv)
+    return args
+
+
+def unwritable(path: Path, *, directory: bool = False) -> str | None:
+    """Why `path` cannot be written (None if it can): checked before a run, not after it.
+
+    `directory`: the path is a folder to create or fill (`--evidence-dir`), else a file
+    (`--report`, `--plot`).  Nothing is created: the nearest existing ancestor must be a folder
+    we can create entries in (tried with a temporary file, which root's bypass of permission bits
+    and a read-only file system both answer truthfully), and an existing path must be of the
+    right kind and writable.
+    """
+    path = Path(path)
+    if path.exists():
+        if directory and not path.is_dir():
+            return f"{path} exists and is not a directory"
+        if not directory and path.is_dir():
+            return f"{path} is a directory"
+        if not directory:
+            try:
+                with open(path, "ab"):
+                    pass
+            except OSError as exc:
+                return f"{path} cannot be written: {exc.strerror or exc}"
+            return None
+        return _creatable_in(path, path)
+    parent = path.parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if not parent.is_dir():
+        return f"{path} cannot be created: {parent} is not a directory"
+    return _creatable_in(parent, path)
+
+
+def _creatable_in(folder: Path, path: Path) -> str | None:
+    import tempfile
+
+    try:
+        with tempfile.TemporaryFile(dir=folder, prefix=".amplint-probe-"):
+            pass
+    except OSError as exc:
+        return f"{path} cannot be written: {folder}: {exc.strerror or exc}"
+    return None
+
+
 def python_command(script: str, args: list[str]) -> list[str]:
     """`amplint verify train.py ARGS` is shorthand for `python train.py ARGS` (this interpreter)."""
     return [sys.executable, script, *args]

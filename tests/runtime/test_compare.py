@@ -304,3 +304,49 @@ def test_cli_timeout_ends_the_comparison_with_124(tmp_path):
     data = json.loads(report.read_text())
     assert (code, data["status"]) == (124, "timed-out")
     assert list(data["runs"]) == ["fp32"]  # nothing else was started
+
+
+AMP_ONLY_FAILS = """\
+import sys
+import torch
+model = torch.nn.Linear(4, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+scaler = torch.amp.GradScaler("cpu")
+for step in range(3):
+    with torch.autocast("cpu", dtype=torch.float16):
+        out = model(torch.ones(2, 4))
+    scaler.scale(out.float().sum()).backward()
+    scaler.step(opt)
+    scaler.update()
+    opt.zero_grad()
+    if out.dtype == torch.float16 and step == 1:
+        raise RuntimeError("fp16 output seen")
+"""
+
+
+def test_a_script_failing_in_every_run_is_a_failed_reference_not_within_tolerance(tmp_path, capsys):
+    report = tmp_path / "report.json"
+    code = compare.main(["--steps", "2", "--report", str(report), "--",
+                         sys.executable, str(SCRIPTS / "ends_badly.py"), "raise"])
+    data = json.loads(report.read_text())
+    err = capsys.readouterr().err
+    assert code == 2
+    assert data["status"] == "reference-failed" and data["diverged"] is None
+    assert data["runs"]["fp32"]["exit_code"] == 1
+    assert list(data["runs"]) == ["fp32"]  # no reference: the other runs are not made
+    assert "fp32 reference run failed (exit 1: raised ValueError: boom)" in err
+
+
+def test_a_mixed_precision_run_failing_where_fp32_completes_is_reported_failed(tmp_path, capsys):
+    script, report = tmp_path / "amp_only_fails.py", tmp_path / "report.json"
+    script.write_text(AMP_ONLY_FAILS)
+    code = compare.main(["--steps", "3", "--no-noise-run", "--report", str(report), "--", sys.executable, str(script)])
+    data = json.loads(report.read_text())
+    out = capsys.readouterr().out
+    assert code == 1
+    assert data["runs"]["fp32"]["exit_code"] == 0
+    assert data["runs"]["as_written"]["exit_code"] == 1
+    v = data["comparisons"]["as_written"]
+    assert v["diverged"] is True and v["failed"] is True
+    assert v["reason"].startswith("the run failed (exit 1: raised RuntimeError: fp16 output seen)")
+    assert "as_written FAILED" in out
