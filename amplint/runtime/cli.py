@@ -16,6 +16,8 @@ Exit codes (`EXIT_*`; the README lists them too):
   128+N  verify itself received signal N (130 SIGINT, 143 SIGTERM); the command was ended and
        the report is still written
   else the command's own non-zero exit status, passed through
+The report's `exit_source` ("command" or "verify") and the summary line say whose number it is:
+a script that exits 1 or 3 itself is "command", not a finding or a run without a step.
 """
 
 from __future__ import annotations
@@ -172,6 +174,9 @@ def make_report(outcome, diagnostics):
     findings, runtime = correlate(diagnostics, outcome.observations, reached, probe_needs(), facts, NoqaLookup())
     report = build_report(outcome, findings, runtime)
     report["status"], report["reason"], report["verify_exit"] = run_verdict(outcome, report)
+    # Whose number verify_exit is: the command's own status passed through, or verify's verdict
+    # (0, 1 findings, 3 no step, 124, 128+N). A script's own exit 1 or 3 reads as "command".
+    report["exit_source"] = "command" if report["status"] == "command-failed" else "verify"
     return report, findings, runtime
 
 
@@ -282,7 +287,11 @@ def render_table(report: dict, findings, runtime) -> str:
     if report["emulated"]:
         lines.append("note: CPU emulation; CPU autocast casts differently from CUDA (see the report's notes)")
         lines += [f"note: {n}" for n in report["notes"][1:]]
-    lines.append(f"amplint verify: {report['status']}: {report['reason']} (exit {report['verify_exit']})")
+    if report.get("exit_source") == "command":
+        whose = "the command's own exit status, passed through"
+    else:
+        whose = f"verify's verdict; the command itself exited {report['exit_code']}"
+    lines.append(f"amplint verify: {report['status']}: {report['reason']} (exit {report['verify_exit']}: {whose})")
     return "\n".join(lines)
 
 

@@ -155,3 +155,19 @@ def test_no_patch_or_hook_remains(tmp_path, monkeypatch):
         session.finish()
     assert _snapshot() == before
     assert not session.sink.errors
+
+
+@pytest.mark.parametrize(
+    "how, source, says",
+    [
+        ("exit", "command", "(exit 3: the command's own exit status, passed through)"),
+        ("nostep", "verify", "(exit 3: verify's verdict; the command itself exited 0)"),
+        ("raise", "command", "(exit 1: the command's own exit status, passed through)"),
+    ],
+)
+def test_a_scripts_own_exit_status_is_told_apart_from_verifys_verdict(how, source, says, verify_run, capsys):
+    """sys.exit(3) in the script and "no optimizer step" both exit 3 (and a script's exit 1 looks
+    like "findings"): the report's exit_source and the summary line say whose number it is."""
+    code, report = verify_run("--", PY, str(SCRIPTS / "ends_badly.py"), how)
+    assert report["exit_source"] == source
+    assert capsys.readouterr().out.splitlines()[-1].endswith(says)
