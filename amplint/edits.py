@@ -227,6 +227,13 @@ class EditBuilder:
         if placed is None:
             return None
         start, end, indent = placed
+        if isinstance(change.new, cst.FlattenSentinel):
+            # Statements in place of one (a statement moved out of a block to just after
+            # it): each printed at the old statement's indentation, one after the other.
+            content = "".join(code_at_indent(self.module, n, indent) for n in change.new.nodes)
+            if not self.module.has_trailing_newline and end == self._end_of_text():
+                content = content.removesuffix(self.module.default_newline)  # the file ended without one
+            return Edit(start, end, content)
         if not isinstance(change.new, str):
             new = change.new
             if isinstance(change.node, cst.BaseStatement) and hasattr(new, "leading_lines"):

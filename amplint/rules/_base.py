@@ -34,10 +34,11 @@ class FixAvailability(enum.Enum):
 
 @dataclass(frozen=True, eq=False)
 class Replace:
-    """Replace `node` with `new` (a CST node or source text for an expression/statement)."""
+    """Replace `node` with `new` (a CST node or source text for an expression/statement, or
+    a `FlattenSentinel` of statements in place of the statement `node`, printed in order)."""
 
     node: cst.CSTNode
-    new: cst.CSTNode | str
+    new: cst.CSTNode | cst.FlattenSentinel | str
 
 
 @dataclass(frozen=True, eq=False)

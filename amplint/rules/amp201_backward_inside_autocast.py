@@ -45,8 +45,11 @@ class BackwardInsideAutocast(Rule):
 
     ## Fix safety
     Unsafe: when the backward is the last statement of a single-item `with` block, the
-    fix moves it just after the block. Code that relied on autocast during backward
-    (rare, and usually the bug) behaves differently.
+    fix moves it just after the block. When it ends a line of several statements
+    (`aux = f(x); loss.backward()`), only the backward moves; one that other statements
+    follow, on its line or in the block, is not moved, since that would reorder them.
+    Code that relied on autocast during backward (rare, and usually the bug) behaves
+    differently.
 
     ## Runtime confirmation
     `amplint verify` checks `torch.is_autocast_enabled(device)` at every backward call.
@@ -82,24 +85,63 @@ class BackwardInsideAutocast(Rule):
                 self.report_event(event, changes=self._move_out(event, region), call=call_text)
 
     def _move_out(self, event, region) -> list[Replace] | None:
-        """Dedent a trailing backward statement out of its `with` block."""
+        """Move a trailing backward out of its `with` block, to just after it.
+
+        The backward must be the last thing the block runs, so that it runs at the same
+        point relative to every other statement: the last small statement of the block's
+        last line.  On a line of several (`aux = f(x); loss.backward()`), only the backward
+        moves and the others stay in the block, in their order, with the line's comment;
+        a backward followed by anything (`loss.backward(); aux = f(x)`) is not moved.
+        """
         with_node = region.with_node
         body = with_node.body
         if event.inlined or len(with_node.items) != 1 or not isinstance(body, cst.IndentedBlock):
             return None
-        if len(body.body) < 2 or body.body[-1] is not event.statement:
+        line = body.body[-1]
+        if line is not event.statement or not isinstance(line, cst.SimpleStatementLine):
             return None
         if region is not event.regions[-1]:
             return None
-        moved = body.body[-1]
-        shortened = with_node.with_changes(body=body.with_changes(body=body.body[:-1]))
-        code = self.model.module.code_for_node
-        with_text = code(shortened.with_changes(leading_lines=())).rstrip("\n")
-        stmt_text = code(moved.with_changes(leading_lines=())).strip("\n")
-        if '"""' in with_text or "'''" in with_text or '"""' in stmt_text or "'''" in stmt_text:
-            return None  # NB: re-indenting would change the text of multi-line strings
-        # The engine re-indents a replaced statement's continuation lines by its column.
-        return [Replace(with_node, f"{with_text}\n{stmt_text}")]
+        small = line.body[-1]
+        if not _holds(small, event.node):
+            # NB: what follows the backward on its line runs after it: moving the backward
+            # alone would reorder them (the forward of `loss.backward(); aux = model(x)`
+            # would run first), and moving the line would take that forward out of autocast.
+            return None
+        if len(line.body) == 1:
+            if len(body.body) < 2:
+                return None  # the block would be left empty
+            kept, moved = body.body[:-1], line
+        else:
+            # NB: the line keeps its place, its comment and the statements before the backward;
+            # the backward goes on a line of its own, its `; ` gone.
+            before = (*line.body[:-2], line.body[-2].with_changes(semicolon=cst.MaybeSentinel.DEFAULT))
+            trailing = line.trailing_whitespace
+            if trailing.comment is not None and not trailing.whitespace.value:
+                # NB: the space before the comment was the backward's (`f(); g() ;  # c`)
+                trailing = trailing.with_changes(whitespace=cst.SimpleWhitespace("  "))
+            kept = (*body.body[:-1], line.with_changes(body=before, trailing_whitespace=trailing))
+            moved = cst.SimpleStatementLine(body=(small.with_changes(semicolon=cst.MaybeSentinel.DEFAULT),))
+        shortened = with_node.with_changes(body=body.with_changes(body=kept))
+        # The block keeps its footer comments; the moved line keeps the comments above it and its own.
+        return [Replace(with_node, cst.FlattenSentinel((shortened, moved)))]
+
+
+def _holds(node: cst.CSTNode, call: cst.Call) -> bool:
+    """Whether `call` is `node` or one of its descendants."""
+    finder = _CallFinder(call)
+    walk(node, finder)
+    return finder.found
+
+
+class _CallFinder(cst.CSTVisitor):
+    def __init__(self, call: cst.Call) -> None:
+        self.call, self.found = call, False
+
+    def visit_Call(self, node: cst.Call) -> bool:
+        if node is self.call:
+            self.found = True
+        return not self.found
 
 
 _TRAINING_KINDS = (Kind.OPT_STEP, Kind.SCALER_STEP, Kind.UPDATE, Kind.ZERO_GRAD)
