@@ -10,7 +10,8 @@ Layout (`.amplint_cache/` next to the configuration, or `--cache-dir DIR`):
 
 `<run>` is a digest of the amplint version, a fingerprint of amplint's own source files
 (size and mtime of each: an edited rule in a development checkout must not be answered
-from results of the old code), `Config.cache_key` (the rules in force, per-file ignores,
+from results of the old code), the Python and the libcst that check (`interpreter_key`:
+a PEP 695 alias compiles on 3.12, not on 3.11), `Config.cache_key` (the rules in force, per-file ignores,
 target torch) and the configuration's root (per-file ignores match paths relative to it),
 so another version, code or configuration never sees these entries.  `<file>` is a digest of the file's path (diagnostics carry the path, and
 per-file ignores depend on it).  An entry holds the file's size, `mtime_ns`, SHA-256 of
@@ -41,7 +42,9 @@ import functools
 import hashlib
 import json
 import os
+import re
 import stat
+import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -83,7 +86,7 @@ class Probe:
 class ResultCache:
     def __init__(self, directory: Path, config, version: str = __version__) -> None:
         self.root = Path(directory)
-        key = f"{version}\0{code_fingerprint()}\0{config.cache_key}\0{config.root}"
+        key = f"{version}\0{code_fingerprint()}\0{interpreter_key()}\0{config.cache_key}\0{config.root}"
         run = hashlib.sha256(key.encode()).hexdigest()[:16]
         self.dir = self.root / FORMAT / run
         self._prepared = False
@@ -186,13 +189,13 @@ class ResultCache:
         return name
 
     def _load_set(self, name: str) -> dict | None:
-        if not all(c.isalnum() or c == "-" for c in name):
+        if not _SET_NAME.fullmatch(name):
             return None  # an entry names only what `_store_set` wrote
         try:
             stored = json.loads((self.dir / "sets" / f"{name}.json").read_bytes())
-        except (OSError, ValueError):
+        except (OSError, ValueError, RecursionError):
             return None
-        return stored if isinstance(stored, dict) else None
+        return stored if _valid_set(stored) else None
 
     # --- internals -----------------------------------------------------------------------
     def _entry_path(self, path: Path) -> Path:
@@ -201,33 +204,22 @@ class ResultCache:
 
     @staticmethod
     def _load(entry_path: Path, path: str) -> dict | None:
+        """The entry for `path`, or None when it is missing, unreadable or of any shape
+        `store` does not write (a cache directory can come from anywhere)."""
         try:
             entry = json.loads(entry_path.read_bytes())
-        except (OSError, ValueError):
+        except (OSError, ValueError, RecursionError):
             return None
-        try:
-            ok = (
-                entry["path"] == path
-                and isinstance(entry["size"], int)
-                and isinstance(entry["mtime_ns"], int)
-                and isinstance(entry["written_ns"], int)
-                and isinstance(entry["sha256"], str)
-            )
-        except (KeyError, TypeError):
-            return None
-        return entry if ok else None
+        return entry if _valid_entry(entry) and entry["path"] == path else None
 
     @staticmethod
     def _hit(entry: dict) -> Hit | None:
         try:
             diagnostics = [_load_diagnostic(d) for d in entry["diagnostics"]]
-            error = entry["error"]
-            if error is not None:
-                line, col0, reason = error
-                error = (int(line), int(col0), str(reason))
-        except (KeyError, TypeError, ValueError):
+        except ValueError:
             return None  # malformed: a miss, and the entry is rewritten after the check
-        return Hit(diagnostics, error)
+        error = entry["error"]
+        return Hit(diagnostics, None if error is None else tuple(error))
 
     def _prepare(self) -> None:
         if self._prepared:
@@ -333,17 +325,14 @@ class FileStates:
         """A stored dependency set (`ResultCache._load_set`) is as it was: judged once per pass."""
         if name not in self._sets:
             stored = load_set(name) if load_set is not None else None
-            try:
-                self._sets[name] = stored is not None and _files_unchanged(stored, int(stored["written_ns"]), self)
-            except (KeyError, TypeError, ValueError):
-                self._sets[name] = False
+            self._sets[name] = stored is not None and _files_unchanged(stored, stored["written_ns"], self)
         return self._sets[name]
 
     def stat(self, path: str) -> os.stat_result | None:
         if path not in self._stats:
             try:
                 self._stats[path] = os.stat(path)
-            except OSError:
+            except (OSError, ValueError):  # ValueError: a NUL in a path read from an entry
                 self._stats[path] = None
         return self._stats[path]
 
@@ -362,29 +351,27 @@ class FileStates:
         if path not in self._digests:
             try:
                 self._digests[path] = hashlib.sha256(Path(path).read_bytes()).hexdigest()
-            except OSError:
+            except (OSError, ValueError):
                 self._digests[path] = None
         return self._digests[path]
 
 
 def _deps_unchanged(entry: dict, states: FileStates, load_set=None) -> bool:
-    """Every file the result was computed from is as it was, and no probed path appeared."""
-    deps = entry.get("deps") or {}
-    try:
-        written = int(entry["written_ns"])
-        if not _files_unchanged(deps, written, states):
-            return False
-        for name in deps.get("sets", ()):
-            if not states.set_unchanged(str(name), load_set):
-                return False
-        return states.all_absent(deps.get("missing", ()))
-    except (TypeError, ValueError):
+    """Every file the result was computed from is as it was, and no probed path appeared.
+
+    `entry` passed `_valid_entry`."""
+    deps = entry["deps"]
+    if not _files_unchanged(deps, entry["written_ns"], states):
         return False
+    for name in deps.get("sets", ()):
+        if not states.set_unchanged(name, load_set):
+            return False
+    return states.all_absent(deps["missing"])
 
 
 def _files_unchanged(deps: dict, written: int, states: FileStates) -> bool:
     """The "files" and "folders" of `deps` are as they were when written (at `written` ns)."""
-    for dep, size, mtime_ns, sha in deps.get("files", ()):
+    for dep, size, mtime_ns, sha in deps["files"]:
         st = states.stat(dep)
         if st is None:
             return False
@@ -397,6 +384,65 @@ def _files_unchanged(deps: dict, written: int, states: FileStates) -> bool:
         if st is None or st.st_mtime_ns != mtime_ns:
             return False  # a file was added, removed or renamed there
     return True
+
+
+# --- the shapes `store` writes: anything else read back is a miss ---------------------------
+# NB: `type(v) is int`, not isinstance: JSON's true and false are bools, and no size,
+# time or position is one.
+_SET_NAME = re.compile(r"[0-9a-f]{16}-[0-9a-f]{32}")
+
+
+def _row(*kinds):
+    """A check for a JSON array of exactly these items: a type (`int`, `str`) or another check."""
+    def check(value) -> bool:
+        return type(value) is list and len(value) == len(kinds) and all(
+            type(v) is k if isinstance(k, type) else k(v) for v, k in zip(value, kinds)
+        )
+    return check
+
+
+def _list_of(item):
+    def check(value) -> bool:
+        return type(value) is list and all(type(v) is item if isinstance(item, type) else item(v) for v in value)
+    return check
+
+
+def _is_set_name(value) -> bool:
+    return type(value) is str and _SET_NAME.fullmatch(value) is not None
+
+
+_FILES, _FOLDERS = _list_of(_row(str, int, int, str)), _list_of(_row(str, int))
+_SPAN, _POSITION = _row(int, int, int, int), _row(int, int)
+_ERROR = _row(int, int, str)
+_RELATED = _list_of(_row(str, _SPAN, str))
+_EDITS = _list_of(_row(_POSITION, _POSITION, str))
+
+
+def _valid_entry(entry) -> bool:
+    return (
+        type(entry) is dict
+        and all(type(entry.get(k)) is t for k, t in (
+            ("path", str), ("size", int), ("mtime_ns", int), ("written_ns", int), ("sha256", str), ("diagnostics", list),
+        ))
+        and (entry.get("error", 0) is None or _ERROR(entry.get("error")))
+        and _valid_deps(entry.get("deps"))
+    )
+
+
+def _valid_deps(deps) -> bool:
+    return (
+        type(deps) is dict
+        and _FILES(deps.get("files"))
+        and _list_of(str)(deps.get("missing"))
+        and _FOLDERS(deps.get("folders", []))
+        and _list_of(_is_set_name)(deps.get("sets", []))
+    )
+
+
+def _valid_set(stored) -> bool:
+    return type(stored) is dict and _FILES(stored.get("files")) and _FOLDERS(stored.get("folders")) and (
+        type(stored.get("written_ns")) is int
+    )
 
 
 def _write_atomic(target: Path, data: bytes) -> None:
@@ -434,22 +480,28 @@ def _dump_diagnostic(d: Diagnostic) -> dict:
     return out
 
 
-def _load_diagnostic(d: dict) -> Diagnostic:
-    fix = None
-    if d["fix"] is not None:
-        f = d["fix"]
-        edits = tuple(
-            Edit((int(s[0]), int(s[1])), (int(e[0]), int(e[1])), str(content)) for s, e, content in f["edits"]
-        )
-        fix = Fix(str(f["title"]), edits, Applicability(f["applicability"]))
-    line, col0, end_line, end_col0 = (int(v) for v in d["span"])
-    related = tuple(
-        Related(str(path), Span(*(int(v) for v in span)), str(message)) for path, span, message in d.get("related", ())
-    )
+def _load_diagnostic(d) -> Diagnostic:
+    """What `_dump_diagnostic` wrote; ValueError for any other shape."""
+    fix = d.get("fix", 0) if type(d) is dict else 0
+    if not (
+        type(d) is dict
+        and all(type(d.get(k)) is str for k in ("code", "message", "path"))
+        and _SPAN(d.get("span"))
+        and _list_of(str)(d.get("notes"))
+        and _RELATED(d.get("related", []))
+        and all(d.get(k) is None or type(d.get(k)) is int for k in ("cell", "noqa_row"))
+        and (fix is None or (
+            type(fix) is dict and type(fix.get("title")) is str and _EDITS(fix.get("edits"))
+            and fix.get("applicability") in [a.value for a in Applicability]
+        ))
+    ):
+        raise ValueError("not a stored diagnostic")
+    if fix is not None:
+        edits = tuple(Edit(tuple(s), tuple(e), content) for s, e, content in fix["edits"])
+        fix = Fix(fix["title"], edits, Applicability(fix["applicability"]))
+    related = tuple(Related(path, Span(*span), message) for path, span, message in d.get("related", ()))
     return Diagnostic(
-        str(d["code"]), str(d["message"]), str(d["path"]), Span(line, col0, end_line, end_col0), fix,
-        tuple(str(n) for n in d["notes"]), related, int(d["cell"]) if d.get("cell") is not None else None,
-        int(d["noqa_row"]) if d.get("noqa_row") is not None else None,
+        d["code"], d["message"], d["path"], Span(*d["span"]), fix, tuple(d["notes"]), related, d.get("cell"), d.get("noqa_row"),
     )
 
 
@@ -469,6 +521,31 @@ def code_fingerprint() -> str:
                     continue
                 h.update(f"{os.path.relpath(fp, package)}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
     return h.hexdigest()
+
+
+def interpreter_key() -> str:
+    """What a result depends on besides amplint, the file and the configuration: the Python
+    that compiles the file (engine.syntax_check; `type X = int` is valid on 3.12 only) and
+    the libcst that parses it (its grammar and its limits change between releases)."""
+    return f"{sys.implementation.cache_tag}\0{sys.version}\0{libcst_version()}"
+
+
+@functools.lru_cache(maxsize=1)
+def libcst_version() -> str:
+    """libcst's `_version.py` (version and commit), read without importing libcst: a warm
+    run imports no libcst.  The copy already imported, if any, else the first on sys.path."""
+    module = sys.modules.get("libcst")
+    folders = [os.path.dirname(module.__file__)] if getattr(module, "__file__", None) else []
+    folders += [os.path.join(entry or os.curdir, "libcst") for entry in sys.path if isinstance(entry, str)]
+    for folder in folders:
+        try:
+            text = Path(folder, "_version.py").read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            continue
+        found = re.search(r"""__version__\s*=.*?['"]([^'"]+)['"]""", text)
+        digest = hashlib.sha256(text.encode()).hexdigest()[:16]
+        return f"{found.group(1) if found else '?'}+{digest}"
+    return "not found"
 
 
 def default_directory(config_root: Path | None) -> Path:

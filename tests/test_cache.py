@@ -5,9 +5,12 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import amplint.runner as runner
 from amplint import cache as cache_mod
@@ -294,3 +297,209 @@ def test_a_cached_finding_keeps_where_its_noqa_goes(tmp_path, monkeypatch) -> No
     monkeypatch.setattr(suppression, "logical_line_ends", no_tokenizing)
     (row,) = json.loads(format_json([d for f in warm.files for d in f.diagnostics]))
     assert (row["location"]["row"], row["noqa_row"]) == (2, 4)
+
+
+# --- what an entry's result depends on: the interpreter ----------------------------------
+
+PEP_695 = "type Alias = list[int]\n"
+
+
+def _cache_under(monkeypatch, tmp_path: Path, python: str, libcst: str) -> cache_mod.ResultCache:
+    monkeypatch.setattr(sys, "version", python)
+    monkeypatch.setattr(cache_mod, "libcst_version", lambda: libcst)
+    return cache_mod.ResultCache(tmp_path / "cache", Config(root=tmp_path))
+
+
+def test_another_python_or_libcst_never_sees_an_entry(tmp_path, monkeypatch) -> None:
+    """Whether a file compiles depends on the Python (a PEP 695 alias is valid on 3.12 and a
+    syntax error on 3.11), and what libcst accepts on its release: what 3.12 stored is not
+    the answer on 3.11, nor with another libcst."""
+    alias = tmp_path / "alias.py"
+    alias.write_text(PEP_695)
+    old = os.stat(alias).st_mtime_ns - 3600 * 10**9
+    os.utime(alias, ns=(old, old))
+    on_312 = _cache_under(monkeypatch, tmp_path, "3.12.1 (main) [GCC 12.2.0]", "1.9.0")
+    _, probe = on_312.lookup(alias)
+    on_312.store(alias, probe, alias.read_bytes(), [])  # 3.12 compiles it: no error, no finding
+    assert _cache_under(monkeypatch, tmp_path, "3.12.1 (main) [GCC 12.2.0]", "1.9.0").lookup(alias)[0] is not None
+    for python, libcst in (("3.11.7 (main) [GCC 12.2.0]", "1.9.0"), ("3.12.2 (main) [GCC 12.2.0]", "1.9.0"),
+                           ("3.12.1 (main) [GCC 12.2.0]", "1.8.6"), ("3.12.1 (main) [Clang 15.0.0]", "1.9.0")):
+        assert _cache_under(monkeypatch, tmp_path, python, libcst).lookup(alias)[0] is None, (python, libcst)
+
+
+def test_a_check_on_another_python_analyses_the_file_again(tmp_path, monkeypatch) -> None:
+    src, cdir = tmp_path / "src", tmp_path / "cache"
+    src.mkdir()
+    (src / "alias.py").write_text(PEP_695)
+    analysed = []
+    real = runner.check_source
+    monkeypatch.setattr(runner, "check_source", lambda *a, **k: analysed.append(1) or real(*a, **k))
+    config = Config(root=tmp_path)
+    for python in ("3.12.1 (main) [GCC 12.2.0]", "3.12.1 (main) [GCC 12.2.0]", "3.11.7 (main) [GCC 12.2.0]"):
+        monkeypatch.setattr(sys, "version", python)
+        result = check_paths([src], config, cache_dir=cdir)
+    assert len(analysed) == 2  # the second run was answered by the cache, the third was not
+    assert result.files[0].error is not None  # this Python (3.11) cannot compile it
+    assert sys.version_info < (3, 12) or result.files[0].error is None
+
+
+def test_libcst_version_is_read_without_importing_libcst() -> None:
+    import subprocess
+
+    code = "import sys, amplint.cache as c; v = c.libcst_version(); print(v, 'libcst' in sys.modules)"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    from libcst._version import __version__
+
+    version, imported = proc.stdout.split()
+    assert version.startswith(__version__ + "+") and imported == "False", proc.stderr
+
+
+# --- malformed entries: every shape `store` does not write is a miss -----------------------
+
+def _entries(cdir: Path) -> dict[Path, object]:
+    return {p: json.loads(p.read_text()) for p in cdir.rglob("*.json")}
+
+
+@pytest.fixture(scope="module")
+def stored(tmp_path_factory):
+    """Entries of every kind `store` writes: findings with fixes and related locations,
+    notes, a file that does not parse, dependencies on files, folders, missing modules and
+    a dependency set."""
+    from amplint.project.index import reset_shared
+
+    tmp_path = tmp_path_factory.mktemp("stored")
+    trees = [_tree(tmp_path)]
+    for name in ("checkpoint_helper", "function_loaded_by_name", "clip_helper"):
+        trees.append(_project_copy(tmp_path, name))
+    cdir = tmp_path / "cache"
+    files = []
+    for tree in trees:
+        config = Config(root=tree if tree.name != "src" else tmp_path)
+        reset_shared()
+        cold = check_paths([tree], config, cache_dir=cdir)
+        files += [(Path(f.path), config) for f in cold.files]
+    entries = _entries(cdir)
+    kinds = json.dumps(list(entries.values()), separators=(",", ":"))
+    for needed in ('"sets"', '"folders": [[', '"missing": ["', '"files": [[', '"related": [[', '"notes": ["',
+                   '"edits": [[', '"error": [', '"applicability": "unsafe"'):
+        assert needed.replace(" ", "") in kinds, needed
+    return cdir, entries, files
+
+
+def _json_paths(value, at=()):
+    """Every place in a JSON document: each key of an object and each item of an array."""
+    yield at
+    if isinstance(value, dict):
+        for k, v in value.items():
+            yield from _json_paths(v, (*at, k))
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            yield from _json_paths(v, (*at, i))
+
+
+def _replaced(doc, at, new, delete=False):
+    if not at:
+        return new
+    doc = json.loads(json.dumps(doc))
+    parent = doc
+    for step in at[:-1]:
+        parent = parent[step]
+    if delete:
+        del parent[at[-1]]
+    else:
+        parent[at[-1]] = new
+    return doc
+
+
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    max_leaves=8,
+)
+
+
+def _assert_well_typed(hit: cache_mod.Hit) -> None:
+    for d in hit.diagnostics:
+        assert all(type(v) is str for v in (d.code, d.message, d.path, *d.notes))
+        spans = [d.span, *(r.span for r in d.related)]
+        assert all(type(v) is int for s in spans for v in (s.line, s.col0, s.end_line, s.end_col0))
+        assert all(type(r.path) is str and type(r.message) is str for r in d.related)
+        assert d.cell is None or type(d.cell) is int
+        if d.fix is not None:
+            assert type(d.fix.title) is str
+            assert all(len(e.start) == len(e.end) == 2 for e in d.fix.edits)
+            assert all(type(v) is int for e in d.fix.edits for v in (*e.start, *e.end))
+            assert all(type(e.content) is str for e in d.fix.edits)
+    if hit.error is not None:
+        assert [type(v) for v in hit.error] == [int, int, str]
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_any_json_in_any_field_of_an_entry_or_a_set_is_a_miss_or_a_well_formed_hit(stored, data) -> None:
+    """An entry or a dependency set with any JSON value at any place (or a key missing):
+    the lookup of every file never raises, and what it returns has the types `store` wrote."""
+    cdir, entries, files = stored
+    target = data.draw(st.sampled_from(sorted(entries)), label="file")
+    doc = entries[target]
+    at = data.draw(st.sampled_from(list(_json_paths(doc))), label="where")
+    delete = bool(at) and isinstance(at[-1], str) and data.draw(st.booleans(), label="delete")
+    new = None if delete else data.draw(JSON, label="value")
+    try:
+        target.write_text(json.dumps(_replaced(doc, at, new, delete)))
+        for path, config in files:
+            hit, _ = cache_mod.ResultCache(cdir, config).lookup(path)
+            if hit is not None:
+                _assert_well_typed(hit)
+    finally:
+        target.write_text(json.dumps(doc))
+
+
+MALFORMED = {
+    "deps is a number": (("deps",), 1),
+    "deps is a list": (("deps",), []),
+    "files is a number": (("deps", "files"), 1),
+    "a dependency is a number": (("deps", "files"), [1]),
+    "a dependency's path is a number": (("deps", "files"), [[1, 2, 3, "0" * 64]]),
+    "a dependency's path holds a NUL": (("deps", "files"), [["a\0b", 2, 3, "0" * 64]]),
+    "a dependency's size is true": (("deps", "files"), [["a.py", True, 3, "0" * 64]]),
+    "missing is a number": (("deps", "missing"), 5),
+    "missing holds a list": (("deps", "missing"), [["x"]]),
+    "a folder has no time": (("deps", "folders"), [["x"]]),
+    "a set is named by a number": (("deps", "sets"), [7]),
+    "a set is named by a path": (("deps", "sets"), ["../../etc/passwd"]),
+    "error is a string of three digits": (("error",), "123"),
+    "size is true": (("size",), True),
+    "written_ns is a float": (("written_ns",), 1.5),
+    "diagnostics is an object": (("diagnostics",), {}),
+    "a diagnostic is a list": (("diagnostics",), [[1, 2]]),
+    "a span is short": (("diagnostics",), [{"code": "AMP101", "message": "m", "path": "p", "span": [1, 2, 3],
+                                             "notes": [], "fix": None}]),
+    "a code is a number": (("diagnostics",), [{"code": 101, "message": "m", "path": "p", "span": [1, 0, 1, 1],
+                                               "notes": [], "fix": None}]),
+    "a fix's edits are a number": (("diagnostics",), [{"code": "AMP101", "message": "m", "path": "p",
+                                                       "span": [1, 0, 1, 1], "notes": [],
+                                                       "fix": {"title": "t", "applicability": "safe", "edits": 1}}]),
+    "related is a string": (("diagnostics",), [{"code": "AMP101", "message": "m", "path": "p", "span": [1, 0, 1, 1],
+                                                 "notes": [], "fix": None, "related": "abc"}]),
+}
+
+
+@pytest.mark.parametrize("where,value", MALFORMED.values(), ids=MALFORMED.keys())
+def test_a_malformed_entry_is_a_miss_and_the_check_gives_the_cold_result(tmp_path, where, value) -> None:
+    from amplint.project.index import reset_shared
+
+    src, cdir = _tree(tmp_path), tmp_path / "cache"
+    project = _project_copy(tmp_path, "function_loaded_by_name")
+    runs = [([src], Config(root=tmp_path)), ([project], Config(root=project))]
+    cold = []
+    for paths, config in runs:
+        reset_shared()
+        cold.append(_summary(check_paths(paths, config, cache_dir=cdir)))
+    for entry, doc in _entries(cdir).items():
+        if entry.parent.name != "sets":
+            entry.write_text(json.dumps(_replaced(doc, where, value)))
+    for (paths, config), expected in zip(runs, cold):
+        reset_shared()
+        assert _summary(check_paths(paths, config, cache_dir=cdir)) == expected
