@@ -21,7 +21,8 @@ def findings(source: str, path: str, suppressed: list[tuple[int, str]], enabled:
     from amplint.registry import BY_CODE
 
     used = set(suppressed)
-    lines = [line.rstrip("\r\n") for line in split_lines(source)]  # as the parser counts lines
+    raw_lines = split_lines(source)  # as the parser counts lines
+    lines = [line.rstrip("\r\n") for line in raw_lines]
     out = []
     for d in directives(source):
         ours = [c for c in dict.fromkeys(d.codes) if c.upper().startswith("AMP")]
@@ -41,7 +42,8 @@ def findings(source: str, path: str, suppressed: list[tuple[int, str]], enabled:
         stale = {c for cs in kinds.values() for c in cs}
         detail = "; ".join(f"{k}: {', '.join(f'`{c}`' for c in cs)}" for k, cs in sorted(kinds.items(), key=lambda kv: _ORDER[kv[0]]))
         line_text = lines[d.line - 1] if d.line <= len(lines) else ""
-        edit = _removal(d, [c for c in dict.fromkeys(d.codes) if c not in stale], line_text)
+        has_ending = d.line <= len(raw_lines) and raw_lines[d.line - 1] != line_text
+        edit = _removal(d, [c for c in dict.fromkeys(d.codes) if c not in stale], line_text, has_ending)
         fix = Fix(UnusedNoqa.fix_title, (edit,), Applicability.SAFE)
         span = Span(d.line, d.col0, d.line, d.end_col0)
         out.append(Diagnostic(CODE, UnusedNoqa.message.format(detail=detail), path, span, fix))
@@ -51,17 +53,30 @@ def findings(source: str, path: str, suppressed: list[tuple[int, str]], enabled:
 _ORDER = {"unused": 0, "non-enabled": 1, "unknown": 2}
 
 
-def _removal(d: Directive, keep: list[str], line_text: str) -> Edit:
-    """The edit that drops the stale codes: the codes kept stay, else the comment goes."""
+def _removal(d: Directive, keep: list[str], line_text: str, has_ending: bool) -> Edit:
+    """The edit that drops the stale codes: the codes kept stay, else the directive goes.
+
+    What is left of the comment is written as a person would: another comment after the
+    directive (`# noqa: AMP401  # type: ignore`) keeps its own `#`, an explanation
+    (`# noqa: AMP401 - why`) stays a comment, and a comment left empty goes entirely, with
+    the spaces before it, or with its line when it had a line of its own.  No trailing
+    spaces are left behind.
+    """
     if keep:
         return Edit((d.line, d.col0), (d.line, d.end_col0), "# noqa: " + ", ".join(keep) + _tail(d, line_text))
-    if d.col0 == d.comment_col0 and d.end_col0 >= len(line_text.rstrip()):
-        # The comment is only this directive: remove it and the spaces before it.
-        start = len(line_text[: d.comment_col0].rstrip())
-        return Edit((d.line, start), (d.line, len(line_text.rstrip())), "")
-    # An explanation follows (`# noqa: AMP101 - why`), or the directive is inside a longer
-    # comment: keep the rest of the comment, still a comment.
-    return Edit((d.line, d.col0), (d.line, d.end_col0), "# " if d.col0 == d.comment_col0 else "")
+    before = line_text[d.comment_col0:d.col0]  # the comment's text before the directive, if any
+    after = line_text[d.end_col0:].strip()
+    if before.strip():
+        left = before.rstrip() + (" " + after if after else "")
+    else:
+        left = after if after.startswith("#") or not after else "# " + after
+    end = (d.line, len(line_text))
+    if left.strip("#").strip():
+        return Edit((d.line, d.comment_col0), end, left)
+    code = line_text[: d.comment_col0].rstrip()
+    if not code and has_ending:
+        return Edit((d.line, 0), (d.line + 1, 0), "")  # the comment was the whole line
+    return Edit((d.line, len(code)), end, "")
 
 
 def _tail(d: Directive, line_text: str) -> str:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from amplint.diagnostics import Fix
 from amplint.engine import check_source
 from amplint.fixes import apply_fixes, fix_text
@@ -99,3 +101,33 @@ def test_logical_line_ends_read_only_as_far_as_asked_agree_with_the_whole_text()
     for until in range(1, 12):
         part = logical_line_ends(source, until)
         assert {k: v for k, v in whole.items() if k <= until} == {k: v for k, v in part.items() if k <= until}, until
+
+
+def _without_stale_noqa(source: str) -> str:
+    return fix_text(source, lambda t: check_source(t, "t.py", select=["AMP001"])).source
+
+
+@pytest.mark.parametrize(
+    "line, left",
+    [
+        # another tool's comment after the directive keeps its own `#`, once
+        ("x = 1  # noqa: AMP999 # type: ignore\n", "x = 1  # type: ignore\n"),
+        ("x = 1  #noqa: AMP999  # pylint: disable=foo\n", "x = 1  # pylint: disable=foo\n"),
+        # no trailing spaces, before or after the comment that goes
+        ("x = 1  # noqa:AMP999   \n", "x = 1\n"),
+        ("x = 1  # noqa: AMP999 \r\n", "x = 1\r\n"),
+        ("x = 1  # type: ignore  # noqa: AMP999  \n", "x = 1  # type: ignore\n"),
+        ("x = 1  # see: # noqa: AMP999\n", "x = 1  # see:\n"),
+        # nothing but `#` left: no dangling comment
+        ("x = 1  # noqa: AMP999 #\n", "x = 1\n"),
+        ("x = 1  # # noqa: AMP999\n", "x = 1\n"),
+        # a comment that was the whole line goes with its line
+        ("y = 0\n    # noqa: AMP999\nx = 1\n", "y = 0\nx = 1\n"),
+        ("y = 0\n# noqa: AMP999", "y = 0\n"),
+        # what stays as it was
+        ("x = 1  # noqa: AMP999 - why\n", "x = 1  # - why\n"),
+        ("x = 1  # noqa: AMP999, E501  # type: ignore\n", "x = 1  # noqa: E501  # type: ignore\n"),
+    ],
+)
+def test_a_stale_noqa_leaves_the_comment_a_person_would_write(line: str, left: str) -> None:
+    assert _without_stale_noqa(line) == left

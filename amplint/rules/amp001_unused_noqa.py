@@ -32,7 +32,8 @@ class UnusedNoqa(Rule):
 
     ## Fix safety
     Safe: only codes that suppress nothing are removed (the whole comment when none is
-    left); what is reported does not change.
+    left, its line too when it had a line of its own; a comment after it, such as
+    `# type: ignore`, stays as it was); what is reported does not change.
 
     ## How it is checked
     AMP001 is a meta rule, in the AMP0xx group of rules about amplint's own comments.
