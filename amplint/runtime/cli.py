@@ -149,7 +149,7 @@ def verify(argv: list[str]) -> int:
     if args.profile is not None:  # summary computed from the trace JSON (compare/profile side)
         from amplint.runtime import trace_summary
 
-        report["profile"] = trace_summary.summarize_dir(args.profile)
+        report["profile"] = trace_summary.summarize_dir(args.profile, unreadable_ok=True)
     print(render_table(report, findings, runtime))
     if args.profile is not None:
         from amplint.runtime import trace_summary

@@ -82,11 +82,29 @@ def input_dtype(args: dict[str, Any]) -> str:
     return next((n for n in names if n), "unknown")
 
 
+class TraceError(Exception):
+    """A trace that cannot be read: missing, truncated (a run killed while writing it), not JSON,
+    or JSON that is not a Chrome trace.  The message names the file."""
+
+
 def load_trace(path: str | Path) -> dict[str, Any]:
     path = Path(path)
     opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rt", encoding="utf-8") as fh:
-        return json.load(fh)
+    try:
+        with opener(path, "rt", encoding="utf-8") as fh:
+            trace = json.load(fh)
+    except FileNotFoundError:
+        raise TraceError(f"{path}: no such file or directory") from None
+    except json.JSONDecodeError as exc:
+        ends_early = exc.pos >= len(exc.doc.rstrip()) or exc.msg.startswith("Unterminated string")
+        cut = " (truncated: the run may have been ended while writing it)" if ends_early else ""
+        raise TraceError(f"{path}: not a readable trace: invalid JSON at line {exc.lineno} column {exc.colno}{cut}") from None
+    except (OSError, EOFError, UnicodeDecodeError, ValueError) as exc:  # gzip.BadGzipFile is an OSError
+        raise TraceError(f"{path}: not a readable trace: {exc}") from None
+    events = trace.get("traceEvents") if isinstance(trace, dict) else trace
+    if not isinstance(events, list) or not all(isinstance(e, dict) for e in events):
+        raise TraceError(f"{path}: not a Chrome trace (no list of events under \"traceEvents\")")
+    return trace
 
 
 def _nest(events: list[dict[str, Any]]) -> list[int | None]:
@@ -242,13 +260,26 @@ def find_traces(directory: str | Path) -> list[Path]:
     return sorted({p for pattern in TRACE_GLOB for p in d.rglob(pattern)})
 
 
-def summarize_dir(directory: str | Path) -> list[dict[str, Any]]:
-    """One summary per trace file under `directory` (newest last)."""
-    return [summarize(load_trace(p), source=str(p)) for p in find_traces(directory)]
+def summarize_dir(directory: str | Path, *, unreadable_ok: bool = False) -> list[dict[str, Any]]:
+    """One summary per trace file under `directory` (newest last).
+
+    A trace that cannot be read raises TraceError, or with `unreadable_ok` (verify, after a run
+    that may have been ended mid-write) becomes `{"trace": path, "error": why}`."""
+    out = []
+    for p in find_traces(directory):
+        try:
+            out.append(summarize(load_trace(p), source=str(p)))
+        except TraceError as exc:
+            if not unreadable_ok:
+                raise
+            out.append({"trace": str(p), "error": str(exc)})
+    return out
 
 
 def render(summary: dict[str, Any]) -> str:
     """A few lines for a terminal."""
+    if "error" in summary:
+        return f"profile: {summary['error']}"
     lines = [f"profile: {summary.get('trace')}"]
     st = summary["steps"]
     if st["count"]:
@@ -284,8 +315,12 @@ def main(argv: list[str] | None = None) -> int:
         print("usage: python -m amplint.runtime.trace_summary DIR_OR_TRACE... [--json]", file=sys.stderr)
         return 2
     summaries = []
-    for p in map(Path, paths):
-        summaries += summarize_dir(p) if p.is_dir() else [summarize(load_trace(p), source=str(p))]
+    try:
+        for p in map(Path, paths):
+            summaries += summarize_dir(p) if p.is_dir() else [summarize(load_trace(p), source=str(p))]
+    except TraceError as exc:
+        print(f"amplint trace_summary: error: {exc}", file=sys.stderr)
+        return 2
     if as_json:
         print(json.dumps(summaries, indent=2))
     else:

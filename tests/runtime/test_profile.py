@@ -174,3 +174,43 @@ def test_verify_profile_writes_a_trace_and_reports_its_summary(tmp_path, capsys)
     assert set(s["families"]["matmul"]["by_dtype"]) == {"fp16"}  # CPU emulation of fp16 autocast
     assert s["grad_scaler"]["count"] == 6
     assert "mean step time" in capsys.readouterr().out
+
+
+def _bad_traces(tmp: Path) -> list[tuple[Path, str]]:
+    """(path, what the error says) for each way a trace cannot be read."""
+    import gzip
+
+    good = json.dumps({"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 0, "dur": 1}] * 20})
+    (tmp / "cut.pt.trace.json").write_text(good[: len(good) // 2])
+    (tmp / "cut.pt.trace.json.gz").write_bytes(gzip.compress(good.encode())[:40])
+    (tmp / "not_json.pt.trace.json").write_text("\x00garbage")
+    (tmp / "shape.pt.trace.json").write_text('{"traceEvents": 5}')
+    (tmp / "events.pt.trace.json").write_text("[1, 2]")
+    return [
+        (tmp / "missing_dir", "no such file or directory"),
+        (tmp / "cut.pt.trace.json", "truncated"),
+        (tmp / "cut.pt.trace.json.gz", "not a readable trace"),
+        (tmp / "not_json.pt.trace.json", "invalid JSON at line 1"),
+        (tmp / "shape.pt.trace.json", "not a Chrome trace"),
+        (tmp / "events.pt.trace.json", "not a Chrome trace"),
+    ]
+
+
+def test_trace_summary_cli_names_a_missing_or_unreadable_trace_and_exits_2(tmp_path, capsys):
+    for path, says in _bad_traces(tmp_path):
+        assert trace_summary.main([str(path)]) == 2, path
+        err = capsys.readouterr().err
+        assert err.startswith(f"amplint trace_summary: error: {path}: ") and says in err, err
+        assert "Traceback" not in err
+    assert trace_summary.main([str(tmp_path)]) == 2  # a folder holding one: the same error
+    assert "cut.pt.trace.json" in capsys.readouterr().err
+
+
+def test_verify_keeps_an_unreadable_trace_as_an_error_in_its_summary(tmp_path):
+    """verify summarises after a run that may have been ended mid-write: the run's report is
+    not lost to one bad trace file."""
+    (tmp_path / "t").mkdir()
+    (tmp_path / "t" / "a.pt.trace.json").write_text('{"traceEvents": [')
+    (summary,) = trace_summary.summarize_dir(tmp_path / "t", unreadable_ok=True)
+    assert "truncated" in summary["error"]
+    assert trace_summary.render(summary) == f"profile: {summary['error']}"
