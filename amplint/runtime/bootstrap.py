@@ -179,6 +179,20 @@ class Session:
             return self._orig_os_exit(code)
 
         sys.excepthook, sys.exit, os._exit = excepthook, sys_exit, os_exit
+
+        # A training loop in a thread: the budget's _EnoughSteps ends that thread as sys.exit(0)
+        # ends the main one. threading ignores SystemExit itself but not a subclass, so without
+        # this it printed "Exception in thread ...: _EnoughSteps: 0" on stderr.
+        import threading
+
+        self._orig_thread_hook = threading.excepthook
+
+        def thread_excepthook(args):
+            if isinstance(args.exc_value, _EnoughSteps):
+                return None
+            return self._orig_thread_hook(args)
+
+        self._thread_hook = threading.excepthook = thread_excepthook
         self._sigterm_set = False
         if signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):
             try:
@@ -234,6 +248,10 @@ class Session:
         if sys.excepthook is not self._orig_excepthook:
             sys.excepthook = self._orig_excepthook
         sys.exit, os._exit = self._orig_exit, self._orig_os_exit
+        import threading
+
+        if getattr(self, "_thread_hook", None) is not None and threading.excepthook is self._thread_hook:
+            threading.excepthook = self._orig_thread_hook
         if getattr(self, "_sigterm_set", False) and signal.getsignal(signal.SIGTERM) == self._on_sigterm:
             try:
                 signal.signal(signal.SIGTERM, signal.SIG_DFL)

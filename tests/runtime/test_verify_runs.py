@@ -6,6 +6,7 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -127,7 +128,7 @@ def _snapshot():
         "module": tuple(torch.nn.Module.__dict__[n] for n in ("half", "bfloat16", "to", "cuda")),
         "save": (torch.save, torch.set_default_dtype, warnings.showwarning),
         "cuda": (torch.cuda.synchronize, torch.cuda.set_device, torch.cuda.current_device, torch.cuda.is_available),
-        "sys": (sys.excepthook, sys.exit, os._exit),
+        "sys": (sys.excepthook, sys.exit, os._exit, threading.excepthook),
         "modes": torch._C._len_torch_function_stack(),
         "emulation": (torch.randn, torch.zeros, torch.Tensor.__dict__.get("to"), torch.Tensor.__dict__.get("cuda"), torch.Tensor.__dict__.get("new_zeros")),
     }
@@ -171,3 +172,33 @@ def test_a_scripts_own_exit_status_is_told_apart_from_verifys_verdict(how, sourc
     code, report = verify_run("--", PY, str(SCRIPTS / "ends_badly.py"), how)
     assert report["exit_source"] == source
     assert capsys.readouterr().out.splitlines()[-1].endswith(says)
+
+
+THREADED_LOOP = """\
+import threading
+import torch
+
+def train():
+    model = torch.nn.Linear(4, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for _ in range(10):
+        model(torch.ones(2, 4)).sum().backward()
+        opt.step()
+        opt.zero_grad()
+
+t = threading.Thread(target=train, name="trainer")
+t.start()
+t.join()
+print("main thread went on")
+"""
+
+
+def test_the_step_budget_ends_a_training_thread_without_noise(tmp_path, verify_run, capfd):
+    script = tmp_path / "threaded.py"
+    script.write_text(THREADED_LOOP)
+    code, report = verify_run("--steps", "2", "--", PY, str(script))
+    out, err = capfd.readouterr()
+    assert code == 0, report
+    assert (report["steps"], report["ended"]) == (2, "stopped after 2 steps")
+    assert "main thread went on" in out
+    assert "Exception in thread" not in err and "_EnoughSteps" not in err, err
