@@ -81,7 +81,8 @@ class Session:
         self.sink = Observations(self._path(), label=_label())
         steps = env.get("AMPLINT_STEPS")
         self.budget = StepBudget(self.sink, int(steps) if steps else None)
-        self.ended: str | None = None
+        self._ended: str | None = None
+        self._ended_at: float | None = None
         self.handles: list[Any] = []
         self.probes: list[Any] = []
         self.finished = False
@@ -94,6 +95,19 @@ class Session:
             emulated=env.get("AMPLINT_DEVICE") == "cpu",
             started=time.time(),
         )
+
+    @property
+    def ended(self) -> str | None:
+        """Why this process ended (None while it runs or when it simply completed)."""
+        return self._ended
+
+    @ended.setter
+    def ended(self, value: str | None) -> None:
+        # NB: the time of the first ending (an exception reaching the top, sys.exit, a signal),
+        # not of the evidence write: verify orders the ranks' failures by it to name the first.
+        if value is not None and self._ended_at is None:
+            self._ended_at = time.time()
+        self._ended = value
 
     def _path(self) -> str:
         return os.path.join(self.out, f"evidence-{os.getpid()}.json")
@@ -262,6 +276,7 @@ class Session:
         self.sink.label = _label()
         self.sink.meta.update(
             ended=self.ended or "completed",
+            ended_at=self._ended_at or time.time(),
             stopped_by_budget=self.budget.stopped,
             rank=_rank(),
             finished=time.time(),

@@ -223,6 +223,7 @@ def build_report(outcome, findings, runtime) -> dict:
         # Beyond the schema: why the run ended, the ranks seen, emulation caveats.
         "ended": outcome.ended,
         "ranks": [p.get("label") for p in outcome.processes],
+        "rank_ends": _rank_ends(outcome.processes),
         "wall_s": round(outcome.wall_s, 3),
     }
     if outcome.emulated:
@@ -234,6 +235,12 @@ def build_report(outcome, findings, runtime) -> dict:
     if outcome.errors:
         report["probe_errors"] = outcome.errors[:20]
     return report
+
+
+def _rank_ends(processes) -> list[dict]:
+    from amplint.runtime.launch import rank_ends
+
+    return [dict(e, at=None if e["at"] is None else round(e["at"], 3)) for e in rank_ends(processes)]
 
 
 def _native_device(outcome) -> str:
@@ -269,6 +276,11 @@ def evidence_line(ev: dict, width: int = 110) -> str:
 def render_table(report: dict, findings, runtime) -> str:
     where = "CPU emulation of a CUDA run" if report["emulated"] else report["device"]
     lines = [f"amplint verify: {len(findings)} static finding(s) on the agenda, {where}, {report['steps']} step(s); {report['ended']}"]
+    ends = report.get("rank_ends") or []
+    if len(ends) > 1:  # how each rank ended; the first failure is the cause, later ones often its echo
+        for e in ends:
+            mark = "  <- failed first" if e["first_failure"] else ""
+            lines.append(f"  {e['rank']}: {e['steps']} step(s), {_short(e['ended'])}{mark}")
     rows, hints = [], {}
     for f in findings:
         detail = evidence_line(f.evidence) if f.status == "confirmed" else f.why
@@ -293,6 +305,10 @@ def render_table(report: dict, findings, runtime) -> str:
         whose = f"verify's verdict; the command itself exited {report['exit_code']}"
     lines.append(f"amplint verify: {report['status']}: {report['reason']} (exit {report['verify_exit']}: {whose})")
     return "\n".join(lines)
+
+
+def _short(text: str, width: int = 120) -> str:
+    return text if len(text) <= width else text[: width - 3] + "..."
 
 
 def _rel(path: str) -> str:

@@ -206,13 +206,41 @@ def collect(out_dir: Path, command: list[str], returncode: int, device: str | No
     )
 
 
+KILLED = "killed before it could write its evidence"
+
+
+def _failed(reason: str) -> bool:
+    return not (reason == "completed" or reason.startswith("stopped after"))
+
+
+def rank_ends(procs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """How each process (rank) ended, in rank order; the one that failed first is marked.
+
+    The first failure is the earliest by the time each process recorded its ending (its exception
+    reaching the top, sys.exit, a signal): when one rank dies, the others fail after it (a gloo or
+    NCCL error, torchrun's SIGTERM), so the first failure is the cause and the rest consequences.
+    A process killed before it wrote its ending has no time and counts as the latest."""
+    ends = [{"rank": p.get("label"), "ended": p.get("ended") or KILLED, "steps": p.get("steps", 0),
+             "at": p.get("ended_at")} for p in procs]
+    failed = [e for e in ends if _failed(e["ended"])]
+    first = min(failed, key=lambda e: (e["at"] is None, e["at"] or 0.0), default=None)
+    for e in ends:
+        e["first_failure"] = e is first
+    return ends
+
+
 def _ended(procs: list[dict[str, Any]], status: int, steps: int) -> str:
     if not procs:
         return f"no evidence written (exit status {status}): the command may not have run Python with torch"
-    reasons = [p.get("ended") or "killed before it could write its evidence" for p in procs]
-    failed = [r for r in reasons if not (r == "completed" or r.startswith("stopped after"))]
-    if failed:
-        reason = failed[0]
+    reasons = [p.get("ended") or KILLED for p in procs]
+    ends = rank_ends(procs)
+    first = next((e for e in ends if e["first_failure"]), None)
+    if first is not None and len(procs) > 1:
+        then = [f"{e['rank']}: {_short(e['ended'])}" for e in sorted(ends, key=lambda e: (e["at"] is None, e["at"] or 0.0))
+                if _failed(e["ended"]) and e is not first]
+        reason = f"{first['rank']} {first['ended']} (the first to fail" + (f"; then {'; '.join(then)})" if then else ")")
+    elif first is not None:
+        reason = first["ended"]
     elif any(r.startswith("stopped after") for r in reasons):
         reason = next(r for r in reasons if r.startswith("stopped after"))
     else:
@@ -220,6 +248,10 @@ def _ended(procs: list[dict[str, Any]], status: int, steps: int) -> str:
     if steps == 0:
         reason += "; no optimizer step was taken"
     return reason
+
+
+def _short(text: str, width: int = 100) -> str:
+    return text if len(text) <= width else text[: width - 3] + "..."
 
 
 def clean(out_dir: Path) -> None:

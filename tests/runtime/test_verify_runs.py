@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -202,3 +203,59 @@ def test_the_step_budget_ends_a_training_thread_without_noise(tmp_path, verify_r
     assert (report["steps"], report["ended"]) == (2, "stopped after 2 steps")
     assert "main thread went on" in out
     assert "Exception in thread" not in err and "_EnoughSteps" not in err, err
+
+
+def _evidence(out: Path, pid: int, rank: int | None, ended: str | None, at: float | None, steps: int = 1) -> None:
+    """An evidence file as a rank's bootstrap writes it (only the fields the merge reads)."""
+    data = {"pid": pid, "rank": rank, "label": "main" if rank is None else f"rank{rank}", "steps": steps,
+            "observations": [], "reached": [], "extra": {}, "errors": []}
+    if ended is not None:
+        data.update(ended=ended, ended_at=at, finished=(at or 0) + 0.5)
+    (out / f"evidence-{pid}.json").write_text(json.dumps(data))
+
+
+GLOO = "raised RuntimeError: [gloo/transport/tcp/pair.cc:553] Connection closed by peer [127.0.0.1]:4242"
+
+
+@pytest.mark.parametrize(
+    "ends, first, then",
+    [
+        # rank 1 raises; rank 0, waiting in an all-reduce, gets gloo's error after it
+        ({0: (GLOO, 102.0), 1: ("raised RuntimeError: rank 1 dies", 100.0)}, "rank1 raised RuntimeError: rank 1 dies",
+         ["rank0: " + GLOO]),
+        # rank 2 exits; torchrun then ends the others; rank 3 was killed before it wrote its end
+        ({0: ("terminated (SIGTERM)", 51.0), 1: ("completed", 49.0), 2: ("sys.exit(7)", 50.0), 3: (None, None)},
+         "rank2 sys.exit(7)", ["rank0: terminated (SIGTERM)", "rank3: killed before it could write its evidence"]),
+        # one rank failed alone: nothing follows it
+        ({0: ("completed", 10.0), 1: ("raised ValueError: bad batch", 9.0)}, "rank1 raised ValueError: bad batch", []),
+    ],
+)
+def test_the_rank_that_failed_first_is_named_with_its_error(tmp_path, ends, first, then):
+    from amplint.runtime.cli import build_report, render_table
+    from amplint.runtime.launch import collect
+
+    for rank, (ended, at) in ends.items():
+        _evidence(tmp_path, 1000 + rank, rank, ended, at)
+    outcome = collect(tmp_path, ["torchrun", "train.py"], 1, None)
+    expected = f"{first} (the first to fail" + (f"; then {'; '.join(then)})" if then else ")")
+    assert outcome.ended == expected
+    report = build_report(outcome, [], [])
+    rows = {e["rank"]: e for e in report["rank_ends"]}
+    assert set(rows) == {f"rank{r}" for r in ends}
+    assert [r for r, e in rows.items() if e["first_failure"]] == [first.split()[0]]
+    for rank, (ended, _at) in ends.items():
+        assert rows[f"rank{rank}"]["ended"] == (ended or "killed before it could write its evidence")
+    report.update(status="command-failed", reason="x", verify_exit=1, exit_source="command")
+    table = render_table(report, [], [])
+    assert f"  {first.split()[0]}: 1 step(s), {first.split(' ', 1)[1]}  <- failed first" in table
+
+
+@pytest.mark.skipif(shutil.which("torchrun") is None and not hasattr(torch, "distributed"), reason="no torchrun")
+def test_torchrun_names_the_rank_that_died_not_the_rank_its_death_broke(verify_run):
+    cmd = [PY, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", str(SCRIPTS / "rank_dies.py")]
+    code, report = verify_run("--", *cmd)
+    assert code == report["exit_code"] == 1 and report["exit_source"] == "command"
+    assert report["ended"].startswith("rank1 raised RuntimeError: rank 1 dies (the first to fail"), report["ended"]
+    rows = {e["rank"]: e for e in report["rank_ends"]}
+    assert rows["rank1"]["first_failure"] and rows["rank1"]["ended"] == "raised RuntimeError: rank 1 dies"
+    assert not rows["rank0"]["first_failure"] and rows["rank0"]["ended"] != "completed"
