@@ -366,16 +366,16 @@ def _check_stdin(args) -> int:
     except sources.UnreadableSource as exc:
         _print_source_error(SourceError(str(name), 1, 0, str(exc).split(": ", 1)[-1]))
         if args.fix:
-            sys.stdout.buffer.write(raw)  # an editor replaces its buffer with stdout: give it back intact
+            _write_bytes(raw)  # an editor replaces its buffer with stdout: give it back intact
         return unchecked
     if args.force_exclude and args.stdin_filename is not None and config.is_excluded(args.stdin_filename):
         if args.fix:
-            sys.stdout.write(text)
+            _write_bytes(raw)
         return EXIT_CLEAN
     from amplint import notebooks
 
     if notebooks.is_notebook(name):
-        return _check_stdin_notebook(args, text, str(name), config)
+        return _check_stdin_notebook(args, text, str(name), config, raw, bom)
     crashes: list[RuleCrash] = []
     fixed = 0
     try:
@@ -389,13 +389,13 @@ def _check_stdin(args) -> int:
                 mark = "\ufeff" if bom else ""
                 _write_diff(unified_diff(mark + text, mark + outcome.source, f"a/{name}", f"b/{name}"), encoding)
             else:
-                sys.stdout.write(outcome.source)
+                _write_bytes(_encoded(outcome.source, raw, text, encoding, bom))
         else:
             diagnostics = check_source(text, str(name), config, crashes=crashes)
     except SourceError as exc:
         _print_source_error(exc)
         if args.fix:
-            sys.stdout.write(text)  # an editor replaces its buffer with stdout: give it back intact
+            _write_bytes(raw)  # an editor replaces its buffer with stdout: give it back intact
         return unchecked
     return _finish_stdin(args, diagnostics, crashes, fixed, {str(name): text})
 
@@ -420,7 +420,26 @@ def _finish_stdin(args, diagnostics, crashes, fixed: int, sources: dict) -> int:
     return _exit_code(args, diagnostics, fixed)
 
 
-def _check_stdin_notebook(args, text: str, name: str, config) -> int:
+def _encoded(new: str, raw: bytes, text: str, encoding: str, bom: bool) -> bytes:
+    """The fixed source as bytes, in the encoding (and with the BOM) it was read in: the
+    bytes read when nothing changed."""
+    from amplint import sources
+
+    return raw if new == text else sources.encode(new, encoding, bom)
+
+
+def _write_bytes(data: bytes) -> None:
+    """Source bytes on stdout as they are, line endings and BOM included."""
+    buffer = getattr(sys.stdout, "buffer", None)
+    if buffer is None:  # a text-only stream (tests, embedding)
+        sys.stdout.write(data.decode("utf-8", "surrogateescape"))
+        return
+    sys.stdout.flush()
+    buffer.write(data)
+    buffer.flush()
+
+
+def _check_stdin_notebook(args, text: str, name: str, config, raw: bytes, bom: bool) -> int:
     """`amplint check --stdin-filename nb.ipynb -`: the notebook's JSON on stdin; with --fix the
     fixed notebook on stdout, findings by cell on stderr."""
     from amplint import notebooks
@@ -442,14 +461,14 @@ def _check_stdin_notebook(args, text: str, name: str, config) -> int:
             if args.diff:
                 sys.stdout.write(notebooks.cell_diff(nb, new_text) if new_text is not None else "")
             else:
-                sys.stdout.write(new_text if new_text is not None else text)
+                _write_bytes(raw if new_text is None else _encoded(new_text, raw, text, "utf-8", bom))
         else:
             diagnostics = notebooks.check(nb, lint)
     except (notebooks.NotebookError, SourceError) as exc:
         reason = exc.reason if isinstance(exc, SourceError) else str(exc)
         print(f"{name}:1:1: error: {reason}", file=sys.stderr)
         if args.fix:
-            sys.stdout.write(text)  # an editor replaces its buffer with stdout: give it back intact
+            _write_bytes(raw)  # an editor replaces its buffer with stdout: give it back intact
         return EXIT_CLEAN if args.exit_zero else EXIT_ERROR
     return _finish_stdin(args, diagnostics, crashes, fixed, {name: nb.cell_sources()})
 

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from amplint.docs import rule_page
 from amplint.registry import ALL_RULES, BY_CODE
 
@@ -63,6 +65,40 @@ def test_stdin_syntax_error_is_exit_2_and_fix_gives_the_text_back() -> None:
     assert proc.returncode == 2
     assert proc.stdout == "def broken(:\n"
     assert "SyntaxError" in proc.stderr
+
+
+BOM = b"\xef\xbb\xbf"
+FIXABLE = b"import torch\r\nscaler = torch.cuda.amp.GradScaler()\r\n"
+FIXED = b'import torch\r\nscaler = torch.amp.GradScaler("cuda")\r\n'
+
+
+def _fix_stdin(data: bytes, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "amplint", "check", "--isolated", "--fix", *args, "-"], cwd=ROOT,
+                          input=data, capture_output=True, timeout=120)
+
+
+@pytest.mark.parametrize(
+    "given, expected",
+    [
+        (BOM + FIXABLE, BOM + FIXED),  # the BOM and the CRLF endings stay
+        (b"# -*- coding: latin-1 -*-\nname = '\xe9'\n" + FIXABLE, b"# -*- coding: latin-1 -*-\nname = '\xe9'\n" + FIXED),
+        (BOM + b"import torch\r\nx = 1\r\n", BOM + b"import torch\r\nx = 1\r\n"),  # nothing to fix
+        (BOM + b"def broken(:\r\n", BOM + b"def broken(:\r\n"),  # cannot be parsed: given back
+    ],
+    ids=["bom-and-crlf", "latin-1-cookie", "nothing-to-fix", "syntax-error"],
+)
+def test_stdin_fix_writes_the_bytes_of_the_source_as_it_came(given: bytes, expected: bytes) -> None:
+    """An editor replaces its buffer with what `--fix -` prints: a dropped BOM or a re-encoded
+    file (UTF-8 under a latin-1 cookie) would be written back into it."""
+    assert _fix_stdin(given).stdout == expected
+
+
+def test_stdin_notebook_fix_keeps_its_bom(tmp_path: Path) -> None:
+    cell = {"cell_type": "code", "execution_count": None, "metadata": {}, "outputs": [],
+            "source": ["import torch\n", "scaler = torch.cuda.amp.GradScaler()\n"]}
+    nb = {"cells": [cell], "metadata": {"language_info": {"name": "python"}}, "nbformat": 4, "nbformat_minor": 5}
+    proc = _fix_stdin(BOM + json.dumps(nb, indent=1).encode() + b"\n", "--stdin-filename", "nb.ipynb")
+    assert proc.stdout.startswith(BOM + b"{") and b'GradScaler(\\"cuda\\")' in proc.stdout, proc.stderr
 
 
 def test_rules_lists_every_code_with_default_and_fix() -> None:
