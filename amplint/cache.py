@@ -415,7 +415,8 @@ _FILES, _FOLDERS = _list_of(_row(str, int, int, str)), _list_of(_row(str, int))
 _SPAN, _POSITION = _row(int, int, int, int), _row(int, int)
 _ERROR = _row(int, int, str)
 _RELATED = _list_of(_row(str, _SPAN, str))
-_EDITS = _list_of(_row(_POSITION, _POSITION, str))
+_EDIT, _EDIT_IN_CELL = _row(_POSITION, _POSITION, str), _row(_POSITION, _POSITION, str, int)
+_EDITS = _list_of(lambda v: _EDIT(v) or _EDIT_IN_CELL(v))
 
 
 def _valid_entry(entry) -> bool:
@@ -475,7 +476,7 @@ def _dump_diagnostic(d: Diagnostic) -> dict:
         out["fix"] = {
             "title": d.fix.title,
             "applicability": d.fix.applicability.value,
-            "edits": [[list(e.start), list(e.end), e.content] for e in d.fix.edits],
+            "edits": [[list(e.start), list(e.end), e.content, *(() if e.cell is None else (e.cell,))] for e in d.fix.edits],
         }
     return out
 
@@ -497,7 +498,7 @@ def _load_diagnostic(d) -> Diagnostic:
     ):
         raise ValueError("not a stored diagnostic")
     if fix is not None:
-        edits = tuple(Edit(tuple(s), tuple(e), content) for s, e, content in fix["edits"])
+        edits = tuple(Edit(tuple(s), tuple(e), content, *cell) for s, e, content, *cell in fix["edits"])
         fix = Fix(fix["title"], edits, Applicability(fix["applicability"]))
     related = tuple(Related(path, Span(*span), message) for path, span, message in d.get("related", ()))
     return Diagnostic(

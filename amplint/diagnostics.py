@@ -28,11 +28,15 @@ class Applicability(enum.Enum):
 
 @dataclass(frozen=True, order=True)
 class Edit:
-    """Replace the text between two (line, col0) positions with `content`."""
+    """Replace the text between two (line, col0) positions with `content`.
+
+    In a notebook, the positions count lines within `cell` (a fix may change other cells
+    than its finding's: an import in the first cell, a call in the third)."""
 
     start: tuple[int, int]
     end: tuple[int, int]
     content: str
+    cell: int | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)

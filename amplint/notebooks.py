@@ -121,10 +121,18 @@ class Notebook:
             span = Span(s.line - shift, s.col0, s.end_line - shift, s.end_col0)
             fix = d.fix
             if fix is not None:
-                inside = all(self.cell_at(e.start[0]) is cell for e in fix.edits)
-                fix = replace(fix, edits=tuple(
-                    Edit((e.start[0] - shift, e.start[1]), (e.end[0] - shift, e.end[1]), e.content) for e in fix.edits
-                )) if inside else None
+                # NB: each edit counts lines in its own cell, which it names: `--fix` applies a
+                # fix that changes several cells (the import in one, the call in another), so
+                # the finding is fixable, and says so, whichever cell it is in.
+                edits = []
+                for e in fix.edits:
+                    home = self.cell_at(e.start[0])
+                    if home is None:
+                        edits = None  # on a cell's marker line: `--fix` would refuse it
+                        break
+                    at = home.first_line - 1
+                    edits.append(Edit((e.start[0] - at, e.start[1]), (e.end[0] - at, e.end[1]), e.content, home.index))
+                fix = replace(fix, edits=tuple(edits)) if edits is not None else None
             # NB: a statement never spans two cells, so its noqa row moves with it
             row = None if d.noqa_row is None else d.noqa_row - shift
             out.append(replace(d, span=span, fix=fix, cell=cell.index, noqa_row=row))
@@ -264,10 +272,14 @@ def _dump_like(data: dict, original: str) -> tuple[str, bool]:
         lead = second[: len(second) - len(second.lstrip())]
         indent = lead if lead and set(lead) != {" "} else len(lead)
     ensure_ascii = original.isascii() and "\\u" in original
-    newline = "\n" if original.endswith("\n") else ""
+    # NB: the file's own line ending (a notebook saved on Windows has CRLF); JSON text
+    # holds no raw line break inside a string, so every "\n" json.dumps writes is one.
+    first = re.search(r"\r\n|\r|\n", original)
+    eol = first.group() if first else "\n"
+    newline = eol if original.endswith(("\n", "\r")) else ""
 
     def dump(obj) -> str:
-        return json.dumps(obj, indent=indent, ensure_ascii=ensure_ascii) + newline
+        return json.dumps(obj, indent=indent, ensure_ascii=ensure_ascii).replace("\n", eol) + newline
 
     exact = dump(json.loads(original)) == original
     return dump(data), exact

@@ -167,6 +167,7 @@ def to_json_obj(d: Diagnostic, noqa_row=None) -> dict:
                     "content": e.content,
                     "end_location": to_one_based(*e.end),
                     "location": to_one_based(*e.start),
+                    **({"cell": e.cell} if e.cell is not None else {}),  # a notebook: rows count within that cell
                 }
                 for e in d.fix.edits
             ],

@@ -204,3 +204,48 @@ def test_the_result_cache_keeps_cells(train: Path, tmp_path: Path) -> None:
     warm = check_paths([train], config, cache_dir=tmp_path / "cache")
     assert [(d.cell, d.span, d.code) for d in warm.diagnostics] == [(d.cell, d.span, d.code) for d in cold.diagnostics]
     assert {d.cell for d in warm.diagnostics} == {3, 5}
+
+
+@pytest.fixture
+def cross_cell(tmp_path: Path) -> Path:
+    """A fix that changes several cells: the import in the first, the calls in the others."""
+    return make_notebook(tmp_path / "nb.ipynb", [
+        "import torch\nfrom torch.cuda.amp import GradScaler, autocast",
+        "scaler = GradScaler()",
+        "with autocast():\n    y = 1",
+        "s2 = torch.cuda.amp.GradScaler()",
+    ])
+
+
+def test_the_fixable_count_is_what_fix_then_fixes(cross_cell: Path) -> None:
+    checked = amplint("check", "--isolated", "--no-cache", "nb.ipynb", cwd=cross_cell.parent)
+    assert "Found 5 errors.\n[*] 5 fixable with the `--fix` option." in checked.stdout, checked.stdout
+    assert checked.stdout.count(" [*] ") == 5
+    fixed = amplint("check", "--isolated", "--no-cache", "--fix", "nb.ipynb", cwd=cross_cell.parent)
+    assert "Found 5 errors (5 fixed, 0 remaining)." in fixed.stdout, fixed.stdout + fixed.stderr
+
+
+def test_a_fix_across_cells_names_the_cell_of_each_edit(cross_cell: Path, tmp_path: Path) -> None:
+    def edits(*args: str) -> list:
+        rows = json.loads(amplint("check", "--isolated", "--output-format", "json", *args, "nb.ipynb",
+                                  cwd=cross_cell.parent).stdout)
+        return [(r["cell"], [(e["cell"], e["location"]["row"], e["content"]) for e in r["fix"]["edits"]]) for r in rows]
+
+    (first, *rest) = found = edits("--no-cache")
+    assert first == (1, [
+        (1, 2, "from torch.amp import GradScaler, autocast"), (2, 1, 'GradScaler("cuda")'), (3, 1, 'autocast("cuda")'),
+    ])
+    assert found[-1] == (4, [(4, 1, 'torch.amp.GradScaler("cuda")')])
+    cache = str(tmp_path / "cache")
+    assert edits("--cache-dir", cache) == found
+    assert edits("--cache-dir", cache) == found  # read back from the cache
+
+
+def test_a_crlf_notebook_stays_crlf(tmp_path: Path) -> None:
+    path = make_notebook(tmp_path / "nb.ipynb", ["import torch\n" + DEPRECATED])
+    before = path.read_bytes().replace(b"\n", b"\r\n")
+    path.write_bytes(before)
+    (f,) = check_paths([path], Config(root=tmp_path), fix=True).files
+    assert f.written and f.warnings == []
+    after = path.read_bytes()
+    assert after == before.replace(b"torch.cuda.amp.GradScaler()", b'torch.amp.GradScaler(\\"cuda\\")')
