@@ -2,12 +2,14 @@
 
 Decoding honours a UTF-8 BOM and PEP 263 coding cookies; writing puts back the same
 encoding and BOM, and replaces the file atomically (temporary file in the same
-directory, then `os.replace`), keeping its permission bits.
+directory, then `os.replace`), keeping its permission bits; a file with several hard
+links is rewritten in place, so that every name sees the new text.
 """
 
 from __future__ import annotations
 
 import codecs
+import errno
 import io
 import os
 import re
@@ -169,8 +171,9 @@ def replace_if_unchanged(path: Path, expected: bytes | None, text: str, encoding
     so `os.replace` is atomic), gets the old file's mode (and owner, where allowed), is
     flushed to disk, and only then replaces the file.  The comparison with `expected`
     happens after the temporary file is complete, which leaves the smallest window for a
-    concurrent writer.  A symlink is kept: its target is replaced.  Returns False (and
-    writes nothing) when the file changed or vanished.
+    concurrent writer.  A symlink is kept: its target is replaced.  A file with several
+    names (hard links) is rewritten in place instead (`_rewrite_in_place`).  Returns False
+    (and writes nothing) when the file changed or vanished.
     """
     data = encode(text, encoding, bom)
     target = Path(os.path.realpath(path))
@@ -180,6 +183,8 @@ def replace_if_unchanged(path: Path, expected: bytes | None, text: str, encoding
         st = None
     if expected is not None and st is None:
         return False
+    if st is not None and st.st_nlink > 1 and stat.S_ISREG(st.st_mode):
+        return _rewrite_in_place(target, expected, data)
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".amplint-tmp", dir=target.parent)
     try:
         with os.fdopen(fd, "wb") as fh:
@@ -208,6 +213,57 @@ def replace_if_unchanged(path: Path, expected: bytes | None, text: str, encoding
         except OSError:
             pass
         raise
+
+
+def _rewrite_in_place(target: Path, expected: bytes | None, data: bytes) -> bool:
+    """Write `data` over a file that has several names (hard links), keeping its inode.
+
+    A rename gives the new text to one name and leaves every other name holding the old
+    file, so this file is rewritten where it is, as Ruff and Black write every file.  To
+    stay as safe as an in-place write can be: the bytes are compared with `expected` on
+    the open file, the space for a longer text is reserved before a byte changes (a full
+    disk fails then, not halfway), and a write that fails partway puts the old bytes back.
+    """
+    fd = os.open(target, os.O_RDWR | getattr(os, "O_CLOEXEC", 0))
+    try:
+        old = _read_all(fd)
+        if expected is not None and old != expected:
+            return False
+        try:
+            if len(data) > len(old) and hasattr(os, "posix_fallocate"):
+                try:
+                    os.posix_fallocate(fd, 0, len(data))
+                except OSError as exc:
+                    if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
+                        raise  # ENOSPC, EFBIG: nothing of the old text is overwritten yet
+            _write_at_start(fd, data)
+        except BaseException:
+            try:
+                _write_at_start(fd, old)
+            except OSError:
+                pass  # NB: the first error is the one to report
+            raise
+        return True
+    finally:
+        os.close(fd)
+
+
+def _read_all(fd: int) -> bytes:
+    os.lseek(fd, 0, os.SEEK_SET)
+    chunks = []
+    while chunk := os.read(fd, 1 << 20):
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _write_at_start(fd: int, data: bytes) -> None:
+    """`data` as the whole content of the open file, flushed to disk."""
+    os.lseek(fd, 0, os.SEEK_SET)
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+    os.ftruncate(fd, len(data))
+    os.fsync(fd)
 
 
 # Comments and string literals, one scan: strings are matched whole (unterminated ones to the

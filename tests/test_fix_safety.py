@@ -235,3 +235,59 @@ def test_two_concurrent_fix_processes_never_corrupt_a_file(tmp_path: Path, run: 
         parse(got, f.name)
         assert got == f.read_text(), f"{f.name} differs from the single-process result"
     assert not [p for p in tree.iterdir() if p.name.endswith(".amplint-tmp")]
+
+
+# --- a file with several names ------------------------------------------------------------------
+
+
+def test_every_hard_link_of_a_fixed_file_sees_the_fix(tmp_path: Path) -> None:
+    """A rename would fix one name and leave the other holding the old file."""
+    target = tmp_path / "a.py"
+    target.write_bytes(DEPRECATED.replace("\n", "\r\n").encode())
+    target.chmod(0o640)
+    other = tmp_path / "elsewhere.txt"
+    os.link(target, other)
+    inode = target.stat().st_ino
+    proc = amplint("--fix", str(target))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert other.read_bytes() == target.read_bytes() == MODERN.replace("\n", "\r\n").encode()
+    assert target.stat().st_ino == inode and target.stat().st_nlink == 2
+    assert stat.S_IMODE(target.stat().st_mode) == 0o640
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.py", "elsewhere.txt"]
+
+
+def test_a_hard_linked_file_changed_since_reading_is_not_overwritten(tmp_path: Path) -> None:
+    target = tmp_path / "a.py"
+    target.write_text("new\n")
+    os.link(target, tmp_path / "b.py")
+    assert not sources.replace_if_unchanged(target, b"old\n", "fixed\n")
+    assert (tmp_path / "b.py").read_text() == "new\n"
+    assert sources.replace_if_unchanged(target, b"new\n", "a longer fixed text\n")
+    assert (tmp_path / "b.py").read_text() == "a longer fixed text\n"
+    assert sources.replace_if_unchanged(target, b"a longer fixed text\n", "short\n")
+    assert (tmp_path / "b.py").read_bytes() == b"short\n"
+
+
+@pytest.mark.parametrize("failing", ["write", "posix_fallocate", "fsync"])
+def test_a_failed_in_place_write_leaves_the_old_bytes(tmp_path: Path, monkeypatch, failing: str) -> None:
+    target = tmp_path / "a.py"
+    target.write_text(DEPRECATED)
+    os.link(target, tmp_path / "b.py")
+    real = getattr(os, failing, None)
+    if real is None:
+        pytest.skip(f"no os.{failing} here")
+    calls = []
+
+    def fails_first(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 1:
+            if failing == "write":  # part of the new text lands, then the disk is full
+                real(args[0], bytes(args[1][:5]))
+            raise OSError(28, "No space left on device")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(os, failing, fails_first)
+    result = fix_dir(target)
+    assert calls and not result.files[0].written
+    assert result.files[0].warnings == ["fix not written: No space left on device"]
+    assert (tmp_path / "b.py").read_text() == target.read_text() == DEPRECATED
