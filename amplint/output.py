@@ -344,7 +344,9 @@ def to_sarif(diagnostics: list[Diagnostic], root: Path | None = None, sources: S
                 }
                 for i, r in enumerate(d.related)
             ]
-        if d.fix is not None:
+        # NB: a SARIF replacement cannot name a notebook cell: a fix that changes other cells
+        # than its finding's is left out (its rows would land in the finding's cell).
+        if d.fix is not None and all(e.cell in (None, d.cell) for e in d.fix.edits):
             result["fixes"] = [
                 {
                     "description": {"text": d.fix.title},

@@ -249,3 +249,12 @@ def test_a_crlf_notebook_stays_crlf(tmp_path: Path) -> None:
     assert f.written and f.warnings == []
     after = path.read_bytes()
     assert after == before.replace(b"torch.cuda.amp.GradScaler()", b'torch.amp.GradScaler(\\"cuda\\")')
+
+
+def test_sarif_leaves_out_a_fix_it_cannot_place_in_its_cells(cross_cell: Path) -> None:
+    sarif = json.loads(amplint("check", "--isolated", "--no-cache", "--output-format", "sarif", "nb.ipynb",
+                               cwd=cross_cell.parent).stdout)
+    results = sarif["runs"][0]["results"]
+    assert [("fixes" in r, r["properties"]["cell"]) for r in results] == [
+        (False, 1), (False, 1), (False, 2), (False, 3), (True, 4),
+    ]
