@@ -69,13 +69,38 @@ def _overlaps(a: tuple[int, int], b: tuple[int, int]) -> bool:
     return a[0] < b[1] and b[0] < a[1] or (a[0] == a[1] and b[0] < a[0] < b[1]) or (b[0] == b[1] and a[0] < b[0] < a[1])
 
 
-def fix_text(source: str, lint, *, unsafe: bool = False) -> FixOutcome:
-    """Fix repeatedly: `lint(text) -> diagnostics`; stops when nothing fixable is left."""
+def _needs_python_312(source: str) -> bool:
+    """The original already needs Python 3.12 (or does not parse: nothing to hold the fix to)."""
     from amplint.engine import SourceError, parse
+    from amplint.python_versions import needs_python_312
+
+    try:
+        return needs_python_312(parse(source, "<fix>"))
+    except SourceError:
+        return True
+
+
+def fix_text(source: str, lint, *, unsafe: bool = False) -> FixOutcome:
+    """Fix repeatedly: `lint(text) -> diagnostics`; stops when nothing fixable is left.
+
+    A fix is kept only if its text parses, here and on every Python the original parsed
+    on (python_versions.py: a fix run under 3.12 must not write 3.12-only f-strings)."""
+    from amplint.engine import SourceError, parse
+    from amplint.python_versions import needs_python_312
 
     outcome = FixOutcome(source)
     current = source
     rejected_titles: set[tuple[str, str]] = set()
+    needs_312 = _needs_python_312(source)
+
+    def parses(text: str) -> bool:
+        """The text parses here, and on every Python the original parsed on."""
+        try:
+            module = parse(text, "<fix>")
+        except SourceError:
+            return False
+        return needs_312 or not needs_python_312(module)
+
     for _ in range(MAX_PASSES):
         diagnostics = lint(current)
         fixable = [
@@ -86,16 +111,12 @@ def fix_text(source: str, lint, *, unsafe: bool = False) -> FixOutcome:
             outcome.source = current
             return outcome
         candidate, accepted = apply_fixes(current, [d.fix for d in fixable])
-        try:
-            parse(candidate, "<fix>")
-        except SourceError:
+        if not parses(candidate):
             # Find the culprit(s) one by one; keep the ones that parse on their own.
             candidate, accepted = current, []
             for d in fixable:
                 trial, ok = apply_fixes(candidate, [d.fix])
-                try:
-                    parse(trial, "<fix>")
-                except SourceError:
+                if not parses(trial):
                     outcome.rejected.append(d)
                     rejected_titles.add((d.code, d.fix.title))
                     continue
