@@ -176,7 +176,7 @@ class ResultCache:
         prefix = hashlib.sha256(os.fsencode(root)).hexdigest()[:16]
         name = f"{prefix}-{hashlib.sha256(json.dumps(body, separators=(',', ':')).encode()).hexdigest()[:32]}"
         target = self.dir / "sets" / f"{name}.json"
-        if not target.exists():
+        if not target.exists() or self._load_set(name) is None:  # NB: a damaged set is written anew
             if not self._write(target, body):
                 return None  # not stored: the entries that need it are not stored either
             try:
@@ -220,6 +220,16 @@ class ResultCache:
             return None  # malformed: a miss, and the entry is rewritten after the check
         error = entry["error"]
         return Hit(diagnostics, None if error is None else tuple(error))
+
+    def prepare(self) -> None:
+        """Create the cache's folder before anything is checked.  Created by the first
+        write, it changed the mtime of the project folder it sits in after the check had
+        listed that folder (to find a module's importers), so the next run saw the project
+        changed and missed every entry that depends on the listing."""
+        try:
+            self._prepare()
+        except OSError:
+            pass  # a read-only disk costs speed, never the result
 
     def _prepare(self) -> None:
         if self._prepared:

@@ -346,6 +346,8 @@ def check_paths(paths: list[Path], config: Config, *, fix: bool = False, unsafe:
     """
     files, missing = discover(paths, config, force_exclude=force_exclude)
     cache = ResultCache(cache_dir, config) if cache_dir is not None else None
+    if cache is not None and files:
+        cache.prepare()
     options = dict(fix=fix, unsafe=unsafe, diff=diff)
     if fix:
         options["roots"] = tuple(_root(p) for p in (paths if named is None else named))
