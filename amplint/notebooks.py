@@ -330,14 +330,14 @@ def check(nb: Notebook, lint) -> list[Diagnostic]:
     """`lint(module_text) -> diagnostics` over the joined cells, mapped to cells."""
     if not nb.cells:
         return []
-    return nb.to_cells(lint(nb.module))
+    return nb.to_cells(_without_fixes_magics_see(nb, lint)(nb.module))
 
 
 def fix(nb: Notebook, lint, *, unsafe: bool = False):
     """(FixOutcome over the module, new notebook text or None, warnings)."""
     from amplint.fixes import fix_text
 
-    outcome = fix_text(nb.module, lint, unsafe=unsafe)
+    outcome = fix_text(nb.module, _without_fixes_magics_see(nb, lint), unsafe=unsafe)
     outcome.remaining = nb.to_cells(outcome.remaining)
     if outcome.source == nb.module:
         return outcome, None, []
@@ -350,6 +350,67 @@ def fix(nb: Notebook, lint, *, unsafe: bool = False):
         outcome.applied = []
         return outcome, None, [f"fix not written: {exc}"]
     return outcome, text, warnings
+
+
+def _without_fixes_magics_see(nb: Notebook, lint):
+    """`lint`, with no fix for a name that an IPython line uses.
+
+    `%time with autocast(): ...` and `%timeit GradScaler()` are code amplint neither
+    analyses nor rewrites: a fix that moves `from torch.cuda.amp import autocast` to
+    `torch.amp` and gives every call it sees its device would leave that line calling
+    `torch.amp.autocast()` with no device.  So a fix is dropped when a magic line names
+    what it rewrites: a name an import it changes binds, or the function or class a call
+    or decorator it changes names (`GradScaler` for `torch.cuda.amp.GradScaler()`)."""
+    words = {w for line in (m for cell in nb.cells for m in cell.magics) for w in _IDENTIFIER.findall(line)}
+    if not words:
+        return lint
+
+    def guarded(text: str) -> list[Diagnostic]:
+        from amplint.positions import LineIndex
+
+        index = LineIndex(text)
+        out = []
+        for d in lint(text):
+            if d.fix is not None:
+                rewritten = set()
+                for e in d.fix.edits:
+                    rewritten |= _names_rewritten(text[index.offset(*e.start):index.offset(*e.end)])
+                if rewritten & words:
+                    d = replace(d, fix=None)
+            out.append(d)
+        return out
+
+    return guarded
+
+
+_IDENTIFIER = re.compile(r"[^\W\d]\w*")
+
+
+def _names_rewritten(old: str) -> set[str]:
+    """The names whose meaning a rewrite of the code `old` touches: what an import in it
+    binds, the last part of what a call or decorator in it names; every identifier of it
+    when it is no complete statement or expression."""
+    import ast
+    import textwrap
+
+    try:
+        tree = ast.parse(textwrap.dedent(old))
+    except SyntaxError:
+        try:
+            tree = ast.parse(old.strip(), mode="eval")
+        except SyntaxError:
+            return set(_IDENTIFIER.findall(old))
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            names |= {(a.asname or a.name).split(".")[0] for a in node.names}
+        elif isinstance(node, ast.Call):
+            func = node.func
+            names.add(func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", ""))
+    body = tree.body if isinstance(tree, ast.Expression) else None
+    if isinstance(body, (ast.Name, ast.Attribute)):  # a decorator's expression
+        names.add(body.attr if isinstance(body, ast.Attribute) else body.id)
+    return names - {""}
 
 
 def cell_diff(nb: Notebook, new_text: str) -> str:

@@ -40,13 +40,47 @@ def fixes_of(source: str, code: str = "AMP401") -> list[tuple[int, str | None]]:
 
 
 def test_enabled_false_after_kwargs_is_kept() -> None:
-    source = "import torch\nwith torch.cuda.amp.autocast(**kw, enabled=False):\n    pass\n"
-    assert fixes_of(source) == [(2, 'with torch.autocast("cuda", **kw, enabled=False):')]
+    source = "import torch\nwith torch.cuda.amp.autocast(**kw, enabled=False, dtype=torch.bfloat16):\n    pass\n"
+    assert fixes_of(source) == [(2, 'with torch.autocast("cuda", **kw, enabled=False, dtype=torch.bfloat16):')]
 
 
 def test_cache_enabled_after_kwargs_is_kept() -> None:
-    source = "from torch.cuda.amp import autocast\nwith autocast(True, **kw, cache_enabled=False):\n    pass\n"
-    assert fixes_of(source)[1] == (2, 'with autocast("cuda", enabled=True, **kw, cache_enabled=False):')
+    source = "from torch.cuda.amp import autocast\nwith autocast(True, torch.float16, **kw, cache_enabled=False):\n    pass\n"
+    assert fixes_of(source)[1] == (
+        2, 'with autocast("cuda", enabled=True, dtype=torch.float16, **kw, cache_enabled=False):')
+
+
+def test_kwargs_that_may_hold_the_dtype_get_no_fix() -> None:
+    """The legacy class passes float16 itself; `torch.autocast` without a dtype takes the
+    enclosing region's.  The fix must write the dtype out, and cannot beside `**kw`,
+    which may hold one (a second `dtype=` would be a TypeError)."""
+    source = "import torch\nwith torch.cuda.amp.autocast(**kw, enabled=False):\n    pass\n"
+    assert fixes_of(source) == [(2, None)]
+
+
+@pytest.mark.parametrize(
+    ("call", "fixed"),
+    [
+        ("torch.cuda.amp.autocast()", 'torch.autocast("cuda", dtype=torch.float16)'),
+        ("torch.cpu.amp.autocast()", 'torch.autocast("cpu", dtype=torch.bfloat16)'),
+        ("torch.cuda.amp.autocast(enabled=flag)", 'torch.autocast("cuda", enabled=flag, dtype=torch.float16)'),
+        ("torch.cpu.amp.autocast(True, torch.float16)", 'torch.autocast("cpu", enabled=True, dtype=torch.float16)'),
+        ("torch.cuda.amp.autocast(dtype=torch.bfloat16)", 'torch.autocast("cuda", dtype=torch.bfloat16)'),
+    ],
+)
+def test_the_legacy_default_dtype_is_written_out(call: str, fixed: str) -> None:
+    """Nested in `torch.autocast("cpu", dtype=torch.float16)`, `torch.cpu.amp.autocast()`
+    runs bfloat16 and `torch.autocast("cpu")` float16: the fix passes what the old class passed."""
+    source = f"import torch\nwith torch.autocast('cpu', dtype=torch.float16):\n    with {call}:\n        pass\n"
+    assert fixes_of(source) == [(3, f"    with {fixed}:")]
+
+
+def test_a_module_that_binds_no_torch_gets_no_autocast_fix() -> None:
+    """`dtype=torch.float16` needs a name for torch; amplint adds no import."""
+    source = "from torch.cuda.amp import autocast\nwith autocast():\n    pass\n"
+    assert fixes_of(source) == [(1, None), (2, None)]
+    assert fixes_of("import torch as th\nwith th.cuda.amp.autocast():\n    pass\n") == [
+        (2, 'with th.autocast("cuda", dtype=th.float16):')]
 
 
 def test_star_args_to_the_legacy_autocast_get_no_fix() -> None:
@@ -152,11 +186,11 @@ def test_no_clip_fix_where_unscaling_first_is_not_what_the_steps_do(steps: str) 
 
 
 def test_a_semicolon_one_liner_is_fixed_without_doubling_the_semicolon() -> None:
-    source = "from torch.cuda.amp import autocast; x = autocast()\n"
+    source = "import torch\nfrom torch.cuda.amp import autocast; x = autocast()\n"
     (a, b) = check_source(source, "t.py", select=["AMP401"])
     assert a.fix == b.fix
     fixed, _ = fixes.apply_fixes(source, [a.fix])
-    assert fixed == 'from torch.amp import autocast; x = autocast("cuda")\n'
+    assert fixed == 'import torch\nfrom torch.amp import autocast; x = autocast("cuda", dtype=torch.float16)\n'
 
 
 def test_a_noqa_line_is_never_rewritten_by_a_shared_fix() -> None:

@@ -104,7 +104,7 @@ def test_fix_edits_only_the_cells_it_fixes_and_keeps_the_json_layout(train: Path
         '-     "scaler = torch.cuda.amp.GradScaler()"',
         '+     "scaler = torch.amp.GradScaler(\\"cuda\\")"',
         '-     "    with torch.cuda.amp.autocast():\\n",',
-        '+     "    with torch.autocast(\\"cuda\\"):\\n",',
+        '+     "    with torch.autocast(\\"cuda\\", dtype=torch.float16):\\n",',
         '+     "    scaler.unscale_(optimizer)\\n",',
     ]
 

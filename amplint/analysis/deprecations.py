@@ -27,13 +27,15 @@ Annotations, version-gated fallbacks and bindings of an imported name
 
 from __future__ import annotations
 
+import os
+import re
 from dataclasses import dataclass, field
 from functools import cached_property
 
 import libcst as cst
 
 from amplint.analysis.names import dotted, module_name_of
-from amplint.analysis.torch_api import AUTOCAST_DEFAULT_SETTERS, DEPRECATIONS, TORCH_AMP_NAME_SINCE, Deprecation
+from amplint.analysis.torch_api import AUTOCAST_DEFAULT_DTYPE, AUTOCAST_DEFAULT_SETTERS, DEPRECATIONS, TORCH_AMP_NAME_SINCE, Deprecation
 from amplint.analysis.version_gates import Contexts
 
 _DEPRECATED_MODULES = {
@@ -45,6 +47,12 @@ _DEPRECATED_MODULES = {
     "torch.cpu.amp.grad_scaler": "cpu",
 }
 _MODERN_NAMES = {"autocast", "GradScaler", "custom_fwd", "custom_bwd"}
+# In a module's lowercased text: a deprecated class named other than as a call (the only
+# way a module can use one as a value); a cheap test before a module is parsed.
+_EVERY_MODERN_DEVICE = frozenset((d.new, d.device) for d in DEPRECATIONS.values())
+# How many imports deep `_same_program` follows what the modules import.
+_IMPORT_HOPS = 4
+_NAMED_NOT_CALLED = re.compile(r"(?:gradscaler|autocast)\b(?!\s*\()")
 
 
 @dataclass(eq=False)
@@ -88,8 +96,13 @@ def _legacy_autocast_args(args: list[cst.Arg]) -> list[cst.Arg] | None:
     return out
 
 
-def _device_arg(value: str) -> cst.Arg:
-    return cst.Arg(cst.SimpleString(f'"{value}"'))
+def _device_arg(value: str, quote: str = '"') -> cst.Arg:
+    return cst.Arg(cst.SimpleString(f"{quote}{value}{quote}"))
+
+
+def _keyword(name: str, value: cst.BaseExpression) -> cst.Arg:
+    return cst.Arg(value, keyword=cst.Name(name), equal=cst.AssignEqual(
+        whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace("")))
 
 
 def _comma() -> cst.Comma:
@@ -103,37 +116,49 @@ def _with_commas(args: list[cst.Arg]) -> list[cst.Arg]:
             for i, a in enumerate(args)]
 
 
-def modernised_call(call: cst.Call, new_func: cst.BaseExpression, dep: Deprecation) -> cst.Call | None:
-    """The modern call for a deprecated one, keeping every argument; None when unsafe."""
+def modernised_call(call: cst.Call, new_func: cst.BaseExpression, dep: Deprecation, *,
+                     torch_alias: str | None = "torch", quote: str = '"') -> cst.Call | None:
+    """The modern call for a deprecated one, keeping every argument; None when unsafe.
+
+    A legacy autocast passes its own default dtype (float16 on cuda, bfloat16 on cpu)
+    where `torch.autocast(device)` without one takes the *enclosing* region's dtype: a
+    `torch.cuda.amp.autocast()` nested in a bfloat16 region (or in a forward called from
+    one) runs float16, so the fix writes that dtype out (`dtype=torch.float16`), through
+    `torch_alias`, the name this module binds torch to; without one, or with `**kwargs`
+    that may hold a dtype, there is no fix.  `quote` is the quote the device string takes
+    (the other one inside an f-string: Python < 3.12 cannot nest the same quote)."""
     args = list(call.args)
     if dep.device_argument == "positional":
-        if dep.old.endswith("autocast") or dep.old.endswith("autocast_mode.autocast"):
+        if dep.new == "torch.autocast":
             args = _legacy_autocast_args(args)
             if args is None:
                 return None
+            if not any(a.keyword is not None and a.keyword.value == "dtype" for a in args):
+                if torch_alias is None or any(a.star == "**" for a in args):
+                    return None
+                dtype = cst.parse_expression(f"{torch_alias}.{AUTOCAST_DEFAULT_DTYPE[dep.device]}")
+                last_comma = args[-1].comma if args and isinstance(args[-1].comma, cst.Comma) else cst.MaybeSentinel.DEFAULT
+                args.append(_keyword("dtype", dtype).with_changes(comma=last_comma))
         elif any(a.star == "*" for a in args):
             return None
         if any(a.keyword is not None and a.keyword.value in ("device", "device_type") for a in args):
             return None
-        new_args = [_device_arg(dep.device), *args]
+        new_args = [_device_arg(dep.device, quote), *args]
     else:
         if any(a.keyword is not None and a.keyword.value == "device_type" for a in args):
             new_args = args
         else:
-            kw = cst.Arg(
-                _device_arg(dep.device).value,
-                keyword=cst.Name("device_type"),
-                equal=cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace("")),
-            )
+            kw = _keyword("device_type", _device_arg(dep.device, quote).value)
             positional = [a for a in args if a.keyword is None and not a.star]
             rest = [a for a in args if not (a.keyword is None and not a.star)]
             new_args = [*positional, kw, *rest]
     return call.with_changes(func=new_func, args=_with_commas(new_args))
 
 
-def modern_decorator(expr: cst.BaseExpression, new_func: cst.BaseExpression, dep: Deprecation) -> cst.Call:
+def modern_decorator(expr: cst.BaseExpression, new_func: cst.BaseExpression, dep: Deprecation, *,
+                     quote: str = '"') -> cst.Call:
     """`@custom_fwd` -> `@torch.amp.custom_fwd(device_type="cuda")`."""
-    return modernised_call(cst.Call(func=expr), new_func, dep)
+    return modernised_call(cst.Call(func=expr), new_func, dep, quote=quote)
 
 
 class Deprecations:
@@ -154,10 +179,33 @@ class Deprecations:
     @cached_property
     def references(self) -> list[DeprecatedRef]:
         """The reported references: annotations, version-gated fallbacks and bindings left out."""
+        collected = self._collected
+        if collected is None:
+            return []
+        refs, groups, full_path = collected
+        for ref, r, head in full_path:
+            ref.changes = self._full_path_fix(r, ref.deprecation, head)
+            ref.needs = ref.deprecation.new_since
+        module_aliases = self._deprecated_module_aliases()
+        for merged in self._merge_by_import(groups):
+            self._fix_group(merged, module_aliases)
+        return [ref for ref in refs if not _unreported(self._contexts.of(ref.node))]
+
+    @cached_property
+    def bare_values(self) -> frozenset[tuple[str, str]]:
+        """(modern name, device) of each deprecated class or function this module uses as a
+        value (`isinstance(s, torch.cuda.amp.GradScaler)`, a base class, an alias): what
+        another module builds from it must stay an instance of the deprecated class."""
+        return frozenset(self._used_as_value) if self._collected is not None else frozenset()
+
+    @cached_property
+    def _collected(self):
+        """(references, groups by imported local name, full-path references), with their
+        contexts; None when the module references nothing deprecated.  No fix is worked out
+        here: other modules ask for `bare_values` alone."""
         model = self.model
         refs: list[DeprecatedRef] = []
         groups: dict[str, _Group] = {}
-        module_aliases = self._deprecated_module_aliases()
         full_path: list[tuple[DeprecatedRef, object, str]] = []
 
         # imported names: `from torch.cuda.amp import autocast as ac`
@@ -194,7 +242,7 @@ class Deprecations:
             else:
                 groups.setdefault(head, _Group(head)).refs.append(ref)
         if not refs:
-            return []
+            return None
 
         targets = {id(ref.node) for ref in refs}
         targets |= {id(r.node) for r in model.references if r.text.split(".")[0] in groups}
@@ -203,12 +251,7 @@ class Deprecations:
         self._used_as_value = {
             (ref.deprecation.new, ref.deprecation.device) for ref in refs if self._is_bare_value(ref)
         }
-        for ref, r, head in full_path:
-            ref.changes = self._full_path_fix(r, ref.deprecation, head)
-            ref.needs = ref.deprecation.new_since
-        for merged in self._merge_by_import(groups):
-            self._fix_group(merged, module_aliases)
-        return [ref for ref in refs if not _unreported(self._contexts.of(ref.node))]
+        return refs, groups, full_path
 
     @cached_property
     def _exported(self) -> set[str]:
@@ -260,17 +303,72 @@ class Deprecations:
         if ref.statement is not None or id(ref.node) in self._call_of_func:
             return False
         where = self._contexts.of(ref.node)
-        return not (where.annotation or where.decorator or where.binding)
+        return not (where.annotation or where.decorator or where.binding or where.shadowed)
 
-    def _modern_call(self, call: cst.Call, new_func: cst.BaseExpression, dep: Deprecation) -> cst.Call | None:
+    # --- what other modules of the project do with the names -------------------------------
+    def _imported_elsewhere(self, locals_: set[str]) -> bool:
+        """A module of the project imports this one and names one of `locals_`: `from utils
+        import autocast`, `utils.autocast(...)`, `from utils import *` then `autocast()`.
+        Renaming the import here would hand it `torch.amp.autocast`, whose first parameter
+        is the device, called the old way."""
+        project = self.model.project
+        if project is None:
+            return False
+        words = re.compile("|".join(rf"\b{re.escape(name.lower())}\b" for name in sorted(locals_)))
+        for path in project.importers(self.model.path, depth=1):
+            text = project.raw_text(path)
+            if text is None or words.search(text):
+                return True  # NB: an importer that cannot be read may use them too
+        return False
+
+    def _used_as_value_elsewhere(self, dep: Deprecation) -> bool:
+        """Another module of the project uses the deprecated class as a value (an
+        `isinstance` test, a base class, a tuple of scaler types): a scaler built here may
+        reach it, and the test would flip for a `torch.amp.GradScaler`."""
+        return (dep.new, dep.device) in self._bare_values_elsewhere
+
+    @cached_property
+    def _bare_values_elsewhere(self) -> frozenset[tuple[str, str]]:
+        project = self.model.project
+        if project is None:
+            return frozenset()
+        found: set[tuple[str, str]] = set()
+        here = os.path.abspath(self.model.path)
+        for path in _same_program(project, here):
+            text = project.raw_text(path)
+            if text is None or "amp" not in text or not _NAMED_NOT_CALLED.search(text):
+                continue  # every deprecated value use names the class without calling it
+            other = project.model_at(path)
+            # NB: a module that cannot be read may test against any of them
+            found |= other.deprecations.bare_values if other is not None else _EVERY_MODERN_DEVICE
+        return frozenset(found)
+
+    def _modern_call(self, call: cst.Call, new_func: cst.BaseExpression, dep: Deprecation,
+                     torch_alias: str | None) -> cst.Call | None:
         if dep.new == "torch.autocast" and self._autocast_defaults_changed:
             return None
-        if (dep.new, dep.device) in self._used_as_value:
+        if (dep.new, dep.device) in self._used_as_value or self._used_as_value_elsewhere(dep):
             # NB: what this call builds is compared with (or derived from) the deprecated
-            # class elsewhere in the module; a `torch.amp.GradScaler` is no
+            # class elsewhere in the module or the project; a `torch.amp.GradScaler` is no
             # `torch.cuda.amp.GradScaler`, so the constructions stay with the class.
             return None
-        return modernised_call(call, new_func, dep)
+        quote = self._quote_for(call.func)
+        if quote is None:
+            return None
+        return modernised_call(call, new_func, dep, torch_alias=torch_alias, quote=quote)
+
+    def _quote_for(self, node: cst.CSTNode) -> str | None:
+        """The quote a string written at `node` takes: inside an f-string, one the
+        enclosing f-strings do not use (before Python 3.12 a replacement field cannot hold
+        its own f-string's quote); None when every quote is taken."""
+        taken = self._contexts.of(node).fstring_quotes
+        return next((q for q in ('"', "'") if q not in taken), None)
+
+    @cached_property
+    def _torch_alias(self) -> str | None:
+        """The name this module binds `torch` to (for `torch.float16` in a fixed autocast)."""
+        aliases = self.model.imports.local_names_for("torch")
+        return "torch" if "torch" in aliases else (aliases[0] if aliases else None)
 
     # --- case 1: the full path from a torch alias ---------------------------------------
     def _full_path_fix(self, r, dep: Deprecation, torch_alias: str) -> list | None:
@@ -279,10 +377,11 @@ class Deprecations:
         new_func = cst.parse_expression(f"{torch_alias}.{dep.new.removeprefix('torch.')}")
         call = self._call_of_func.get(id(r.node))
         if call is not None:
-            new = self._modern_call(call, new_func, dep)
+            new = self._modern_call(call, new_func, dep, torch_alias)
             return [Replace(call, new)] if new is not None else None
         if dep.new.endswith(("custom_fwd", "custom_bwd")) and self._contexts.of(r.node).decorator:
-            return [Replace(r.node, modern_decorator(r.node, new_func, dep))]
+            quote = self._quote_for(r.node)
+            return [Replace(r.node, modern_decorator(r.node, new_func, dep, quote=quote))] if quote else None
         # NB: a bare class or function reference has no drop-in modern spelling (see the
         # module docstring): `torch.amp.GradScaler` would take the first positional
         # argument given later as its device.
@@ -311,6 +410,12 @@ class Deprecations:
         locals_ = {g.local for g in groups}
         if locals_ & self._exported:
             return  # other modules import the name from here and call it the old way
+        if any(len({ref.deprecation.device for ref in g.refs if ref.statement is not None}) > 1 for g in groups):
+            # `from torch.cuda.amp import autocast` in one branch, `from torch.cpu.amp import
+            # autocast` in the other: which device a call means is decided when it runs.
+            return
+        if self._imported_elsewhere(locals_):
+            return  # another module imports the name from here and calls it the old way
         for stmt in statements:
             if self._contexts.of(_first_name(stmt)).fallback:
                 return  # the import is kept for an older torch on purpose
@@ -341,18 +446,21 @@ class Deprecations:
             if isinstance(use.node, cst.Attribute) and use.node.attr.value not in _MODERN_NAMES:
                 return None
             where = self._contexts.of(use.node)
-            if where.annotation:
-                continue  # names the class and constructs nothing: the same name in torch.amp serves
+            if where.annotation or where.shadowed:
+                continue  # names the class and constructs nothing, or reads a local of the same name
             if where.fallback or where.binding:
                 return None  # kept for an older torch on purpose, or the name is rebound here
             call = self._call_of_func.get(id(use.node))
             if call is not None:
-                new = self._modern_call(call, use.node, ref.deprecation)
+                new = self._modern_call(call, use.node, ref.deprecation, self._torch_alias)
                 if new is None:
                     return None
                 changes.append(Replace(call, new))
             elif ref.deprecation.new.endswith(("custom_fwd", "custom_bwd")) and where.decorator:
-                changes.append(Replace(use.node, modern_decorator(use.node, use.node, ref.deprecation)))
+                quote = self._quote_for(use.node)
+                if quote is None:
+                    return None
+                changes.append(Replace(use.node, modern_decorator(use.node, use.node, ref.deprecation, quote=quote)))
             else:
                 return None  # a bare reference: no drop-in spelling (module docstring)
         return changes
@@ -388,9 +496,25 @@ class Deprecations:
         return None
 
 
+def _same_program(project, path: str) -> set[str]:
+    """The project modules an object built in `path` can reach: those that import it
+    (directly or not), and what it and each of them import (directly or not).  A folder
+    of scripts that import nothing of each other shares no object."""
+    related = {path, *project.importers(path)}
+    level = set(related)
+    for _ in range(_IMPORT_HOPS):
+        level = {f for m in level for f in project.imported_files(m)} - related
+        if not level:
+            break
+        related |= level
+    related.discard(path)
+    return related
+
+
 def _unreported(where) -> bool:
-    """Annotations, version-gated fallbacks and bindings reference nothing that runs."""
-    return where.annotation or where.fallback or where.binding
+    """Annotations, version-gated fallbacks and bindings reference nothing that runs; a
+    local of the same name (a parameter `autocast`) is not the import."""
+    return where.annotation or where.fallback or where.binding or where.shadowed
 
 
 def _first_name(stmt: cst.CSTNode) -> cst.CSTNode:

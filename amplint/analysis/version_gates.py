@@ -56,8 +56,13 @@ class RefContext:
     annotation: bool = False
     decorator: bool = False
     fallback: bool = False
-    # a name being bound, not read: `def autocast(...)`, `GradScaler = None`
+    # a name being bound, not read: `def autocast(...)`, `GradScaler = None`, a parameter
     binding: bool = False
+    # the name is a local of an enclosing function, lambda or comprehension (a parameter
+    # `autocast`, `for autocast in ...`): it reads that local, not the module's import
+    shadowed: bool = False
+    # the quotes of the f-strings the node sits in (a string written there takes another)
+    fstring_quotes: frozenset = frozenset()
 
 
 class Contexts:
@@ -66,12 +71,12 @@ class Contexts:
     def __init__(self, model, targets: set[int]) -> None:
         self.model = model
         self._modern: dict[int, bool] = {}
-        walker = _ContextWalker(targets)
+        walker = _ContextWalker(targets, model.scope_of)
         walk(model.module, walker)
         self._found: dict[int, RefContext] = {}
-        for key, (frames, annotation, decorator) in walker.found.items():
+        for key, (frames, annotation, decorator, shadowed, quotes) in walker.found.items():
             self._found[key] = RefContext(annotation, decorator, any(self._gates(f) for f in frames),
-                                          key in walker.bound)
+                                          key in walker.bound, shadowed, quotes)
 
     def of(self, node: cst.CSTNode) -> RefContext:
         return self._found.get(id(node), RefContext())
@@ -110,19 +115,92 @@ def _catches_old_torch_errors(handler: cst.ExceptHandler) -> bool:
 
 
 class _ContextWalker(cst.CSTVisitor):
-    def __init__(self, targets: set[int]) -> None:
+    def __init__(self, targets: set[int], scope_of: dict) -> None:
         self.targets = targets
+        self.scope_of = scope_of
         self.frames: list[tuple] = []
         self.tries: list[cst.CSTNode] = []
         self.annotations = 0
         self.decorators: set[int] = set()
         self.bound: set[int] = set()
-        self.found: dict[int, tuple[tuple, bool, bool]] = {}
+        # names local to each enclosing function body, lambda and comprehension
+        self.locals: list[frozenset[str]] = []
+        self.quotes: list[str] = []
+        self.parameters: set[int] = set()
+        self.found: dict[int, tuple] = {}
 
     def _seen(self, node: cst.CSTNode) -> None:
         key = id(node)
         if key in self.targets:
-            self.found[key] = (tuple(self.frames), self.annotations > 0, key in self.decorators)
+            head = (dotted(node) or "").split(".")[0]
+            shadowed = key in self.parameters or any(head in names for names in self.locals)
+            self.found[key] = (tuple(self.frames), self.annotations > 0, key in self.decorators, shadowed,
+                               frozenset(self.quotes))
+
+    # --- local names: what a reference inside a function, lambda or comprehension reads
+    def visit_FunctionDef_body(self, node: cst.FunctionDef) -> None:
+        scope = self.scope_of.get(node)
+        names = frozenset()
+        if scope is not None:
+            names = frozenset(n for n in (*scope.assignments, *scope.params) if "." not in n) - scope.globals_
+        self.locals.append(names)
+
+    def leave_FunctionDef_body(self, node: cst.FunctionDef) -> None:
+        self.locals.pop()
+
+    def visit_Lambda_body(self, node: cst.Lambda) -> None:
+        params = node.params
+        names = [p.name.value for p in (*params.posonly_params, *params.params, *params.kwonly_params)]
+        names += [p.name.value for p in (params.star_arg, params.star_kwarg) if isinstance(p, cst.Param)]
+        self.locals.append(frozenset(names))
+
+    def leave_Lambda_body(self, node: cst.Lambda) -> None:
+        self.locals.pop()
+
+    def visit_Param(self, node: cst.Param) -> None:
+        # a parameter binds a local of its function: never the module's name
+        self.bound.add(id(node.name))
+        self.parameters.add(id(node.name))
+
+    def _comprehension(self, node) -> None:
+        names: set[str] = set()
+        comp = node.for_in
+        while comp is not None:
+            for name in _target_names(comp.target):
+                names.add(name.value)
+                self.bound.add(id(name))
+            comp = comp.inner_for_in
+        self.locals.append(frozenset(names))
+
+    def _end_comprehension(self, node) -> None:
+        self.locals.pop()
+
+    visit_ListComp = visit_SetComp = visit_DictComp = visit_GeneratorExp = _comprehension
+    leave_ListComp = leave_SetComp = leave_DictComp = leave_GeneratorExp = _end_comprehension
+
+    def visit_For(self, node: cst.For) -> None:
+        self.bound.update(id(n) for n in _target_names(node.target))
+
+    def visit_WithItem(self, node: cst.WithItem) -> None:
+        if node.asname is not None:
+            self.bound.update(id(n) for n in _target_names(node.asname.name))
+
+    def visit_ExceptHandler_name(self, node: cst.ExceptHandler) -> None:
+        if node.name is not None:
+            self.bound.update(id(n) for n in _target_names(node.name.name))
+
+    def visit_Global(self, node: cst.Global) -> None:
+        self.bound.update(id(n.name) for n in node.names)
+
+    def visit_Nonlocal(self, node: cst.Nonlocal) -> None:
+        self.bound.update(id(n.name) for n in node.names)
+
+    # --- f-strings: their quotes
+    def visit_FormattedString(self, node: cst.FormattedString) -> None:
+        self.quotes.append(node.start.lstrip("fFrRbBuU")[:1])
+
+    def leave_FormattedString(self, original_node: cst.FormattedString) -> None:
+        self.quotes.pop()
 
     def visit_Name(self, node: cst.Name) -> None:
         self._seen(node)
@@ -189,6 +267,17 @@ class _ContextWalker(cst.CSTVisitor):
 
     def leave_ExceptHandler(self, original_node: cst.ExceptHandler) -> None:
         self.frames.pop()
+
+
+def _target_names(target: cst.CSTNode) -> list[cst.Name]:
+    """The plain names an assignment target binds (`a`, `(a, b)`, `[a, *b]`)."""
+    if isinstance(target, cst.Name):
+        return [target]
+    if isinstance(target, (cst.Tuple, cst.List)):
+        return [n for el in target.elements for n in _target_names(el.value)]
+    if isinstance(target, cst.StarredElement):
+        return _target_names(target.value)
+    return []
 
 
 class _ModernFinder(cst.CSTVisitor):

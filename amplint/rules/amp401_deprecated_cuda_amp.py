@@ -46,11 +46,18 @@ class DeprecatedCudaAmp(Rule):
         loss = model(x)
     ```
 
+    Not flagged either: a local of the same name (a parameter, a loop or comprehension
+    variable, a lambda argument called `autocast`), which is not the import.
+
     ## Fix safety
     Safe, and offered only where the new code builds the same object from the same
-    arguments: a call keeps every argument (legacy positional `autocast(enabled,
-    dtype, cache_enabled)` arguments become keywords, `**kwargs` and what follows stay)
-    and passes the device the old class implied; a decorator becomes a call of the
+    arguments, wherever it runs: a call keeps every argument (legacy positional
+    `autocast(enabled, dtype, cache_enabled)` arguments become keywords, `**kwargs` and
+    what follows stay) and passes the device the old class implied; a legacy autocast
+    also passes the dtype the old class passed (`torch.autocast("cuda",
+    dtype=torch.float16)`, `torch.autocast("cpu", dtype=torch.bfloat16)`), since
+    `torch.autocast` without one takes the enclosing region's (a `torch.cuda.amp.autocast()`
+    in a model's forward, called inside a bfloat16 region, runs float16); a decorator becomes a call of the
     modern decorator; `from torch.cuda.amp import autocast` becomes `from torch.amp
     import autocast` together with all of its uses, so no name is left unbound; an
     annotation needs no change. The object built is a `torch.amp.GradScaler` (or
@@ -63,14 +70,25 @@ class DeprecatedCudaAmp(Rule):
     `torch.amp.GradScaler`'s first parameter is `device` where the old class's is
     `init_scale`; the constructions of a class the module also uses as a value, and an
     import one such use goes through; an import the module re-exports (listed in
-    `__all__`, or `import autocast as autocast`), since its importers call it the old
-    way; `*args` passed to the legacy autocast; a module
+    `__all__`, or `import autocast as autocast`) or that another module of the project
+    imports, since its importers call it the old way; an import chosen per device (`from
+    torch.cuda.amp import autocast` in one branch, `from torch.cpu.amp import autocast`
+    in the other); the constructions of a class that another module reachable from this
+    one tests with `isinstance` (or uses as a value); a legacy autocast given
+    `**kwargs` and no `dtype`, or in a module that binds no name to `torch` (the dtype
+    needs one; amplint adds no import); `*args` passed to the legacy autocast; in a
+    notebook, a name that an IPython line (`%time`, `%timeit`) uses, which amplint does
+    not rewrite; a module
     that sets autocast's global defaults (`torch.set_autocast_dtype`), which
     `torch.autocast(device)` reads where the legacy class passed float16 itself; a fix
     that would rewrite a line marked `# noqa: AMP401`; and a spelling that
     `target-torch` does not have (`torch.amp.GradScaler("cuda")` needs torch 2.3,
     `torch.amp.custom_fwd(device_type=...)` 2.4, `from torch.amp import autocast` 1.13),
-    where the message says which torch it needs.
+    where the message says which torch it needs.  Inside an f-string the device string
+    takes the quote the f-string does not use, so that the fixed file parses on every
+    Python the original parsed on (before 3.12 a replacement field cannot hold its own
+    quote); with both quotes taken there is no fix.  `cache_enabled` is left as written:
+    it decides whether cast copies of weights are reused within a region, never a value.
 
     ## Runtime confirmation
     `amplint verify` records the FutureWarning PyTorch raises at that line.
