@@ -233,7 +233,7 @@ def test_a_fix_across_cells_names_the_cell_of_each_edit(cross_cell: Path, tmp_pa
 
     (first, *rest) = found = edits("--no-cache")
     assert first == (1, [
-        (1, 2, "from torch.amp import GradScaler, autocast"), (2, 1, 'GradScaler("cuda")'), (3, 1, 'autocast("cuda")'),
+        (1, 2, "from torch.amp import GradScaler, autocast"), (2, 1, 'GradScaler("cuda")'), (3, 1, 'autocast("cuda", dtype=torch.float16)'),
     ])
     assert found[-1] == (4, [(4, 1, 'torch.amp.GradScaler("cuda")')])
     cache = str(tmp_path / "cache")
