@@ -12,6 +12,10 @@ instead of raising (issue 17, items 5 and 6):
   code); a 50 MB generated module reached 23 GB;
 - **memory limits**: when an allocation fails (`ulimit -v`) it aborts the process.
 
+And one kind takes time and memory in the square of its nesting (`MAX_EXPRESSION_COST`):
+expressions inside one another without brackets (2,000 nested conditional expressions,
+24 KB, took 740 MB; 2,000 chained subscripts 11 s).
+
 So before libcst sees a text, amplint estimates its tokens (`too_many_tokens`), the
 memory it would need against the address-space limit (`address_space_problem`), and
 the nesting libcst would build (`plan_parse`), and refuses with a reason and a line
@@ -132,6 +136,16 @@ MAX_LIBCST_DEPTH = 10_000
 # to ~10,000; libcst's parse time grows with the square of this depth (a 2,975-deep
 # subscript chain takes 15 s), so amplint stops where 3.11 and 3.12 stop.
 MAX_NESTING = 3_000
+# libcst's parser keeps, for each position, what the expression starting there parsed to,
+# a copy of the subtree: an expression nested d levels deep costs it time and memory in
+# d squared (2,000 nested conditional expressions, 24 KB: 740 MB; 2,000 chained subscripts:
+# 11 s; BENCHMARKS.md).  Nesting inside one statement is free up to EXPRESSION_LEVELS_FREE
+# levels; past that each node costs one unit per level deeper, and a file is refused past
+# MAX_EXPRESSION_COST units (then libcst needs about 130-210 bytes and a few microseconds
+# a unit: at most ~200 MB and a few seconds).  Real code nests a few levels; BoolOp and
+# Compare chains are flat in libcst's parser too, and cost nothing here.
+EXPRESSION_LEVELS_FREE = 100
+MAX_EXPRESSION_COST = 1_000_000
 # libcst's own limit: more strings in one concatenation are a ParserSyntaxError there.
 MAX_CONCATENATED_STRINGS = 3_000
 # Each level of nesting takes a character of its logical line at least, and nesting across
@@ -163,6 +177,16 @@ class _Scan:
     longest_line: int  # characters in the longest logical line
     longest_line_at: int  # offset where it starts
     elifs: int
+    expression_cost_bound: int  # at least what `_measure` counts against MAX_EXPRESSION_COST
+
+
+def _one_character(m: re.Match) -> str:
+    """A string or comment as one character; an f-string with fields as one more per token in
+    it (a dot each: no bracket, no line end), so the expressions in its fields are counted."""
+    literal = m.group()
+    if "{" in literal and m.group("string") and "f" in m.string[max(m.start() - 2, 0): m.start()].lower():
+        return "0" + "." * len(_TOKEN.findall(literal))
+    return "0"
 
 
 def _scan(text: str, *, exact_offsets: bool = False) -> _Scan:
@@ -174,9 +198,10 @@ def _scan(text: str, *, exact_offsets: bool = False) -> _Scan:
     if exact_offsets:
         stripped = replace_strings_and_comments(text, lambda m: "0".ljust(len(m.group())))
     else:
-        stripped = replace_strings_and_comments(text, lambda m: "0")
+        stripped = replace_strings_and_comments(text, _one_character)
     depth = deepest = deepest_at = 0
     start = longest = longest_at = 0
+    cost = 0
     for m in _STRUCTURE.finditer(stripped):
         c = m.group()
         if c in "([{":
@@ -190,11 +215,36 @@ def _scan(text: str, *, exact_offsets: bool = False) -> _Scan:
         elif depth == 0:
             if m.start() - start > longest:
                 longest, longest_at = m.start() - start, start
+            if m.start() - start > _SHORT_LINE:
+                cost += _expression_cost_bound(stripped, start, m.start())
             start = m.end()
     if len(stripped) - start > longest:
         longest, longest_at = len(stripped) - start, start
+    if len(stripped) - start > _SHORT_LINE:
+        cost += _expression_cost_bound(stripped, start, len(stripped))
     elifs = len(_ELIF.findall(stripped)) if "elif" in stripped else 0
-    return _Scan(deepest, deepest_at, longest, longest_at, elifs)
+    return _Scan(deepest, deepest_at, longest, longest_at, elifs, cost)
+
+
+# The tokens a level of nesting needs: each node that nests others owns one of them (an
+# operator, an opening bracket, a dot, a colon, a keyword such as `if` or `lambda`; a tuple's
+# commas, a lambda's parameters and the leaves add a few levels at the end of a path, not
+# along it).  So a logical line nests at most this many plus EXPRESSION_MARGIN levels.
+_NESTS = re.compile(r"[^\w\s,;)\]}'\"]|\b(?:if|else|lambda|not|await|for|in|is|yield|from|and|or)\b")
+EXPRESSION_MARGIN = 8
+# A logical line no longer than this has too few characters for nesting past the free levels.
+_SHORT_LINE = EXPRESSION_LEVELS_FREE - EXPRESSION_MARGIN
+
+
+def _expression_cost_bound(stripped: str, start: int, end: int) -> int:
+    """An upper bound of what `_measure` counts for one logical line (strings stand for one
+    character; an f-string's fields for a character per token, see `_one_character`): each of
+    its nodes, fewer than twice its tokens, at most as many levels deep as it has nesting tokens
+    and the margin, less the free levels."""
+    levels = len(_NESTS.findall(stripped, start, end)) + EXPRESSION_MARGIN
+    if levels <= EXPRESSION_LEVELS_FREE:
+        return 0
+    return 2 * len(_TOKEN.findall(stripped, start, end)) * (levels - EXPRESSION_LEVELS_FREE)
 
 
 @dataclass(frozen=True)
@@ -235,7 +285,7 @@ def plan_parse(text: str) -> ParsePlan:
     """
     scan = _scan(text)
     bound = INDENTATION_LEVELS + scan.longest_line + scan.elifs
-    if bound <= MAX_NESTING:
+    if bound <= MAX_NESTING and scan.expression_cost_bound <= MAX_EXPRESSION_COST:
         return ParsePlan(None, bound)
     try:
         with warnings.catch_warnings():
@@ -253,13 +303,14 @@ def _measure(tree: ast.AST, text: str) -> tuple[tuple[int, str] | None, int]:
     """(the first place where libcst's nesting would pass the limits, or None; the deepest
     libcst depth seen), walking iteratively.
 
-    Each stack entry: (node, nesting as CPython counts it, depth as libcst builds it, line).
+    Each stack entry: (node, nesting as CPython counts it, depth as libcst builds it, line,
+    levels inside the statement).
     """
     lines: list[int] | None = None  # offsets of line starts, computed when first needed
-    stack = [(node, 1, 1, getattr(node, "lineno", 1)) for node in ast.iter_child_nodes(tree)]
-    deepest = 0
+    stack = [(node, 1, 1, getattr(node, "lineno", 1), 0) for node in ast.iter_child_nodes(tree)]
+    deepest = cost = 0
     while stack:
-        node, nesting, depth, line = stack.pop()
+        node, nesting, depth, line, level = stack.pop()
         line = getattr(node, "lineno", line)  # operators (ast.Add) have no position: their parent's
         if isinstance(node, (ast.Constant, ast.JoinedStr)) and getattr(node, "end_lineno", None):
             if lines is None:
@@ -276,10 +327,30 @@ def _measure(tree: ast.AST, text: str) -> tuple[tuple[int, str] | None, int]:
                           f"{python_version()} accepts it)"), depth
         if depth > MAX_LIBCST_DEPTH:
             return (line, _too_deep(depth)), depth
+        if isinstance(node, ast.stmt):
+            level = 0
+        elif not isinstance(node, _NO_LEVEL):
+            level += 1
+            if level > EXPRESSION_LEVELS_FREE:
+                cost += level - EXPRESSION_LEVELS_FREE
+                if cost > MAX_EXPRESSION_COST:
+                    return (line, _too_costly(level)), depth
         deepest = max(deepest, depth)
         extra = len(node.values) - 1 if isinstance(node, ast.BoolOp) else 0  # libcst: ((a and b) and c)
-        stack.extend((child, nesting + 1, depth + 1 + extra, line) for child in ast.iter_child_nodes(node))
+        stack.extend((child, nesting + 1, depth + 1 + extra, line, level) for child in ast.iter_child_nodes(node))
     return None, deepest
+
+
+# Nodes with no text of their own (`Load`, `+`, `and`): no level, no cost.
+_NO_LEVEL = (ast.expr_context, ast.operator, ast.unaryop, ast.cmpop, ast.boolop)
+
+
+def _too_costly(level: int) -> str:
+    return (f"not analysed: expressions nested too deeply for libcst, amplint's parser, whose time and "
+            f"memory grow with the square of the nesting (here {level:,} levels inside one statement: "
+            f"conditional expressions, lambdas, operators, calls, subscripts or attributes one inside "
+            f"another); amplint's limit is {MAX_EXPRESSION_COST:,} node-levels past the first "
+            f"{EXPRESSION_LEVELS_FREE} of each statement (Python accepts it)")
 
 
 def _concatenated_pieces(text: str, lines: list[int], node: ast.AST) -> int:
@@ -301,8 +372,11 @@ def _offset(text: str, lines: list[int], lineno: int, col: int) -> int:
 
 
 def _too_deep(depth: int | None) -> str:
-    levels = f"{depth:,} levels" if depth is not None else "deeper than Python's ast module goes"
-    return (f"not analysed: nested {levels} deep as libcst, amplint's parser, builds it (each `and`/`or` "
+    if depth is None:
+        return ("not analysed: nested deeper than Python's ast module reads (amplint measures the nesting "
+                "with it before giving the file to libcst, amplint's parser, whose time and memory grow "
+                f"with the square of the nesting); Python {python_version()} compiles it")
+    return (f"not analysed: nested {depth:,} levels deep as libcst, amplint's parser, builds it (each `and`/`or` "
             f"operand and each implicitly concatenated string is one level more); amplint's limit is "
             f"{MAX_LIBCST_DEPTH:,} (Python accepts it)")
 

@@ -7,6 +7,7 @@ down with them (a segfault is not an exception).
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -331,3 +332,98 @@ def test_threads_see_the_same_limits_as_the_main_thread() -> None:
     t.start()
     t.join()
     assert box == [parse_limits.plan_parse(text)] and box[0].problem[0] == 3
+
+
+# --- nesting whose parse costs libcst the square of its depth -------------------------------------
+
+QUADRATIC = {  # shape -> a statement nesting it `n` levels deep without brackets
+    "conditional expressions": lambda n: "x = " + "a if b else " * n + "c\n",
+    "lambdas": lambda n: "x = " + "lambda: " * n + "0\n",
+    "lambdas and conditionals": lambda n: "x = " + "lambda: a if b else " * (n // 2) + "c\n",
+    "unary minus": lambda n: "x = " + "-" * n + "a\n",
+    "not": lambda n: "x = " + "not " * n + "a\n",
+    "power": lambda n: "x = " + " ** ".join(["a"] * n) + "\n",
+    "invert and minus in a function": lambda n: "def f():\n    x = " + "~-" * (n // 2) + "a\n",
+    "binary operators": lambda n: "x = " + " + ".join(["a"] * n) + "\n",
+    "subscripts": lambda n: "x = a" + "[0]" * n + "\n",
+    "calls": lambda n: "x = f" + "()" * n + "\n",
+    "attributes": lambda n: "x = a" + ".b" * n + "\n",
+    "method calls": lambda n: "x = a" + ".b()" * (n // 2) + "\n",
+    "comprehensions in conditionals": lambda n: "x = " + "[a for a in b if c] if d else " * n + "e\n",
+    "inside an f-string": lambda n: "x = f'{" + "a if b else " * n + "c}'\n",
+    "many statements, each deep": lambda n: ("x = " + "a if b else " * (n // 9) + "c\n") * 50,
+}
+
+
+def test_expressions_nested_as_libcst_parses_in_squared_time_or_memory_are_refused_quickly_and_cheaply() -> None:
+    """2,000 nested conditional expressions (24 KB) took libcst 740 MB, 2,000 chained
+    subscripts 11 s, 50 statements 225 deep (134 KB) 6 s and 530 MB: each shape is refused
+    before libcst sees it, in one process that never grows past a few hundred MB."""
+    proc = in_subprocess('''
+import json, resource
+from amplint.engine import check_source, SourceError
+shapes = json.loads(src)
+out = {}
+for name, text in shapes.items():
+    compile(text, "x.py", "exec")  # Python accepts every one of them
+    try:
+        check_source(text, "x.py", crashes=[])
+        out[name] = None
+    except SourceError as exc:
+        out[name] = [exc.line, exc.reason]
+print(json.dumps([out, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss]))
+''', json.dumps({name: AMP + shape(2_000) for name, shape in QUADRATIC.items()}))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    refused, max_rss_kib = json.loads(proc.stdout)
+    for name, found in refused.items():
+        assert found is not None, f"{name}: handed to libcst"
+        line, reason = found
+        assert line >= 3 and reason.startswith("not analysed: expressions nested too deeply for libcst"), (name, reason)
+        assert reason.endswith("(Python accepts it)")
+    assert max_rss_kib < 300 * 1024, max_rss_kib
+
+
+@pytest.mark.parametrize("name", ["conditional expressions", "binary operators", "subscripts", "lambdas"])
+def test_expressions_a_few_hundred_levels_deep_are_analysed(name: str) -> None:
+    assert findings(AMP + QUADRATIC[name](400)) == [("AMP401", 2)]
+
+
+def test_the_cli_its_workers_and_the_language_server_refuse_the_deep_expression_alike(tmp_path: Path) -> None:
+    deep = AMP + QUADRATIC["conditional expressions"](2_000)
+    (tmp_path / "deep.py").write_text(deep)
+    (tmp_path / "other.py").write_text(AMP)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    for args in (["deep.py"], ["--jobs", "2", "."]):
+        proc = subprocess.run([sys.executable, "-m", "amplint", "check", "--no-cache", *args], cwd=tmp_path,
+                              capture_output=True, text=True, env=env, timeout=300)
+        assert proc.returncode == 2, (args, proc.stdout, proc.stderr)
+        assert "deep.py:3:1: error: not analysed: expressions nested too deeply for libcst" in proc.stdout + proc.stderr
+    pytest.importorskip("pygls")
+    from amplint.server.app import AmplintServer
+
+    lint = AmplintServer()._linter((tmp_path / "deep.py").as_uri())
+    with pytest.raises(SourceError, match="not analysed: expressions nested too deeply for libcst"):
+        lint(deep)
+
+
+# --- what amplint says of Python matches what Python does ------------------------------------------
+
+COMPILE_EDGE = ["binary operators", "attributes", "unary minus", "method calls", "calls", "subscripts", "not",
+                "conditional expressions", "lambdas", "power"]
+
+
+@pytest.mark.parametrize("name", COMPILE_EDGE)
+def test_a_file_is_called_one_python_cannot_compile_only_when_python_cannot(tmp_path: Path, name: str) -> None:
+    """2,990 levels: near CPython's own limit, which some of these shapes pass and others not
+    (amplint once said "Python cannot compile it either" of files `python file.py` runs)."""
+    n = 2_990 if name != "method calls" else 2 * 2_990
+    text = "raise SystemExit(0)\n" + AMP + QUADRATIC[name](n)
+    (tmp_path / "f.py").write_text(text)
+    runs = subprocess.run([sys.executable, str(tmp_path / "f.py")], capture_output=True, text=True, timeout=120)
+    python_compiles = runs.returncode == 0
+    assert python_compiles or "Error" in runs.stderr
+    line, reason = refusal(text)
+    cannot = f"Python {parse_limits.python_version()} cannot compile it either"
+    assert (cannot in reason) == (not python_compiles), (python_compiles, reason)
+    if python_compiles:
+        assert reason.startswith("not analysed: ") and reason.endswith(("(Python accepts it)", "compiles it")), reason
