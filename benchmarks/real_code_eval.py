@@ -64,8 +64,13 @@ AMPLINT_FLAGS = ("--isolated", "--no-cache", "--exit-zero", "--output-format", "
 CODE = re.compile(r"^AMP\d{3}$")
 CASE_KEYS = {"path", "line", "alt_lines", "code", "expect", "why", "cross_module"}
 CASE_REQUIRED = {"path", "line", "code", "expect", "why"}
-TOP_KEYS = {"corpus", "case"}
+TOP_KEYS = {"corpus", "case", "split"}
 EXPECTS = ("report", "silent")
+# Which part of the evaluation a label file belongs to: `dev` repositories shape rules and
+# fixtures; `test` repositories are read by nobody who changes a rule and scored once, at the end
+# of a piece of work (the headline figure); files without a split are the earlier labelled sets,
+# kept as regressions.
+SPLITS = ("dev", "test", "legacy")
 
 
 class LabelError(Exception):
@@ -116,6 +121,7 @@ class LabelFile:
     source: Path
     corpus: str
     cases: list[Case]
+    split: str = "legacy"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -191,7 +197,10 @@ def parse_labels(text: str, source: Path) -> LabelFile:
         raise LabelError(f"{source}: `case` must be an array of tables ([[case]])")
     cases = [_parse_case(raw, f"{source}: case {i + 1}") for i, raw in enumerate(raw_cases)]
     _check_consistent(cases, source)
-    return LabelFile(name=source.stem, source=source, corpus=corpus, cases=cases)
+    split = data.get("split", "legacy")
+    if split not in SPLITS[:2]:
+        raise LabelError(f"{source}: split must be one of {list(SPLITS[:2])} (or absent for the earlier sets), got {split!r}")
+    return LabelFile(name=source.stem, source=source, corpus=corpus, cases=cases, split=split)
 
 
 def _check_consistent(cases: list[Case], source: Path) -> None:
@@ -214,7 +223,7 @@ def _check_consistent(cases: list[Case], source: Path) -> None:
                 )
 
 
-def load_label_files(directory: Path, only: list[str] | None) -> list[LabelFile]:
+def load_label_files(directory: Path, only: list[str] | None, splits: list[str] | None = None) -> list[LabelFile]:
     files = sorted(directory.glob("*.toml"))
     if only:
         wanted = set(only)
@@ -222,7 +231,8 @@ def load_label_files(directory: Path, only: list[str] | None) -> list[LabelFile]
         if missing:
             raise LabelError(f"--only: no label file named {sorted(missing)} in {directory}")
         files = [f for f in files if f.stem in wanted]
-    return [parse_labels(f.read_text(encoding="utf-8"), f) for f in files]
+    loaded = [parse_labels(f.read_text(encoding="utf-8"), f) for f in files]
+    return [lf for lf in loaded if not splits or lf.split in splits]
 
 
 def check_cases_exist(labels: LabelFile, folder: Path) -> None:
@@ -462,6 +472,7 @@ class Evaluation:
         out = {
             "name": self.labels.name,
             "corpus": self.labels.corpus,
+            "split": self.labels.split,
             "seconds": round(self.seconds, 1),
             "tree": _result_json(self.tree),
         }
@@ -504,22 +515,27 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--single-file", action="store_true", help="also run amplint once per labelled file")
     parser.add_argument("--jobs", type=int, default=None, help="passed to amplint check --jobs")
     parser.add_argument("--json", type=Path, metavar="OUT", help="write every verdict and figure to OUT")
+    parser.add_argument("--split", nargs="+", choices=SPLITS, help="score only these splits (default: all)")
     args = parser.parse_args(argv)
     command = shlex.split(args.amplint) if args.amplint else [sys.executable, "-m", "amplint"]
     try:
-        label_files = load_label_files(args.labels, args.only)
+        label_files = load_label_files(args.labels, args.only, args.split)
         evaluations = [e for lf in label_files if (e := evaluate(lf, args, command)) is not None]
     except (LabelError, AmplintError) as e:
         print(f"real_code_eval: {e}", file=sys.stderr)
         return 2
-    for name, results in (
-        ("whole tree", [e.tree for e in evaluations]),
-        ("one file at a time", [e.single for e in evaluations if e.single is not None]),
-    ):
-        if results:
-            found, cross = (sum(n) for n in zip(*(r.cross_module_found() for r in results)))
-            lines = [f"== all label files ({len(results)}), {name}", *format_table(merge_scores(results))]
-            print("\n".join([*lines, f"  cross-module report cases found: {found} of {cross}", ""]))
+    present = [split for split in SPLITS if any(lf.split == split for lf in label_files)]
+    groups = [("all label files", None)] + ([(f"split {split}", split) for split in present] if len(present) > 1 else [])
+    for title, split in groups:
+        chosen = [e for e in evaluations if split is None or e.labels.split == split]
+        for name, results in (
+            ("whole tree", [e.tree for e in chosen]),
+            ("one file at a time", [e.single for e in chosen if e.single is not None]),
+        ):
+            if results:
+                found, cross = (sum(n) for n in zip(*(r.cross_module_found() for r in results)))
+                lines = [f"== {title} ({len(results)}), {name}", *format_table(merge_scores(results))]
+                print("\n".join([*lines, f"  cross-module report cases found: {found} of {cross}", ""]))
     if args.json:
         payload = {"amplint": shlex.join(command), "packages": [e.to_json() for e in evaluations]}
         args.json.write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
