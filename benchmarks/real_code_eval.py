@@ -198,7 +198,7 @@ def parse_labels(text: str, source: Path) -> LabelFile:
     cases = [_parse_case(raw, f"{source}: case {i + 1}") for i, raw in enumerate(raw_cases)]
     _check_consistent(cases, source)
     split = data.get("split", "legacy")
-    if split not in SPLITS[:2]:
+    if "split" in data and split not in SPLITS[:2]:
         raise LabelError(f"{source}: split must be one of {list(SPLITS[:2])} (or absent for the earlier sets), got {split!r}")
     return LabelFile(name=source.stem, source=source, corpus=corpus, cases=cases, split=split)
 

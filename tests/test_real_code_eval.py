@@ -236,3 +236,15 @@ def test_missing_corpus_folder_is_skipped(tmp_path: Path, capsys) -> None:
     (tmp_path / "pkg.toml").write_text(LABELS)
     assert rce.main(["--corpus", str(tmp_path / "nowhere"), "--labels", str(tmp_path)]) == 0
     assert "SKIPPED" in capsys.readouterr().out
+
+
+def test_a_label_file_names_its_split_and_figures_are_printed_per_split(tmp_path, capsys) -> None:
+    """dev repositories shape the rules; test ones are scored once at the end: each gets its own figures."""
+    for name, split in (("a", "dev"), ("b", "test")):
+        (tmp_path / f"{name}.toml").write_text(f'corpus = "src/{name}"\nsplit = "{split}"\n')
+    loaded = rce.load_label_files(tmp_path, None)
+    assert {lf.name: lf.split for lf in loaded} == {"a": "dev", "b": "test"}
+    assert [lf.name for lf in rce.load_label_files(tmp_path, None, ["test"])] == ["b"]
+    (tmp_path / "c.toml").write_text('corpus = "src/c"\nsplit = "train"\n')
+    with pytest.raises(rce.LabelError, match="split must be one of"):
+        rce.load_label_files(tmp_path, None)
