@@ -226,23 +226,35 @@ def _lines_inside_strings(source: str) -> set[int]:
 # --- the JSON ------------------------------------------------------------------------------
 
 
-def _raw_cells(data: dict) -> list[dict]:
+def _raw_cells(data: dict) -> list:
+    """The cells as stored, whatever their shape (`_code_cells` judges each); a `cells` or
+    `worksheets` that is not a list of them is "not a notebook"."""
     if "cells" in data:
-        return data["cells"]
-    # nbformat 3: cells live in worksheets
-    return [c for ws in data.get("worksheets", []) for c in ws.get("cells", [])]
+        cells = data["cells"]
+    else:  # nbformat 3: cells live in worksheets
+        worksheets = data.get("worksheets", [])
+        if not isinstance(worksheets, list) or not all(isinstance(ws, dict) for ws in worksheets):
+            raise NotebookError("not a notebook: `worksheets` is not a list of worksheets")
+        cells = []
+        for ws in worksheets:
+            if not isinstance(ws.get("cells", []), list):
+                raise NotebookError("not a notebook: a worksheet's `cells` is not a list")
+            cells += ws.get("cells", [])
+    if not isinstance(cells, list):
+        raise NotebookError("not a notebook: `cells` is not a list")
+    return cells
 
 
 def _code_cells(data: dict, text: str) -> list[tuple[int, str]]:
-    cells = _raw_cells(data)
-    if not isinstance(cells, list) or ("cells" not in data and "worksheets" not in data):
+    if "cells" not in data and "worksheets" not in data:
         raise NotebookError("not a notebook: no `cells`")
+    cells = _raw_cells(data)
     out = []
     for i, cell in enumerate(cells, start=1):
         if not isinstance(cell, dict) or cell.get("cell_type") != "code":
             continue
         source = cell.get("source", cell.get("input", ""))
-        if isinstance(source, list):
+        if isinstance(source, list) and all(isinstance(line, str) for line in source):
             source = "".join(source)
         if not isinstance(source, str):
             raise NotebookError(f"cell {i}: `source` is neither text nor a list of lines")
@@ -251,9 +263,16 @@ def _code_cells(data: dict, text: str) -> list[tuple[int, str]]:
 
 
 def _is_python(data: dict) -> bool:
-    meta = data.get("metadata") or {}
-    language = (meta.get("language_info") or {}).get("name") or (meta.get("kernelspec") or {}).get("language")
-    return language is None or str(language).lower() == "python"
+    """The kernel's language is Python, or not said (metadata of another shape says nothing)."""
+    meta = _table(data.get("metadata"))
+    for language in (_table(meta.get("language_info")).get("name"), _table(meta.get("kernelspec")).get("language")):
+        if isinstance(language, str) and language:
+            return language.lower() == "python"
+    return True
+
+
+def _table(value) -> dict:
+    return value if isinstance(value, dict) else {}
 
 
 def _unique_marker(text: str) -> str:
@@ -309,7 +328,12 @@ def upgrade_for_reading(text: str) -> str:
 def load(text: str, path: str = "<notebook>") -> Notebook:
     """Parse a notebook of any nbformat version; one older than 4 is read through nbformat's upgrade."""
     nb = Notebook.parse(text, path)
-    if int(nb.data.get("nbformat", 4)) < 4:
+    try:
+        version = int(nb.data.get("nbformat", 4))
+    except (TypeError, ValueError):
+        raise NotebookError(f"not a notebook: `nbformat` is {json.dumps(nb.data['nbformat'])[:40]}, "
+                            f"not a version number") from None
+    if version < 4:
         return replace(Notebook.parse(upgrade_for_reading(text), path), writable=False)
     return nb
 

@@ -258,3 +258,62 @@ def test_sarif_leaves_out_a_fix_it_cannot_place_in_its_cells(cross_cell: Path) -
     assert [("fixes" in r, r["properties"]["cell"]) for r in results] == [
         (False, 1), (False, 1), (False, 2), (False, 3), (True, 4),
     ]
+
+
+def _raw_notebook(**changes) -> dict:
+    nb = {"cells": [{"cell_type": "code", "source": ["import torch\n", DEPRECATED + "\n"], "metadata": {},
+                     "outputs": [], "execution_count": None}],
+          "metadata": {"language_info": {"name": "python"}}, "nbformat": 4, "nbformat_minor": 5}
+    for where, value in changes.items():
+        if where == "source":
+            nb["cells"][0]["source"] = value
+        elif where in ("worksheets", "worksheet_cells"):  # nbformat 3: no `cells`
+            del nb["cells"]
+            nb["nbformat"] = 3
+            nb["worksheets"] = value if where == "worksheets" else [{"cells": value}]
+        else:
+            nb[where] = value
+    return nb
+
+
+CELL_ERROR = "cell 1: `source` is neither text nor a list of lines"
+MALFORMED_NOTEBOOKS = {
+    "a line of the source is a number": ({"source": ["import torch\n", 5]}, CELL_ERROR),
+    "a line of the source is null": ({"source": [None]}, CELL_ERROR),
+    "a line of the source is a list": ({"source": [["import torch\n"]]}, CELL_ERROR),
+    "a line of the source is an object": ({"source": [{"text": "x"}]}, CELL_ERROR),
+    "the source is a number": ({"source": 5}, CELL_ERROR),
+    "the source is true": ({"source": True}, CELL_ERROR),
+    "cells is an object": ({"cells": {"0": {}}}, "not a notebook: `cells` is not a list"),
+    "worksheets is a number": ({"worksheets": 3}, "not a notebook: `worksheets` is not a list of worksheets"),
+    "a worksheet is a string": ({"worksheets": ["ws"]}, "not a notebook: `worksheets` is not a list of worksheets"),
+    "a worksheet's cells are a number": ({"worksheet_cells": 3}, "not a notebook: a worksheet's `cells` is not a list"),
+    "nbformat is a word": ({"nbformat": "four"}, 'not a notebook: `nbformat` is "four", not a version number'),
+    "nbformat is a list": ({"nbformat": [4]}, "not a notebook: `nbformat` is [4], not a version number"),
+}
+
+
+@pytest.mark.parametrize("changes,reason", MALFORMED_NOTEBOOKS.values(), ids=MALFORMED_NOTEBOOKS.keys())
+def test_a_malformed_notebook_is_that_files_clear_error_not_an_internal_one(tmp_path: Path, changes, reason) -> None:
+    (tmp_path / "nb.ipynb").write_text(json.dumps(_raw_notebook(**changes)))
+    result = check_paths([tmp_path / "nb.ipynb"], Config(root=tmp_path))
+    assert [c for f in result.files for c in f.crashes] == []
+    (err,) = result.errors
+    assert err.error.reason == reason
+
+
+@pytest.mark.parametrize("metadata", [[], "python", {"language_info": "python"}, {"kernelspec": ["python"]},
+                                      {"language_info": {"name": 3}}])
+def test_metadata_of_another_shape_says_no_language_and_the_cells_are_checked(tmp_path: Path, metadata) -> None:
+    (tmp_path / "nb.ipynb").write_text(json.dumps(_raw_notebook(metadata=metadata)))
+    result = check_paths([tmp_path / "nb.ipynb"], Config(root=tmp_path))
+    assert [c for f in result.files for c in f.crashes] == [] and result.errors == []
+    assert [(d.code, d.cell) for d in result.diagnostics] == [("AMP401", 1)]
+
+
+def test_the_cli_names_the_cell_whose_source_holds_a_number(tmp_path: Path) -> None:
+    (tmp_path / "nb.ipynb").write_text(json.dumps(_raw_notebook(source=["import torch\n", 5])))
+    proc = amplint("check", "--isolated", "nb.ipynb", cwd=tmp_path)
+    assert proc.returncode == 2
+    assert f"nb.ipynb:1:1: error: {CELL_ERROR}" in proc.stdout + proc.stderr
+    assert "internal error" not in proc.stdout + proc.stderr and "All checks passed" not in proc.stdout
