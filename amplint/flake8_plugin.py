@@ -118,7 +118,14 @@ class Flake8Plugin:
     def run(self) -> Iterator[tuple[int, int, str, type]]:
         from amplint.diagnostics import to_flake8
         from amplint.engine import SourceError, check_source
+        from amplint.sources import undecodable_as_read
 
+        # flake8 reads a file it cannot decode as Latin-1 and checks that text; `amplint
+        # check` refuses the file (Python would too): the same verdict here.
+        unreadable = undecodable_as_read(self._filename, self._source)
+        if unreadable is not None:
+            yield 1, 0, f"{NOT_ANALYSED} amplint did not analyse this file: {unreadable}", type(self)
+            return
         crashes: list = []  # a crashing rule must not take flake8 down; the others still report
         try:
             diagnostics = check_source(self._source, self._filename, self._config(), crashes=crashes)

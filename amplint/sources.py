@@ -71,6 +71,38 @@ def decode(raw: bytes, path: str = "<bytes>") -> tuple[str, str, bool]:
     return text, codec, bom
 
 
+def undecodable_as_read(path: str | os.PathLike, text: str) -> str | None:
+    """Why `amplint check` cannot read the file at `path` (its error's reason), when `text` is
+    that file's content as a lenient reader decoded it: flake8 falls back to Latin-1 and drops
+    a BOM, an editor may guess an encoding or replace what it cannot decode.  Then the file is
+    one amplint refuses, whatever front end was handed it.  None when the file decodes, cannot
+    be read, or `text` is not its content (an edited buffer: its bytes are not known yet).
+    """
+    head = text[:400].split("\n", 2)[:2]
+    if text.isascii() and not any("coding" in line for line in head):
+        return None  # ASCII without a cookie: decodes as UTF-8 whatever the reader
+    try:
+        raw = read_bytes(Path(path))
+    except OSError:
+        return None
+    try:
+        decode(raw, str(path))
+        return None
+    except UnreadableSource as exc:
+        reason = str(exc).split(": ", 1)[-1]
+
+    def normal(t: str) -> str:
+        return t.replace("\r\n", "\n").replace("\r", "\n").removeprefix("\ufeff").removeprefix("\xef\xbb\xbf")
+
+    seen = normal(text)
+    body = raw.removeprefix(codecs.BOM_UTF8)
+    for candidate in (body, raw):
+        for codec in ("latin-1", "cp1252", "utf-8"):
+            if normal(candidate.decode(codec, "replace")) == seen:
+                return reason
+    return None
+
+
 # PEP 263's cookie, as tokenize looks for it on the first two lines.
 _COOKIE = re.compile(rb"^[ \t\f]*#.*?coding[:=][ \t]*([-\w.]+)", re.MULTILINE)
 

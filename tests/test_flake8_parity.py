@@ -146,3 +146,52 @@ def test_flake8_honours_the_nearest_tool_amplint(tmp_path: Path, table: str, exp
 def test_flake8_isolated_reads_no_pyproject(tmp_path: Path) -> None:
     project = _project(tmp_path, 'ignore = ["AMP401"]')
     assert flake8("--select", "AMP", files=["train.py"], cwd=project) == {("train.py", 2, 5, "AMP401")}
+
+
+AMP401_LINE = b"import torch\nscaler = torch.cuda.amp.GradScaler()\n"
+ENCODINGS = {  # name -> (bytes, whether amplint and Python can read it)
+    "latin_1_without_a_cookie": (b"# caf\xe9\n" + AMP401_LINE, False),
+    "latin_1_crlf_without_a_cookie": ((b"# caf\xe9\n" + AMP401_LINE).replace(b"\n", b"\r\n"), False),
+    "an_unknown_cookie": (b"# coding: klingon\n" + AMP401_LINE, False),
+    "a_bom_and_a_latin_1_cookie": (b"\xef\xbb\xbf# coding: latin-1\n" + AMP401_LINE, False),
+    "a_utf_16_cookie": (b"# coding: utf-16\n" + AMP401_LINE, False),
+    "an_ascii_cookie_over_utf_8": (b"# coding: ascii\n# caf\xc3\xa9\n" + AMP401_LINE, False),
+    "latin_1_with_its_cookie": (b"# coding: latin-1\n# caf\xe9\n" + AMP401_LINE, True),
+    "utf_8_with_a_bom": (b"\xef\xbb\xbf# caf\xc3\xa9\n" + AMP401_LINE, True),
+}
+
+
+def test_a_file_amplint_cannot_decode_gets_the_same_verdict_from_the_cli_flake8_and_the_server(tmp_path: Path) -> None:
+    """flake8 reads what it cannot decode as Latin-1 and reported AMP401 where `amplint check`
+    refuses the file: now AMP000 with the CLI's reason, and the language server says the same
+    of the buffer an editor decoded from that file."""
+    from amplint.config import Config
+    from amplint.engine import SourceError
+    from amplint.runner import check_paths
+    from amplint.sources import decode
+
+    for name, (raw, _) in ENCODINGS.items():
+        (tmp_path / f"{name}.py").write_bytes(raw)
+    cli = {Path(e.path).stem: e.error.reason for e in check_paths([tmp_path], Config(root=tmp_path)).errors}
+    flake = flake8("--select", "AMP", files=["."], cwd=tmp_path)
+    pytest.importorskip("pygls")
+    from amplint.server.app import AmplintServer
+
+    server = AmplintServer()
+    for name, (raw, readable) in ENCODINGS.items():
+        assert (name not in cli) == readable, (name, cli.get(name))
+        codes = {code.split()[0] for path, *_, code in flake if Path(path).stem == name}
+        assert codes == ({"AMP401"} if readable else {"AMP000"}), (name, codes)
+        lint = server._linter((tmp_path / f"{name}.py").as_uri())
+        if readable:
+            assert [d.code for d in lint(decode(raw)[0])] == ["AMP401"]
+            continue
+        for text in {raw.decode("latin-1"), raw.decode("utf-8", "replace")}:  # as editors decode it
+            with pytest.raises(SourceError) as info:
+                lint(text)
+            assert (info.value.line, info.value.reason) == (1, cli[name])
+    edited = server._linter((tmp_path / "latin_1_without_a_cookie.py").as_uri())
+    assert [d.code for d in edited("# coding: latin-1\n# café\n" + AMP401_LINE.decode())] == ["AMP401"]
+    messages = subprocess.run([sys.executable, "-m", "flake8", "--isolated", "--select", "AMP", "."], cwd=tmp_path,
+                              capture_output=True, text=True, timeout=600).stdout
+    assert f"AMP000 amplint did not analyse this file: {cli['an_unknown_cookie']}" in messages

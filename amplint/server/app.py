@@ -16,6 +16,7 @@ from amplint.engine import SourceError, check_source
 from amplint.fixes import fix_text
 from amplint.server import convert
 from amplint.server.configs import Configs
+from amplint.sources import undecodable_as_read
 from amplint.suppression import add_noqa_edits
 
 FIX_ALL = "source.fixAll.amplint"
@@ -75,7 +76,16 @@ class AmplintServer(LanguageServer):
         if path is not None and config.is_excluded(path):
             return None
         name = str(path) if path is not None else "<buffer>"
-        return lambda text: check_source(text, name, config)
+
+        def lint(text: str) -> list[Diagnostic]:
+            # The editor decoded the file as it could; if the saved file is one amplint (and
+            # Python) cannot decode, say so, as `amplint check` and flake8 do.
+            unreadable = undecodable_as_read(path, text) if path is not None else None
+            if unreadable is not None:
+                raise SourceError(name, 1, 0, unreadable)
+            return check_source(text, name, config)
+
+        return lint
 
     def _show_once(self, message: str) -> None:
         if message not in self._shown_errors:
