@@ -213,3 +213,94 @@ def test_shutdown_and_exit_end_the_process(session) -> None:
     session.client.exit(None)
     session.run(session.client.stop())
     assert session.client._server.returncode == 0
+
+
+# --- framing: a bad message costs that message, not the session ------------------------------
+
+
+class _RawServer:
+    """`amplint server` over pipes, framed by hand: what a buggy client sends, exactly."""
+
+    def __init__(self) -> None:
+        import os
+        import queue
+        import subprocess
+        import threading
+
+        root = Path(__file__).resolve().parent.parent
+        self.proc = subprocess.Popen([sys.executable, "-m", "amplint", "server"], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                     env={**os.environ, "PYTHONPATH": str(root)})
+        self.replies: queue.Queue = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        import json
+
+        out = self.proc.stdout
+        while True:
+            length = None
+            while True:
+                line = out.readline()
+                if not line:
+                    return
+                if line.startswith(b"Content-Length:"):
+                    length = int(line.split(b":")[1])
+                if line == b"\r\n" and length is not None:
+                    break
+            message = json.loads(out.read(length))
+            if "id" in message and "method" not in message:
+                self.replies.put(message)
+
+    def send(self, body: bytes, length: int | None = None) -> None:
+        header = b"" if length is False else b"Content-Length: %d\r\n\r\n" % (len(body) if length is None else length)
+        self.proc.stdin.write(header + body)
+        self.proc.stdin.flush()
+
+    def request(self, id_: int, method: str, params: dict) -> bytes:
+        import json
+
+        return json.dumps({"jsonrpc": "2.0", "id": id_, "method": method, "params": params}).encode()
+
+    def reply(self, timeout: float = TIMEOUT) -> dict:
+        return self.replies.get(timeout=timeout)
+
+
+def test_the_server_answers_again_after_a_message_whose_content_length_was_wrong() -> None:
+    import json
+    import queue
+
+    server = _RawServer()
+    try:
+        server.send(server.request(1, "initialize", {"processId": None, "rootUri": None, "capabilities": {}}))
+        assert server.reply()["id"] == 1
+        server.send(json.dumps({"jsonrpc": "2.0", "method": "initialized", "params": {}}).encode())
+        action = {"textDocument": {"uri": "file:///nowhere/x.py"}, "context": {"diagnostics": []},
+                  "range": {"start": {"line": 0, "character": 0}, "end": {"line": 0, "character": 0}}}
+        bad = server.request(99, "textDocument/codeAction", action)
+        pretty = json.dumps(json.loads(bad), indent=1).encode()  # a body with newlines in it
+        broken = {
+            "one byte short": lambda: server.send(bad, len(bad) - 1),
+            "half the body": lambda: server.send(bad, len(bad) // 2),
+            "a body with lines, short": lambda: server.send(pretty, len(pretty) // 3),
+            "a length of zero": lambda: server.send(bad, 0),
+            "a length that is not a number": lambda: server.send(b"Content-Length: many\r\n\r\n" + bad, False),
+            "junk between messages": lambda: server.send(b"garbage\r\n\x00\xff junk", False),
+        }
+        for n, (name, send_broken) in enumerate(broken.items(), start=10):
+            send_broken()
+            server.send(server.request(n, "textDocument/codeAction", action))
+            try:
+                reply = server.reply(timeout=20)  # a hung server never answers: this is that test
+            except queue.Empty:
+                raise AssertionError(f"no answer after {name}") from None
+            assert reply["id"] == n, (name, reply)  # the broken request itself is lost
+        server.send(server.request(50, "shutdown", None))
+        assert server.reply()["id"] == 50
+        server.send(json.dumps({"jsonrpc": "2.0", "method": "exit"}).encode())
+        assert server.proc.wait(timeout=TIMEOUT) == 0
+        assert b"amplint server: skipped" in server.proc.stderr.read()
+    finally:
+        if server.proc.poll() is None:
+            server.proc.kill()
+            server.proc.wait()
