@@ -503,3 +503,39 @@ def test_a_malformed_entry_is_a_miss_and_the_check_gives_the_cold_result(tmp_pat
     for (paths, config), expected in zip(runs, cold):
         reset_shared()
         assert _summary(check_paths(paths, config, cache_dir=cdir)) == expected
+
+
+def _other_pythons() -> list[str]:
+    """Interpreters of other versions amplint supports (3.10 on), installed by pyenv or on PATH."""
+    import glob
+    import re
+    import shutil
+
+    found = {shutil.which(f"python3.{minor}") for minor in range(10, 15)}
+    found |= set(glob.glob(os.path.expanduser("~/.pyenv/versions/3.*/bin/python3.*")))
+    here = f"python{sys.version_info[0]}.{sys.version_info[1]}"
+    return sorted(p for p in found if p and "shims" not in p and re.search(r"python3\.1\d$", p) and not p.endswith(here))
+
+
+@pytest.mark.skipif(not _other_pythons(), reason="no other Python installed")
+def test_a_real_other_python_keeps_its_entries_apart(tmp_path) -> None:
+    """The same cache directory and configuration, another installed interpreter: another
+    run directory (amplint.cache needs neither libcst nor torch to say which)."""
+    import subprocess
+
+    code = ("import sys; from pathlib import Path; from amplint.cache import ResultCache; "
+            "from amplint.config import Config; "
+            "print(ResultCache(Path(sys.argv[1]), Config(root=Path(sys.argv[2]))).dir)")
+    here = cache_mod.ResultCache(tmp_path / "c", Config(root=tmp_path)).dir
+    asked = 0
+    for python in _other_pythons():
+        proc = subprocess.run([python, "-c", code, str(tmp_path / "c"), str(tmp_path)], capture_output=True,
+                              text=True, timeout=60, env={**os.environ, "PYTHONPATH": str(ROOT)})
+        if "ModuleNotFoundError" in proc.stderr:
+            continue  # amplint's dependencies are not installed there (3.10 needs tomli)
+        assert proc.returncode == 0, (python, proc.stderr[-500:])
+        there = Path(proc.stdout.strip())
+        assert there.parent == here.parent and there != here, python
+        asked += 1
+    if not asked:
+        pytest.skip("no other Python here can import amplint.cache")
