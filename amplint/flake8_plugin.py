@@ -10,17 +10,18 @@ Opt-in rules (`default_enabled = False`) stay off in two ways, so that flake8 an
 
 - `add_options` adds them to flake8's `extend_default_ignore`, so a plain `flake8`
   run (no `--select`) does not report them;
-- flake8 treats an explicit `--select AMP` as stronger than a default ignore, which
-  would turn them on; amplint's rule is that a prefix never enables an opt-in rule,
-  only its full code does.  `parse_options` reads the explicit selection and the
-  plugin drops an opt-in rule unless its full code was named.
+- an explicit `--select` / `--extend-select` that names one (`AMP`, `AMP5`, `AMP502`)
+  turns it on, as the same selector does in `amplint check` (and as flake8 itself
+  decides: an explicit selection is stronger than a default ignore).  `parse_options`
+  reads the explicit selection and the plugin runs the opt-in rules it names.
 
 One configuration everywhere: each file is checked with the `[tool.amplint]` of the
 pyproject.toml nearest it (select, ignore, extend-select, per-file-ignores,
 target-torch), as `amplint check` does, so a rule the project ignores stays quiet in
 flake8 too; flake8's own select/ignore/noqa then apply on top.  flake8's `--isolated`
-reads no pyproject.toml either.  An invalid `[tool.amplint]` fails the run with the
-message that names the key, as it does in the CLI.
+reads no pyproject.toml either.  An invalid `[tool.amplint]`, or a pyproject.toml on
+the way up that cannot be read or is not valid TOML, fails the run with the message that
+names the key or the file, as it does in the CLI.
 
 This module must stay cheap to import and must never import torch: flake8 loads it
 for every run, in every project.
@@ -51,11 +52,9 @@ def _enabled_here() -> set[str]:
 
     from amplint.config import ConfigError, find_pyproject, load
 
-    found = find_pyproject(Path.cwd())
-    if found is None:
-        return set()
     try:
-        return {r.code for r in load(found).rules()}
+        found = find_pyproject(Path.cwd())
+        return {r.code for r in load(found).rules()} if found is not None else set()
     except ConfigError:
         return set()  # reported with its message when the first file is checked
 
@@ -65,7 +64,7 @@ class Flake8Plugin:
 
     name = "amplint"
     version = __version__
-    # Opt-in codes whose full code the user named in --select/--extend-select.
+    # Opt-in codes that a selector the user gave in --select/--extend-select names.
     _enabled_opt_in: ClassVar[frozenset[str]] = frozenset()
     _isolated: ClassVar[bool] = False
     _configs: ClassVar[dict] = {}  # directory -> Config, one pyproject.toml lookup per directory
@@ -89,7 +88,8 @@ class Flake8Plugin:
         for attr in ("select", "extend_select"):
             for item in getattr(options, attr, None) or ():
                 named |= {c.strip().upper() for c in str(item).split(",") if c.strip()}
-        cls._enabled_opt_in = frozenset(c for c in _opt_in_codes() if c in named)
+        # NB: flake8's selectors are prefixes: `AMP`, `AMP5` and `AMP502` all name AMP502
+        cls._enabled_opt_in = frozenset(c for c in _opt_in_codes() if any(c.startswith(s) for s in named))
         # NB: flake8 parses --isolated in a first pass and leaves it False in `options`
         # (flake8/options/parse_args.py), so the command line is asked as well.
         import sys

@@ -26,30 +26,28 @@ def expand_codes(selector: str) -> list[str]:
         return [_BY_NAME[sel].code]
     if sel.upper() in _BY_CODE:
         return [sel.upper()]
-    # NB: a prefix (or ALL) leaves opt-in rules off, as flake8 does when a longer
-    # default-ignore entry matches; name the full code to turn one on.
+    # NB: as in Ruff, a selector selects every rule it names, opt-in ones included: an
+    # opt-in rule is only off by default (a preview tier would stay behind its own switch).
     if sel.upper() == "ALL":
-        return sorted(e.code for e in CATALOG if e.default_enabled)
+        return sorted(e.code for e in CATALOG)
     matched = [e for e in CATALOG if e.code.startswith(sel.upper())] if sel.upper().startswith("AMP") else []
     if not matched:
         raise UnknownSelector(f"unknown rule selector {selector!r} (expected a code like AMP101, a prefix like AMP1, or a rule name)")
-    return sorted(e.code for e in matched if e.default_enabled)
+    return sorted(e.code for e in matched)
 
 
 def resolve_codes(select=None, ignore=(), extend_select=()) -> tuple[str, ...]:
-    """Codes enabled by ruff-style selection: explicit select wins over defaults; ignore removes."""
-    if select:
+    """Codes enabled by ruff-style selection: explicit select wins over defaults; ignore removes.
+
+    `select` None: the default rules; an empty `select` selects nothing (as in Ruff).
+    """
+    if select is not None:
         chosen = {c for s in select for c in expand_codes(s)}
     else:
         chosen = {e.code for e in CATALOG if e.default_enabled}
     chosen |= {c for s in extend_select for c in expand_codes(s)}
     chosen -= {c for s in ignore for c in expand_codes(s)}
     return tuple(sorted(chosen))
-
-
-def codes_with_prefix(prefix: str) -> set[str]:
-    """Every code that starts with `prefix`, opt-in ones included (a per-file ignore)."""
-    return {e.code for e in CATALOG if e.code.startswith(prefix.upper())}
 
 
 def rule(code: str) -> type:

@@ -65,7 +65,7 @@ SNIPPETS = [
 ]
 
 
-# Every rule, the opt-in ones too (`ALL` leaves those out, and with them their fixes).
+# Every rule, the opt-in ones too (what `ALL` selects), named one by one.
 EVERY_RULE = [r.code for r in ALL_RULES]
 
 

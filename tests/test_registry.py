@@ -35,12 +35,36 @@ def test_codes_and_names_are_unique() -> None:
 
 def test_lookup_tables_cover_every_rule() -> None:
     assert set(registry.BY_CODE) == set(CODES)
-    assert {r.code for r in registry.expand("ALL")} == {r.code for r in ALL_RULES if r.default_enabled}
+    assert {r.code for r in registry.expand("ALL")} == {r.code for r in ALL_RULES}
     for rule in ALL_RULES:
         assert registry.expand(rule.name) == [rule]
         assert registry.expand(rule.code.lower()) == [rule]
     with pytest.raises(registry.UnknownSelector):
         registry.expand("AMP6")  # no AMP6xx group
+
+
+@pytest.mark.parametrize("opt_in", [r.code for r in ALL_RULES if not r.default_enabled])
+def test_a_selector_selects_every_rule_it_names_opt_in_ones_included(opt_in: str) -> None:
+    """As in Ruff: ALL, a prefix, a code and a name each select every rule they name; an
+    opt-in rule is only off by default (only a preview tier would stay behind its own switch)."""
+    name = registry.BY_CODE[opt_in].name
+    selectors = ["ALL", "AMP", opt_in[:4], opt_in[:5], opt_in, opt_in.lower(), name]
+    assert opt_in not in registry.resolve_codes()
+    for selector in selectors:
+        assert opt_in in registry.expand_codes(selector), selector
+        assert opt_in in registry.resolve_codes(select=[selector]), selector
+        assert opt_in in registry.resolve_codes(extend_select=[selector]), selector
+        assert opt_in not in registry.resolve_codes(select=[selector], ignore=[opt_in]), selector
+    # a prefix names exactly the codes that start with it
+    group = opt_in[:4]
+    assert registry.expand_codes(group) == sorted(r.code for r in ALL_RULES if r.code.startswith(group))
+
+
+def test_an_empty_selection_selects_nothing() -> None:
+    """Ruff's reading of `select = []`: no rule (None, not given: the defaults)."""
+    assert registry.resolve_codes(select=()) == ()
+    assert registry.resolve_codes(select=(), extend_select=["AMP401"]) == ("AMP401",)
+    assert registry.resolve_codes(select=None) == tuple(sorted(r.code for r in ALL_RULES if r.default_enabled))
 
 
 @pytest.mark.parametrize("code", CODES)
