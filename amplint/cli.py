@@ -190,7 +190,9 @@ def cmd_check(args) -> int:
         print("amplint: error: --stdin-filename needs `-` as the path", file=sys.stderr)
         return EXIT_ERROR
     files, missing = [], []
+    warned: set = set()
     for config, group, force_exclude in _units(args, paths):
+        _warn_if_nothing_selected(args, config, warned)
         cache_dir = None if args.no_cache else (args.cache_dir or default_cache_dir(config.root))
         part = check_paths(
             group, config, fix=args.fix, unsafe=args.unsafe_fixes, diff=args.diff, force_exclude=force_exclude,
@@ -232,6 +234,17 @@ def cmd_check(args) -> int:
     if args.diff:
         return EXIT_FINDINGS if any(f.diff for f in result.files) else EXIT_CLEAN
     return _exit_code(args, diagnostics, fixed)
+
+
+def _warn_if_nothing_selected(args, config: Config, warned: set) -> None:
+    """An empty selection (`select = []`, `--select ""`) selects nothing, as in Ruff: say so
+    once per configuration, since "All checks passed!" alone would read as a clean tree."""
+    if config.codes() or config.source in warned or args.silent:
+        return
+    warned.add(config.source)
+    where = f" (by {config.source})" if config.source is not None and not args.select else ""
+    print(f"amplint: warning: no rule is selected{where}, so nothing is checked; "
+          f"leave `select` out for the default rules", file=sys.stderr)
 
 
 def _exit_code(args, diagnostics, fixed: int) -> int:
@@ -352,6 +365,7 @@ def _check_stdin(args) -> int:
     name = args.stdin_filename or Path("-")
     lookup = args.stdin_filename if args.stdin_filename is not None else Path.cwd()
     ((config, _),) = load_config(args, [lookup])
+    _warn_if_nothing_selected(args, config, set())
     if sys.stdin is None:  # `amplint check - <&-`: the interpreter found no descriptor 0
         print("amplint: error: cannot read stdin: it is closed", file=sys.stderr)
         return EXIT_ERROR

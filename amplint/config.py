@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import fnmatch
 import os
+import posixpath
 import re
 import subprocess
 import sys
@@ -86,7 +87,7 @@ def parse_torch_version(text: str) -> tuple[int, int] | None:
 
 @dataclass(frozen=True)
 class Config:
-    select: tuple[str, ...] = ()
+    select: tuple[str, ...] | None = None  # None: the default rules; (): none (as in Ruff)
     extend_select: tuple[str, ...] = ()
     ignore: tuple[str, ...] = ()
     per_file_ignores: tuple[tuple[str, tuple[str, ...]], ...] = ()
@@ -104,8 +105,10 @@ class Config:
     def __post_init__(self) -> None:
         if self.target_torch is not None and parse_torch_version(self.target_torch) is None:
             raise ConfigError(f'target-torch must be a torch version like "2.4", got {self.target_torch!r}')
-        # Validate selectors early: an unknown code is a clear error, not silence.
-        for sel in (*self.select, *self.extend_select, *self.ignore, *(c for _, cs in self.per_file_ignores for c in cs)):
+        # Validate selectors and patterns early: an unknown code is a clear error, not silence.
+        for pattern, _ in self.per_file_ignores:
+            _per_file_matcher(pattern)
+        for sel in (*(self.select or ()), *self.extend_select, *self.ignore, *(c for _, cs in self.per_file_ignores for c in cs)):
             try:
                 registry.expand_codes(sel)
             except registry.UnknownSelector as exc:
@@ -142,12 +145,14 @@ class Config:
     def _per_file_ignored(self, path) -> set[str]:
         if not self.per_file_ignores:
             return set()
-        rel = self._relative(path)
+        real = _resolve(Path(path))
+        full, name = real.as_posix(), real.name
+        base = self._resolved_root if self.root is not None else _resolve(Path.cwd())
         out: set[str] = set()
         for pattern, codes in self.per_file_ignores:
-            if _match(rel, pattern):
+            if _per_file_matcher(pattern).matches(full, name, base):
                 for c in codes:
-                    out |= set(registry.expand_codes(c)) | registry.codes_with_prefix(c)
+                    out |= set(registry.expand_codes(c))
         return out
 
     def is_excluded(self, path: str | os.PathLike, *, below: str | os.PathLike | None = None) -> bool:
@@ -298,40 +303,200 @@ def _path_glob(pattern: str) -> str:
     return f"(?:{fnmatch.translate(pattern)})|(?:{fnmatch.translate(pattern.rstrip('/') + '/*')})"
 
 
+class _PerFileMatcher:
+    """A `per-file-ignores` pattern, matched as Ruff matches it (flake8 agrees where both are defined).
+
+    The pattern is a glob relative to the configuration's directory (`./x.py`, `../x.py`
+    and absolute paths too) that matches the file's path; or, as a bare glob, the file's
+    name (`"__init__.py"` anywhere).  `*` and `?` also match `/`; `**/` is zero or more
+    folders (`**/foo.py` matches a `foo.py` at the top); `[abc]`, `[!abc]` and `{a,b}`
+    as in Ruff's globs.  A pattern naming a folder also covers what lies below it.
+    """
+
+    def __init__(self, pattern: str) -> None:
+        if not pattern.strip():
+            raise ConfigError(f"per-file-ignores: pattern {pattern!r} is an empty pattern, which matches no file")
+        if "\0" in pattern:
+            raise ConfigError(f"per-file-ignores: pattern {pattern!r} holds a NUL character, which no path can")
+        try:
+            self._name = re.compile(_glob_regex(pattern), re.S)
+            normal = posixpath.normpath(pattern)
+            ups = 0
+            if not normal.startswith("/"):
+                while normal == ".." or normal.startswith("../"):
+                    ups, normal = ups + 1, normal[3:] or "."
+            self._ups, self._absolute = ups, normal.startswith("/")
+            self._path = "" if normal == "." else _glob_regex(normal)
+        except _BadGlob as exc:
+            raise ConfigError(f"per-file-ignores: pattern {pattern!r} is not a valid glob: {exc}") from None
+        self._compiled: dict[str, re.Pattern] = {}
+
+    def matches(self, full: str, name: str, base: Path) -> bool:
+        """`full`: the file's real absolute path (posix); `name`: its file name; `base`: the
+        (real) directory the pattern is relative to."""
+        if self._name.fullmatch(name):
+            return True
+        regex = self._compiled.get(str(base))
+        if regex is None:
+            if self._absolute:
+                prefix = ""
+            else:
+                anchor = base
+                for _ in range(self._ups):
+                    anchor = anchor.parent
+                prefix = re.escape(anchor.as_posix().rstrip("/") + "/")
+            # NB: the folder's own name is never a glob (a project in `a[1]/` is not a class)
+            body = f"(?:{self._path})(?:/.*)?" if self._path else ".*"
+            regex = self._compiled[str(base)] = re.compile(prefix + body, re.S)
+        return regex.fullmatch(full) is not None
+
+
+class _BadGlob(ValueError):
+    """A glob that does not compile (Ruff refuses it too)."""
+
+
+def _glob_regex(pattern: str) -> str:
+    """Regex source (for `fullmatch`) of a glob as Ruff's globset reads it by default."""
+    out: list[str] = []
+    i, n, in_braces = 0, len(pattern), False
+    while i < n:
+        c = pattern[i]
+        if c == "*":
+            if pattern.startswith("**", i) and (i == 0 or pattern[i - 1] == "/") and (i + 2 == n or pattern[i + 2] == "/"):
+                if i + 2 == n:  # `a/**`: everything below
+                    out.append(".*")
+                    i += 2
+                else:  # `**/`: zero or more folders
+                    out.append("(?:.*/)?")
+                    i += 3
+                continue
+            out.append(".*")
+        elif c == "?":
+            out.append(".")
+        elif c == "[":
+            j = i + 1
+            if j < n and pattern[j] in "!^":
+                j += 1
+            if j < n and pattern[j] == "]":
+                j += 1
+            while j < n and pattern[j] != "]":
+                j += 1
+            if j >= n:
+                raise _BadGlob(f"unclosed character class starting at {pattern[i:]!r}")
+            body = pattern[i + 1 : j]
+            negate = body[:1] in ("!", "^")
+            if negate:
+                body = body[1:]
+            out.append("[" + ("^" if negate else "") + body.replace("\\", "\\\\").replace("^", "\\^").replace("[", "\\[") + "]")
+            i = j
+        elif c == "{":
+            if in_braces:
+                raise _BadGlob("nested alternatives ({...{...}...}) are not allowed")
+            in_braces = True
+            out.append("(?:")
+        elif c == "}" and in_braces:
+            in_braces = False
+            out.append(")")
+        elif c == "," and in_braces:
+            out.append("|")
+        elif c == "\\":
+            if i + 1 == n:
+                raise _BadGlob("a dangling backslash at the end")
+            i += 1
+            out.append(re.escape(pattern[i]))
+        else:
+            out.append(re.escape(c))
+        i += 1
+    if in_braces:
+        raise _BadGlob("unclosed alternatives: a '{' without its '}'")
+    source = "".join(out)
+    try:
+        re.compile(source)
+    except re.error as exc:  # e.g. a class range the wrong way round: [z-a]
+        raise _BadGlob(str(exc)) from None
+    return source
+
+
 @lru_cache(maxsize=256)
-def _path_matcher(pattern: str) -> re.Pattern:
-    return re.compile(_path_glob(pattern))
-
-
-def _match(rel: str, pattern: str) -> bool:
-    return _path_matcher(pattern).match(rel) is not None or rel.startswith(pattern.rstrip("/") + "/")
+def _per_file_matcher(pattern: str) -> _PerFileMatcher:
+    return _PerFileMatcher(pattern)
 
 
 def find_pyproject(start: Path) -> Path | None:
-    """The nearest pyproject.toml with a [tool.amplint] table, from `start` upward."""
-    here = start if start.is_dir() else start.parent
+    """The nearest pyproject.toml with a [tool.amplint] table, from `start` upward.
+
+    One without [tool.amplint] is passed over; one that cannot be read or is not valid
+    TOML raises ConfigError naming it (as Ruff does): passing over it would silently
+    apply a parent's configuration, or none, to a project whose own cannot be read.  A
+    folder that cannot be searched (no permission) is passed over: whatever lies in it
+    cannot be read either, and the walk reports that.
+    """
+    try:
+        here = start if start.is_dir() else start.parent
+    except OSError:
+        here = start.parent
     for d in (here, *here.parents):
         candidate = d / "pyproject.toml"
-        if candidate.is_file():
-            try:
-                data = tomllib.loads(candidate.read_text(encoding="utf-8"))
-            except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError):
+        try:
+            if not candidate.is_file():
                 continue
-            if "amplint" in data.get("tool", {}):
-                return candidate
+        except OSError:
+            continue
+        if _amplint_table(_read_toml(candidate), candidate) is not None:
+            return candidate
     return None
 
 
-def load(path: Path) -> Config:
+def _read_toml(path: Path) -> dict:
+    """The TOML document in `path`, or ConfigError saying why it cannot be had."""
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        return tomllib.loads(path.read_text(encoding="utf-8"))
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: invalid TOML: {exc}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: invalid TOML: not UTF-8 ({exc.reason} at byte {exc.start})") from None
     except OSError as exc:
-        raise ConfigError(f"{path}: cannot read: {exc.strerror}") from None
+        raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from None
+
+
+def _amplint_table(data: dict, path: Path) -> dict | None:
+    """A pyproject's [tool.amplint] (None without one); ConfigError when `tool` or it is not a table."""
+    tool = data.get("tool", {})
+    if not isinstance(tool, dict):
+        raise ConfigError(f"{path}: `tool` must be a table ([tool.amplint]), got {_toml_type(tool)}")
+    table = tool.get("amplint")
+    if table is not None and not isinstance(table, dict):
+        raise ConfigError(f"{path}: [tool.amplint] must be a table, got {_toml_type(table)}")
+    return table
+
+
+def _toml_type(value: object) -> str:
+    """What TOML calls the type of `value`, for messages."""
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int):
+        return "an integer"
+    if isinstance(value, float):
+        return "a float"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "an array"
+    if isinstance(value, dict):
+        return "a table"
+    return "a date or time"
+
+
+def load(path: Path) -> Config:
+    data = _read_toml(path)
     if path.name != "pyproject.toml":
         return from_table(data, path)
-    return from_table(data.get("tool", {}).get("amplint", {}), path, inferred_target_torch=torch_floor(data))
+    return from_pyproject(data, path)
+
+
+def from_pyproject(data: dict, path: Path) -> Config:
+    """The Config of a parsed pyproject.toml at `path` (its [tool.amplint], else the defaults)."""
+    return from_table(_amplint_table(data, path) or {}, path, inferred_target_torch=torch_floor(data))
 
 
 def torch_floor(pyproject: dict) -> str | None:
@@ -342,6 +507,8 @@ def torch_floor(pyproject: dict) -> str | None:
     (per platform, per extra): the oldest of their floors.  None without a lower bound.
     """
     project = pyproject.get("project", {}) if isinstance(pyproject, dict) else {}
+    if not isinstance(project, dict):
+        return None  # not ours to judge: packaging tools report a malformed [project]
     groups = [project.get("dependencies", [])]
     extras = project.get("optional-dependencies", {})
     if isinstance(extras, dict):
@@ -378,8 +545,9 @@ def from_table(table: dict, path: Path | None = None, *, inferred_target_torch: 
 
     def strings(key: str) -> tuple[str, ...]:
         value = table.get(key, [])
-        if isinstance(value, str) or not all(isinstance(v, str) for v in value):
-            raise ConfigError(f"{where}[tool.amplint] {key} must be a list of strings")
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise ConfigError(f"{where}[tool.amplint] {key} must be a list of strings, got {_toml_type(value)}"
+                              + (" holding other values" if isinstance(value, list) else ""))
         return tuple(value)
 
     pfi = table.get("per-file-ignores", {})
@@ -401,7 +569,7 @@ def from_table(table: dict, path: Path | None = None, *, inferred_target_torch: 
         raise ConfigError(f"{where}[tool.amplint] max-file-tokens must be a whole number (0: no limit)")
     kwargs = dict(
         max_file_tokens=max_tokens,
-        select=strings("select"),
+        select=strings("select") if "select" in table else None,
         extend_select=strings("extend-select"),
         ignore=strings("ignore"),
         per_file_ignores=per_file,
@@ -441,10 +609,17 @@ def defaults_for(start: Path) -> Config:
     """The defaults for files with no `[tool.amplint]` above them; `target-torch` is still the
     project's own torch floor when the nearest pyproject.toml states one (ruff reads
     `requires-python` the same way)."""
-    here = start if start.is_dir() else start.parent
+    try:
+        here = start if start.is_dir() else start.parent
+    except OSError:
+        here = start.parent
     for d in (here, *here.parents):
         candidate = d / "pyproject.toml"
-        if candidate.is_file():
+        try:
+            found = candidate.is_file()
+        except OSError:
+            found = False
+        if found:
             try:
                 stamp = candidate.stat().st_mtime_ns
             except OSError:
@@ -473,7 +648,10 @@ def group_by_config(paths: list[Path]) -> list[tuple[Config, list[Path]]]:
     defaults: dict[Path, Config] = {}
     for p in paths:
         resolved = _resolve(p)
-        here = resolved if resolved.is_dir() else resolved.parent
+        try:
+            here = resolved if resolved.is_dir() else resolved.parent
+        except OSError:  # a folder on the way cannot be searched: the reader says so
+            here = resolved.parent
         if here not in nearest:
             nearest[here] = find_pyproject(here)
         found = nearest[here]
@@ -529,9 +707,12 @@ class GitIgnore:
             return self._tops[d]
         top = None
         for cand in (d, *d.parents):
-            if (cand / ".git").exists():
-                top = cand
-                break
+            try:
+                if (cand / ".git").exists():
+                    top = cand
+                    break
+            except OSError:  # a folder that cannot be searched: git cannot look there either
+                continue
         self._tops[d] = top
         return top
 

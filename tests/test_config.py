@@ -297,3 +297,255 @@ def test_a_walk_judges_a_link_by_where_it_leads(tmp_path: Path) -> None:
     assert [p.relative_to(tmp_path).as_posix() for p in found] == ["src/own.py"]
     assert config.is_excluded(tmp_path / "src" / "linked", below=tmp_path / "src")
     assert not config.is_excluded(tmp_path / "src" / "own.py", below=tmp_path / "src")
+
+
+# --- pyproject.toml files that cannot be used --------------------------------------------------
+
+
+def _nested_project(tmp_path: Path, inner: bytes) -> Path:
+    """A project whose [tool.amplint] ignores AMP401, and in it sub/ with a pyproject.toml of `inner`."""
+    (tmp_path / "pyproject.toml").write_text('[tool.amplint]\nignore = ["AMP401"]\n')
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "pyproject.toml").write_bytes(inner)
+    (tmp_path / "sub" / "old.py").write_text(DEPRECATED)
+    return tmp_path
+
+
+UNUSABLE_PYPROJECTS = {
+    "invalid TOML": b"[tool.amplint\n",
+    "a duplicate key": b"[project]\nname = 'a'\nname = 'b'\n",
+    "not UTF-8": b"[project]\nname = '\xff'\n",
+    "`tool` a string": b'tool = "amplint"\n',
+    "`tool` an array": b"tool = [1]\n",
+    "[tool.amplint] a string": b'[tool]\namplint = "x"\n',
+    "[tool.amplint] an array of tables": b"[[tool.amplint]]\nselect = []\n",
+    "[tool.amplint] an integer": b"tool.amplint = 5\n",
+}
+
+
+@pytest.mark.parametrize("what", UNUSABLE_PYPROJECTS)
+@pytest.mark.parametrize("named", [".", "sub", "sub/old.py"])
+def test_a_pyproject_that_cannot_be_used_is_an_error_naming_it(tmp_path: Path, what: str, named: str) -> None:
+    """Never the parent's configuration in its place (which here would pass the file clean)."""
+    project = _nested_project(tmp_path, UNUSABLE_PYPROJECTS[what])
+    proc = amplint("check", "--no-cache", named, cwd=project)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert str(project / "sub" / "pyproject.toml") in proc.stderr
+    assert "Traceback" not in proc.stderr and "All checks passed" not in proc.stdout
+    # --isolated reads no file, so it is not asked
+    assert amplint("check", "--no-cache", "--isolated", named, cwd=project).returncode == 1
+
+
+def test_a_pyproject_that_cannot_be_read_is_an_error_naming_it(tmp_path: Path, monkeypatch) -> None:
+    """Unreadable (simulated: root reads every file whatever its mode)."""
+    project = _nested_project(tmp_path, b"[project]\nname = 'x'\n")
+    blocked = project / "sub" / "pyproject.toml"
+    real_read_text = Path.read_text
+
+    def read_text(self, *args, **kwargs):
+        if self == blocked:
+            raise PermissionError(13, "Permission denied", str(self))
+        return real_read_text(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "read_text", read_text)
+    proc = amplint("check", "--no-cache", ".", cwd=project)
+    assert proc.returncode == 2 and f"{blocked}: cannot read: Permission denied" in proc.stderr, proc.stderr
+    monkeypatch.setattr(Path, "read_text", real_read_text)
+    assert amplint("check", "--no-cache", ".", cwd=project).returncode == 0  # readable: no [tool.amplint], the parent's
+
+
+def test_every_front_end_refuses_a_pyproject_that_cannot_be_used(tmp_path: Path) -> None:
+    """The flake8 plugin and the language server fail the same way, naming the file (the CLI: above)."""
+    from amplint.flake8_plugin import Flake8Plugin
+    from amplint.server.configs import Configs
+
+    project = _nested_project(tmp_path, b"[tool.amplint\n")
+    target = project / "sub" / "old.py"
+    plugin = Flake8Plugin(None, DEPRECATED.splitlines(keepends=True), str(target))
+    with pytest.raises(ConfigError, match=r"sub/pyproject\.toml: invalid TOML"):
+        list(plugin.run())
+    with pytest.raises(ConfigError, match=r"sub/pyproject\.toml: invalid TOML"):
+        Configs().for_path(target)
+    (project / "sub" / "pyproject.toml").write_text("[project]\nname = 'x'\n")
+    Flake8Plugin._configs = {}
+    assert [m for *_, m in Flake8Plugin(None, DEPRECATED.splitlines(keepends=True), str(target)).run()] == []
+    assert Configs().for_path(target).ignore == ("AMP401",)
+
+
+# --- every key, every type ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("table", [
+    "select = 5",
+    "extend-select = {a = 1}",
+    'ignore = ["AMP1", 2]',
+    "exclude = true",
+    'extend-include = "*.pyw"',
+    "per-file-ignores = []",
+    'per-file-ignores = { "a.py" = "AMP101" }',
+    "target-torch = 2.4",
+    "max-file-tokens = 1.5",
+    "respect-gitignore = []",
+    "extend-exclude = 1979-05-27",
+])
+def test_a_value_of_the_wrong_type_is_a_clear_error(project: Path, table: str) -> None:
+    (project / "pyproject.toml").write_text(f"[tool.amplint]\n{table}\n")
+    proc = amplint("check", "--no-cache", ".", cwd=project)
+    assert proc.returncode == 2, proc.stderr
+    key = table.split(" =")[0]
+    assert key in proc.stderr and str(project / "pyproject.toml") in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+try:
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+except ImportError:  # pragma: no cover
+    given = None
+
+
+if given is not None:
+    import datetime as _dt
+
+    from amplint.config import KNOWN_KEYS, from_pyproject
+
+    # What TOML can hold: strings, integers, floats, booleans, dates and times, arrays, tables.
+    _SCALARS = (
+        st.text(max_size=8) | st.sampled_from(["AMP1", "AMP401", "ALL", "AMP", "2.4", "*.py", "tests/*", "[", "{a,b}/x.py", ""])
+        | st.integers(-2**63, 2**63 - 1) | st.floats(allow_nan=True) | st.booleans()
+        | st.dates() | st.times() | st.datetimes() | st.just(_dt.datetime(1979, 5, 27, tzinfo=_dt.timezone.utc))
+    )
+    _VALUES = st.recursive(
+        _SCALARS, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3),
+        max_leaves=8,
+    )
+    _KEYS = st.sampled_from(sorted(KNOWN_KEYS)) | st.text(max_size=8)
+
+    @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(
+        table=st.dictionaries(_KEYS, _VALUES, max_size=4),
+        shape=st.sampled_from(["table", "tool", "amplint", "project"]),
+        other=_VALUES,
+    )
+    def test_any_configuration_is_a_config_or_a_clear_error(table: dict, shape: str, other) -> None:
+        """Every key with every TOML type, and every shape of `tool`, `tool.amplint` and
+        `project` around it: a usable Config, or ConfigError naming the file; never another exception."""
+        data = {
+            "table": {"tool": {"amplint": table}},
+            "tool": {"tool": other},
+            "amplint": {"tool": {"amplint": other}},
+            "project": {"tool": {"amplint": table}, "project": other},
+        }[shape]
+        path = Path("/p/pyproject.toml")
+        try:
+            config = from_pyproject(data, path)
+        except ConfigError as exc:
+            assert str(exc).startswith(f"{path}: "), exc
+            return
+        # what a run then asks of it
+        config.codes()
+        config.cache_key
+        config.rules_for(Path("/p/tests/x.py"))
+        config.is_included(Path("/p/a/b.pyw"))
+        config.walk_below(Path("/p")).excluded(Path("/p/build/x.py"))
+
+
+# --- an empty selection ----------------------------------------------------------------------
+
+
+def test_an_empty_select_selects_nothing_and_says_so(project: Path) -> None:
+    """As Ruff reads it: `select = []` is no rule, not the default ones; a warning says so."""
+    (project / "pyproject.toml").write_text("[tool.amplint]\nselect = []\n")
+    proc = amplint("check", "--no-cache", "--output-format", "json", ".", cwd=project)
+    assert proc.returncode == 0 and json.loads(proc.stdout) == []
+    assert "no rule is selected" in proc.stderr and str(project / "pyproject.toml") in proc.stderr
+    (project / "pyproject.toml").write_text('[tool.amplint]\nselect = []\nextend-select = ["AMP401"]\n')
+    proc = amplint("check", "--no-cache", "--output-format", "json", ".", cwd=project)
+    assert {d["code"] for d in json.loads(proc.stdout)} == {"AMP401"} and "no rule is selected" not in proc.stderr
+    proc = amplint("check", "--no-cache", "--isolated", "--select", "", ".", cwd=project)
+    assert proc.returncode == 0 and "no rule is selected" in proc.stderr
+    proc = amplint("check", "--no-cache", "--isolated", "--select", "", "-", cwd=project)
+    assert "no rule is selected" in proc.stderr
+
+
+# --- per-file-ignores ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("pattern, ignored, kept", [
+    ("**/foo.py", ["foo.py", "a/foo.py", "a/b/foo.py"], ["foo.pyi", "a/xfoo.py"]),
+    ("./bar.py", ["bar.py"], ["a/bar.py", "bar.pyi"]),
+    ("bar.py", ["bar.py", "a/bar.py", "a/b/bar.py"], ["a/xbar.py"]),  # a bare name: that file anywhere
+    ("tests/*", ["tests/a.py", "tests/deep/b.py"], ["a.py", "src/tests/a.py"]),
+    ("tests/", ["tests/a.py"], ["src/tests/a.py"]),
+    ("a/**", ["a/x.py", "a/b/c.py"], ["b/a/x.py"]),
+    ("a/**/c.py", ["a/c.py", "a/b/c.py", "a/b/d/c.py"], ["c.py", "b/c.py"]),
+    ("{a,b}/*.py", ["a/x.py", "b/x.py"], ["c/x.py"]),
+    ("[ab].py", ["a.py", "b.py", "d/a.py"], ["c.py"]),
+    ("[!ab].py", ["c.py"], ["a.py"]),
+    ("a/../b/*.py", ["b/x.py"], ["a/x.py"]),
+    ("../proj/x.py", ["x.py"], ["y.py"]),
+    ("*.py", ["x.py", "a/b/x.py"], []),
+])
+def test_per_file_ignores_match_as_ruff_does(tmp_path: Path, pattern: str, ignored: list, kept: list) -> None:
+    root = tmp_path / "proj"
+    config = from_table({"per-file-ignores": {pattern: ["AMP401"]}}, root / "pyproject.toml")
+    for rel in ignored:
+        assert "AMP401" in config._per_file_ignored(root / rel), (pattern, rel)
+    for rel in kept:
+        assert "AMP401" not in config._per_file_ignored(root / rel), (pattern, rel)
+    # absolute patterns, and files named through a relative path from elsewhere
+    absolute = from_table({"per-file-ignores": {f"{root}/{ignored[0]}": ["AMP401"]}}, root / "pyproject.toml")
+    assert "AMP401" in absolute._per_file_ignored(root / ignored[0])
+
+
+def test_per_file_ignores_apply_to_a_top_level_file_in_a_run(project: Path) -> None:
+    (project / "foo.py").write_text(DEPRECATED)
+    (project / "bar.py").write_text(DEPRECATED)
+    (project / "pyproject.toml").write_text(
+        '[tool.amplint]\nper-file-ignores = { "**/foo.py" = ["AMP401"], "./bar.py" = ["AMP4"], "**/old.py" = ["AMP401"] }\n')
+    assert findings(".", cwd=project) == {("src/train.py", "AMP101"), ("legacy/amp.py", "AMP401")}
+
+
+@pytest.mark.parametrize("pattern, why", [
+    ("[", "unclosed character class"),
+    ("src/[ab.py", "unclosed character class"),
+    ("{a,b", "unclosed alternatives"),
+    ("{a,{b,c}}/x.py", "nested alternatives"),
+    ("x\\", "dangling backslash"),
+    ("[z-a].py", "bad character range"),
+    ("", "empty pattern"),
+    ("  ", "empty pattern"),
+])
+def test_a_per_file_ignore_pattern_that_cannot_match_is_an_error(project: Path, pattern: str, why: str) -> None:
+    key = pattern.replace("\\", "\\\\")
+    (project / "pyproject.toml").write_text(f'[tool.amplint]\nper-file-ignores = {{ "{key}" = ["AMP401"] }}\n')
+    proc = amplint("check", "--no-cache", ".", cwd=project)
+    assert proc.returncode == 2 and why in proc.stderr and repr(pattern) in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+# --- what a selector selects --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("how", [
+    ("--select", "ALL"), ("--select", "AMP"), ("--select", "AMP5"), ("--select", "unguarded-log-sqrt-div"),
+    ("--extend-select", "AMP5"), ("--extend-select", "ALL"), ("config", 'select = ["AMP5"]'),
+    ("config", 'extend-select = ["ALL"]'), ("config", 'select = ["AMP50"]'),
+])
+def test_a_prefix_or_all_selects_the_opt_in_rules_it_names(tmp_path: Path, how: tuple[str, str]) -> None:
+    """As in Ruff: `--select ALL` or `AMP5` finds what `--extend-select AMP502` finds."""
+    bad = sorted((ROOT / "fixtures" / "AMP502").glob("bad_*.py"))
+    for f in bad:
+        shutil.copy(f, tmp_path / f.name)
+    expected = {(d["filename"], d["location"]["row"]) for d in json.loads(
+        amplint("check", "--no-cache", "--isolated", "--output-format", "json", "--extend-select", "AMP502", ".",
+                cwd=tmp_path).stdout) if d["code"] == "AMP502"}
+    assert len(expected) >= len(bad)
+    flag, value = how
+    if flag == "config":
+        (tmp_path / "pyproject.toml").write_text(f"[tool.amplint]\n{value}\n")
+        args = ()
+    else:
+        args = ("--isolated", flag, value)
+    proc = amplint("check", "--no-cache", "--output-format", "json", *args, ".", cwd=tmp_path)
+    assert {(d["filename"], d["location"]["row"]) for d in json.loads(proc.stdout) if d["code"] == "AMP502"} == expected
