@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 from collections import Counter
 from pathlib import Path
@@ -73,6 +74,32 @@ class _NoqaRows:
 
 # --- text --------------------------------------------------------------------------------
 
+# What str.splitlines() ends a line at (a reader of the output may split there).
+_BREAKS = "\r\n\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"
+_LINE_BREAK = re.compile(f"[ \t]*(?:\r\n|[{_BREAKS}])\\s*")
+
+
+def one_line(text: str) -> str:
+    """`text` on one line: a line break and the indentation around it become one space, so a
+    multi-line expression quoted in a message reads as its one-line form, and each finding
+    stays one line of text or github output."""
+    if not any(c in text for c in _BREAKS):
+        return text
+
+    def join(m: re.Match) -> str:  # `f(\n    x\n)` reads `f(x)`, not `f( x )`
+        before, after = text[m.start() - 1: m.start()], text[m.end(): m.end() + 1]
+        return "" if before in ("(", "[", "{") or after in (")", "]", "}") else " "
+
+    return _LINE_BREAK.sub(join, text).strip()
+
+
+def escape_breaks(text: str) -> str:
+    """A path (or other name that must stay exact) with its line breaks spelt as escapes (`\\n`)."""
+    return text.translate(_ESCAPES) if any(c in text for c in _BREAKS) else text
+
+
+_ESCAPES = {ord(c): repr(c)[1:-1] for c in _BREAKS}
+
 
 def use_colour(stream: TextIO) -> bool:
     """Colour only on a terminal; NO_COLOR turns it off, FORCE_COLOR on (no-color.org)."""
@@ -102,7 +129,7 @@ def format_text(diagnostics: list[Diagnostic], sources: dict[str, str] | None = 
     out = []
     for d in diagnostics:
         fixable = " [*]" if shows_fix_marker(d, unsafe_fixes) else ""
-        out.append(f"{paint(d.path, '1')}:{to_location(d)}: {paint(d.code, '1;31')}{fixable} {d.message}")
+        out.append(f"{paint(escape_breaks(d.path), '1')}:{to_location(d)}: {paint(d.code, '1;31')}{fixable} {one_line(d.message)}")
         line = source_line(d, sources)
         if line is not None:
             end = d.span.end_col0 if d.span.end_line == d.span.line else len(line.rstrip())
@@ -112,9 +139,9 @@ def format_text(diagnostics: list[Diagnostic], sources: dict[str, str] | None = 
             out.append(f"       | {pad}{paint('^' * max(end - d.span.col0, 1), '31')}")
         if show_fixes and d.fix is not None:
             note = "" if d.fix.applicability is Applicability.SAFE else " (unsafe: needs --unsafe-fixes)"
-            out.append(f"       = help: {d.fix.title}{note}")
+            out.append(f"       = help: {one_line(d.fix.title)}{note}")
         for note in d.notes:
-            out.append(f"       = note: {note}")
+            out.append(f"       = note: {one_line(note)}")
     return "\n".join(out)
 
 
@@ -205,7 +232,9 @@ def format_json_lines(diagnostics: list[Diagnostic], sources: Sources | None = N
 
 
 def _gh_data(text: str) -> str:
-    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+    # NB: %0A is GitHub's own line break inside one annotation; the other characters that
+    # str.splitlines() breaks at are spelt as escapes, so each annotation stays one line
+    return escape_breaks(text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A"))
 
 
 def _gh_property(text: str) -> str:

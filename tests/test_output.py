@@ -206,3 +206,50 @@ def test_positions_match_between_formats() -> None:
 def test_safe_fix_marker_follows_unsafe_flag() -> None:
     unsafe = Diagnostic("AMP101", "m", "x.py", Span(1, 0, 1, 1), Fix("t", (), Applicability.UNSAFE))
     assert not output.shows_fix_marker(unsafe) and output.shows_fix_marker(unsafe, unsafe_fixes=True)
+
+
+# Every character str.splitlines() ends a line at.
+LINE_BREAKS = ["\n", "\r", "\r\n", "\x0b", "\x0c", "\x1c", "\x1d", "\x1e", "\x85", "\u2028", "\u2029"]
+
+
+@pytest.mark.parametrize("brk", LINE_BREAKS, ids=repr)
+def test_a_multi_line_message_keeps_one_finding_per_line(brk: str) -> None:
+    """A message, note, fix title or path holding a line break: text and github output
+    still give each finding one line (its header), which is what readers split on."""
+    diagnostics = [
+        Diagnostic("AMP201", f"`scaler.scale({brk}    loss{brk}).backward()` runs inside an autocast region", "a.py",
+                   Span(6, 8, 8, 20), Fix(f"Move it{brk}out", (), Applicability.UNSAFE), notes=(f"via{brk}helper",)),
+        Diagnostic("AMP401", f"name{brk}with a break", f"odd{brk}name.py", Span(1, 0, 1, 1)),
+    ]
+    text = output.format_text(diagnostics, show_fixes=True)
+    assert len(text.splitlines()) == 4  # AMP201: header, help, note; AMP401: header
+    header = text.splitlines()[0]
+    assert header == "a.py:6:9: AMP201 `scaler.scale(loss).backward()` runs inside an autocast region"
+    assert text.splitlines()[3].startswith(f"odd{repr(brk)[1:-1]}name.py:1:1: AMP401 name with a break")
+    github = output.format_github(diagnostics)
+    assert len(github.splitlines()) == 2 and all(line.startswith("::error ") for line in github.splitlines())
+
+
+def test_a_multi_line_expression_in_a_message_is_quoted_on_one_line(tmp_path: Path) -> None:
+    (tmp_path / "a.py").write_text(
+        "import torch\n\ndef train(model, x, scaler):\n"
+        "    with torch.autocast('cuda', dtype=torch.float16):\n"
+        "        loss = model(x).sum()\n"
+        "        scaler.scale(\n            loss\n        ).backward()\n"
+        "        z = torch.log(\n            x\n        )\n"
+    )
+    proc = amplint("check", "--isolated", "--no-cache", "--extend-select", "AMP502", "a.py", cwd=tmp_path)
+    assert proc.returncode == 1
+    headers = [line for line in proc.stdout.splitlines() if line.startswith("a.py:")]
+    assert headers == [
+        "a.py:6:9: AMP201 `scaler.scale(loss).backward()` runs inside an autocast region",
+        "a.py:9:13: AMP502 `torch.log(x)` has no clamp or eps and can produce inf/NaN in float16",
+    ]
+    assert not [line for line in proc.stdout.splitlines() if line.strip() in ("loss", "x", ")` runs inside an autocast region")]
+    github = amplint("check", "--isolated", "--no-cache", "--extend-select", "AMP502", "--output-format", "github", "a.py",
+                     cwd=tmp_path)
+    assert len(github.stdout.splitlines()) == 2
+    # JSON and SARIF keep the message as the rule wrote it (their consumers parse, not split)
+    rows = json.loads(amplint("check", "--isolated", "--no-cache", "--output-format", "json", "a.py", cwd=tmp_path).stdout)
+    assert rows[0]["message"].startswith("`scaler.scale(\n")
+
