@@ -191,7 +191,7 @@ def cmd_check(args) -> int:
         return EXIT_ERROR
     files, missing = [], []
     warned: set = set()
-    for config, group, force_exclude in _units(args, paths):
+    for config, group, force_exclude in _units(args, paths, unreadable=files):
         _warn_if_nothing_selected(args, config, warned)
         cache_dir = None if args.no_cache else (args.cache_dir or default_cache_dir(config.root))
         part = check_paths(
@@ -223,7 +223,7 @@ def cmd_check(args) -> int:
                 _write_diff(f.diff, f.diff_encoding)
     else:
         if not _emit(args, diagnostics, fixed, sources=None, unchecked=len(result.errors) + len(result.missing),
-                     checked=len(result.files)):
+                     checked=len(result.files), errors=[f.error for f in result.errors]):
             return EXIT_ERROR
     if result.missing:
         return EXIT_ERROR  # a usage error: --exit-zero does not hide a path that is not there
@@ -295,8 +295,9 @@ def _add_noqa(args, paths: list[Path]) -> int:
     from amplint.runner import discover
 
     added, failed = 0, False
-    for config, group, force_exclude in _units(args, paths):
-        files, missing = discover(group, config, force_exclude=force_exclude)
+    unreadable: list = []
+    for config, group, force_exclude in _units(args, paths, unreadable=unreadable):
+        files, missing = discover(group, config, force_exclude=force_exclude, unreadable=unreadable)
         for miss in missing:
             print(f"amplint: error: {miss}: no such file or directory", file=sys.stderr)
         result = add_noqa(files, config)
@@ -304,12 +305,15 @@ def _add_noqa(args, paths: list[Path]) -> int:
             print(f"amplint: error: {problem} (file left unchanged)", file=sys.stderr)
         added += result.added
         failed = failed or bool(missing or result.errors)
+    for problem in unreadable:
+        print(f"amplint: error: {problem.path}: {problem.error.reason}", file=sys.stderr)
+        failed = True
     if not args.silent:
         print(f"Added {added} noqa directive{'s' if added != 1 else ''}.")
     return EXIT_ERROR if failed else EXIT_CLEAN
 
 
-def _units(args, paths: list[Path]) -> list[tuple[Config, list[Path], bool]]:
+def _units(args, paths: list[Path], unreadable: list | None = None) -> list[tuple[Config, list[Path], bool]]:
     """(configuration, files, force_exclude) to check, each file under its nearest [tool.amplint].
 
     Directories are walked with the configuration found from them upward; a file found
@@ -317,18 +321,19 @@ def _units(args, paths: list[Path]) -> list[tuple[Config, list[Path], bool]]:
     with that one, its excludes included, as ruff's hierarchical configuration does.
     A file reached twice (named, and found in a named directory; `a.py ./a.py`) is
     checked once: its findings and warnings would otherwise be printed twice.
+    A directory that cannot be listed goes to `unreadable` (a `FileResult` with its error).
     """
-    from amplint.runner import discover
+    from amplint.runner import discover, is_directory
 
     units: list[tuple[Config, list[Path], bool]] = []
     for config, group in load_config(args, paths):
-        dirs = [p for p in group if p.is_dir()]
-        named = [p for p in group if not p.is_dir()]
+        dirs = [p for p in group if is_directory(p)]
+        named = [p for p in group if not is_directory(p)]
         if named:
             units.append((config, named, args.force_exclude))
         if not dirs:
             continue
-        walked, _ = discover(dirs, config, force_exclude=args.force_exclude)
+        walked, _ = discover(dirs, config, force_exclude=args.force_exclude, unreadable=unreadable)
         if args.isolated or args.config is not None:
             units.append((config, walked, False))  # the walk applied the excludes
             continue
@@ -378,9 +383,12 @@ def _check_stdin(args) -> int:
     try:
         text, encoding, bom = sources.decode(raw, str(name))
     except sources.UnreadableSource as exc:
-        _print_source_error(SourceError(str(name), 1, 0, str(exc).split(": ", 1)[-1]))
+        error = SourceError(str(name), 1, 0, str(exc).split(": ", 1)[-1])
+        _print_source_error(error)
         if args.fix:
             _write_bytes(raw)  # an editor replaces its buffer with stdout: give it back intact
+        elif not args.diff and not _emit_not_analysed(args, error):
+            return EXIT_ERROR
         return unchecked
     if args.force_exclude and args.stdin_filename is not None and config.is_excluded(args.stdin_filename):
         if args.fix:
@@ -410,6 +418,8 @@ def _check_stdin(args) -> int:
         _print_source_error(exc)
         if args.fix:
             _write_bytes(raw)  # an editor replaces its buffer with stdout: give it back intact
+        elif not args.diff and not _emit_not_analysed(args, exc):
+            return EXIT_ERROR
         return unchecked
     return _finish_stdin(args, diagnostics, crashes, fixed, {str(name): text})
 
@@ -483,8 +493,17 @@ def _check_stdin_notebook(args, text: str, name: str, config, raw: bytes, bom: b
         print(f"{name}:1:1: error: {reason}", file=sys.stderr)
         if args.fix:
             _write_bytes(raw)  # an editor replaces its buffer with stdout: give it back intact
+        elif not args.diff and not _emit_not_analysed(args, SourceError(name, 1, 0, reason)):
+            return EXIT_ERROR
         return EXIT_CLEAN if args.exit_zero else EXIT_ERROR
     return _finish_stdin(args, diagnostics, crashes, fixed, {name: nb.cell_sources()})
+
+
+def _emit_not_analysed(args, error) -> bool:
+    """stdin that could not be analysed, in a machine-readable format too (text has it on stderr)."""
+    if args.output_format == "text" or args.statistics or args.fix_only:
+        return True
+    return _emit(args, [], 0, sources={}, unchecked=1, checked=0, errors=[error])
 
 
 def _write_diff(diff: str, encoding: str) -> None:
@@ -508,11 +527,13 @@ def _report_crashes(crashes) -> None:
 
 
 def _emit(args, diagnostics, fixed: int, *, sources: dict | None, stream=None, unchecked: int = 0,
-          checked: int | None = None) -> bool:
+          checked: int | None = None, errors=()) -> bool:
     """Print findings in the chosen format to --output-file, `stream`, or stdout.
 
     `--quiet` leaves out the summary, `--silent` everything (an --output-file is still
     written: it was asked for by name); `--fix-only` prints only what was fixed.
+    `errors`: the files that could not be analysed (already on stderr), which the
+    machine-readable formats carry too.
     False (after saying why) when the report could not be written: the caller exits 2,
     also under --exit-zero, since nobody will see these findings.
     """
@@ -544,7 +565,7 @@ def _emit(args, diagnostics, fixed: int, *, sources: dict | None, stream=None, u
             text = output.format_text(diagnostics, sources, colour=output.use_colour(out),
                                       show_fixes=args.show_fixes, unsafe_fixes=args.unsafe_fixes)
         else:
-            text = output.render(fmt, diagnostics, sources=sources)
+            text = output.render(fmt, diagnostics, sources=sources, errors=errors)
         if text:
             out.write(text + "\n")
         if fmt == "text" and not args.statistics and not args.quiet:

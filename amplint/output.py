@@ -16,7 +16,7 @@ from typing import TextIO
 from urllib.parse import quote
 
 from amplint import __version__
-from amplint.diagnostics import Applicability, Diagnostic, to_location, to_one_based
+from amplint.diagnostics import Applicability, Diagnostic, SourceError, to_location, to_one_based
 from amplint.positions import split_lines
 
 FORMATS = ("text", "json", "json-lines", "github", "sarif")
@@ -170,6 +170,27 @@ def fix_only_summary(fixed: int) -> str:
     return f"Fixed {fixed} error{'s' if fixed != 1 else ''}." if fixed else ""
 
 
+# --- files that were not analysed ---------------------------------------------------------
+
+# Not a rule: the file was not analysed (the flake8 plugin reports the same code).  The
+# machine-readable formats carry it with the findings, so that a run with --exit-zero (a
+# code-scanning job) still shows which files it could not check; text prints it on stderr.
+NOT_ANALYSED = "AMP000"
+
+
+def not_analysed_message(e: SourceError) -> str:
+    return f"amplint did not analyse this file: {e.reason.removeprefix('not analysed: ')}"
+
+
+def _not_analysed_json(e: SourceError) -> dict:
+    """A Ruff-shaped row (as Ruff's for a file it cannot parse: no fix, no url) for a file not analysed."""
+    at = to_one_based(e.line, e.col0)
+    return {
+        "cell": None, "code": NOT_ANALYSED, "end_location": at, "filename": e.path, "fix": None, "location": at,
+        "message": not_analysed_message(e), "noqa_row": None, "notes": [], "related": [], "url": None,
+    }
+
+
 # --- json / json-lines -------------------------------------------------------------------
 
 
@@ -217,15 +238,17 @@ def to_json_obj(d: Diagnostic, noqa_row=None) -> dict:
     }
 
 
-def format_json(diagnostics: list[Diagnostic], sources: Sources | None = None) -> str:
+def format_json(diagnostics: list[Diagnostic], sources: Sources | None = None, errors=()) -> str:
+    """`errors`: files not analysed (SourceError), one AMP000 row each, before the findings."""
     rows = _NoqaRows(sources)
-    return json.dumps([to_json_obj(d, rows) for d in diagnostics], indent=2)
+    return json.dumps([*map(_not_analysed_json, errors), *(to_json_obj(d, rows) for d in diagnostics)], indent=2)
 
 
-def format_json_lines(diagnostics: list[Diagnostic], sources: Sources | None = None) -> str:
+def format_json_lines(diagnostics: list[Diagnostic], sources: Sources | None = None, errors=()) -> str:
     """One compact JSON object per line: streams well into `jq -c` and log shippers."""
     rows = _NoqaRows(sources)
-    return "\n".join(json.dumps(to_json_obj(d, rows), separators=(",", ":")) for d in diagnostics)
+    objs = [*map(_not_analysed_json, errors), *(to_json_obj(d, rows) for d in diagnostics)]
+    return "\n".join(json.dumps(o, separators=(",", ":")) for o in objs)
 
 
 # --- GitHub workflow annotations ---------------------------------------------------------
@@ -241,9 +264,16 @@ def _gh_property(text: str) -> str:
     return _gh_data(text).replace(":", "%3A").replace(",", "%2C")
 
 
-def format_github(diagnostics: list[Diagnostic]) -> str:
-    """`::error file=...,line=...,col=...::message` lines that GitHub Actions turns into annotations."""
+def format_github(diagnostics: list[Diagnostic], errors=()) -> str:
+    """`::error file=...,line=...,col=...::message` lines that GitHub Actions turns into annotations.
+
+    `errors`: files not analysed (SourceError), an AMP000 annotation each."""
     out = []
+    for e in errors:
+        start = to_one_based(e.line, e.col0)
+        props = ",".join(f"{k}={_gh_property(str(v))}" for k, v in (
+            ("title", f"amplint ({NOT_ANALYSED})"), ("file", e.path), ("line", start["row"]), ("col", start["column"])))
+        out.append(f"::error {props}::{_gh_data(not_analysed_message(e))}")
     for d in diagnostics:
         start = to_one_based(d.span.line, d.span.col0)
         end = to_one_based(d.span.end_line, d.span.end_col0)
@@ -323,11 +353,14 @@ def sarif_rule(rule) -> dict:
     }
 
 
-def to_sarif(diagnostics: list[Diagnostic], root: Path | None = None, sources: Sources | None = None) -> dict:
+def to_sarif(diagnostics: list[Diagnostic], root: Path | None = None, sources: Sources | None = None,
+             errors=()) -> dict:
     """A SARIF 2.1.0 log: one run, every rule's metadata, one result per finding.
 
     `root`: what artifact URIs are relative to (default: the repository root);
-    `sources`: the checked texts, for each result's `partialFingerprints`.
+    `sources`: the checked texts, for each result's `partialFingerprints`;
+    `errors`: files not analysed (SourceError): the run's invocation says it did not succeed,
+    with a `toolExecutionNotifications` entry for each (what code scanning shows as tool errors).
     """
     from amplint.registry import ALL_RULES
 
@@ -412,14 +445,35 @@ def to_sarif(diagnostics: list[Diagnostic], root: Path | None = None, sources: S
                 "originalUriBaseIds": {"%SRCROOT%": {"uri": root.resolve().as_uri() + "/"}},
                 # libcst columns count code points, not UTF-16 units (SARIF's default).
                 "columnKind": "unicodeCodePoints",
+                "invocations": [_sarif_invocation(errors, root)],
                 "results": results,
             }
         ],
     }
 
 
-def format_sarif(diagnostics: list[Diagnostic], root: Path | None = None, sources: Sources | None = None) -> str:
-    return json.dumps(to_sarif(diagnostics, root, sources), indent=2)
+def _sarif_invocation(errors, root: Path) -> dict:
+    notes = [
+        {
+            "level": "error",
+            "message": {"text": not_analysed_message(e)},
+            "descriptor": {"id": NOT_ANALYSED},
+            "locations": [{"physicalLocation": {
+                "artifactLocation": _artifact(e.path, root),
+                "region": {"startLine": max(e.line, 1), "startColumn": e.col0 + 1},
+            }}],
+        }
+        for e in errors
+    ]
+    invocation: dict = {"executionSuccessful": not notes}
+    if notes:
+        invocation["toolExecutionNotifications"] = notes
+    return invocation
+
+
+def format_sarif(diagnostics: list[Diagnostic], root: Path | None = None, sources: Sources | None = None,
+                 errors=()) -> str:
+    return json.dumps(to_sarif(diagnostics, root, sources, errors), indent=2)
 
 
 # --- statistics --------------------------------------------------------------------------
@@ -458,15 +512,17 @@ def format_statistics(diagnostics: list[Diagnostic], fmt: str = "text", unsafe_f
 
 
 def render(fmt: str, diagnostics: list[Diagnostic], *, sources=None, colour=False, show_fixes=False,
-           unsafe_fixes=False, root: Path | None = None) -> str:
+           unsafe_fixes=False, root: Path | None = None, errors=()) -> str:
+    """`errors`: files not analysed (SourceError); every format but text carries them (text
+    prints them on stderr, where the CLI puts them)."""
     if fmt == "json":
-        return format_json(diagnostics, sources)
+        return format_json(diagnostics, sources, errors)
     if fmt == "json-lines":
-        return format_json_lines(diagnostics, sources)
+        return format_json_lines(diagnostics, sources, errors)
     if fmt == "github":
-        return format_github(diagnostics)
+        return format_github(diagnostics, errors)
     if fmt == "sarif":
-        return format_sarif(diagnostics, root, sources)
+        return format_sarif(diagnostics, root, sources, errors)
     return format_text(diagnostics, sources, colour=colour, show_fixes=show_fixes, unsafe_fixes=unsafe_fixes)
 
 

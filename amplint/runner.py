@@ -60,7 +60,8 @@ class RunResult:
         return [c for f in self.files for c in f.crashes]
 
 
-def discover(paths: list[Path], config: Config, *, force_exclude: bool = False) -> tuple[list[Path], list[str]]:
+def discover(paths: list[Path], config: Config, *, force_exclude: bool = False,
+             unreadable: list[FileResult] | None = None) -> tuple[list[Path], list[str]]:
     """Python files under `paths` (directories walked, excludes applied), sorted, deduplicated.
 
     A path named on the command line is checked even when excluded, as Ruff does: a
@@ -71,21 +72,31 @@ def discover(paths: list[Path], config: Config, *, force_exclude: bool = False) 
     device named explicitly is reported (the reader refuses it without blocking); a
     walk skips what is not a regular file (`mkfifo x.py` would block the read forever)
     but keeps broken links, which the reader reports.
+
+    `unreadable`: where a directory that cannot be listed (no permission), named or met
+    in the walk, is put as a `FileResult` with its error: as an unreadable file, it is
+    reported and makes the run exit 2, while the other files are still checked.
     """
     found: dict[str, Path] = {}
     missing: list[str] = []
+
+    def cannot_list(exc: OSError) -> None:
+        if unreadable is not None:
+            where = Path(exc.filename) if exc.filename is not None else Path(".")  # spelt as the files found
+            unreadable.append(directory_error(where, exc))
+
     for p in paths:
-        if not p.exists() and not p.is_symlink():
+        if not _exists(p):
             missing.append(str(p))
             continue
         if force_exclude and config.is_excluded(p):
             continue
-        if not p.is_dir():
+        if not is_directory(p):
             found.setdefault(str(p), p)
             continue
         seen_dirs: set[tuple[int, int]] = set()
         below = config.walk_below(p)
-        for root, dirs, files in os.walk(p, followlinks=True):
+        for root, dirs, files in os.walk(p, followlinks=True, onerror=cannot_list):
             try:
                 st = os.stat(root)
             except OSError:
@@ -101,6 +112,29 @@ def discover(paths: list[Path], config: Config, *, force_exclude: bool = False) 
                 if config.is_included(fp) and not _walk_skips(fp) and not below.excluded(fp):
                     found.setdefault(str(fp), fp)
     return sorted(found.values(), key=lambda q: str(q)), missing
+
+
+def directory_error(path: str | os.PathLike, exc: OSError) -> FileResult:
+    """A directory that could not be listed, as the result of a file that could not be read."""
+    reason = f"cannot read this directory: {exc.strerror or exc}; nothing in it was checked"
+    return FileResult(str(path), error=SourceError(str(path), 1, 0, reason))
+
+
+def is_directory(path: Path) -> bool:
+    """`path.is_dir()`, False when it cannot be looked at (a folder on the way without search
+    permission): the reader then says why it cannot be read."""
+    try:
+        return path.is_dir()
+    except OSError:
+        return False
+
+
+def _exists(path: Path) -> bool:
+    """The path is there, or cannot be looked at (then the reader says why), or is a broken link."""
+    try:
+        return path.exists() or path.is_symlink()
+    except OSError:
+        return True
 
 
 def _walk_skips(path: Path) -> bool:
@@ -344,7 +378,8 @@ def check_paths(paths: list[Path], config: Config, *, fix: bool = False, unsafe:
     `named`: what the user named, when `paths` are files found in it (`--fix` writes only
     inside what was named: a file found through a link to elsewhere is not inside).
     """
-    files, missing = discover(paths, config, force_exclude=force_exclude)
+    unreadable: list[FileResult] = []
+    files, missing = discover(paths, config, force_exclude=force_exclude, unreadable=unreadable)
     cache = ResultCache(cache_dir, config) if cache_dir is not None else None
     if cache is not None and files:
         cache.prepare()
@@ -352,7 +387,7 @@ def check_paths(paths: list[Path], config: Config, *, fix: bool = False, unsafe:
     if fix:
         options["roots"] = tuple(_root(p) for p in (paths if named is None else named))
     results = check_files(files, config, jobs=jobs, cache=cache, **options)
-    return RunResult(results, missing)
+    return RunResult(unreadable + results, missing)
 
 
 def _root(p: Path) -> str:
@@ -361,7 +396,7 @@ def _root(p: Path) -> str:
     NB: a named file that is a symlink is not resolved: its target lies outside unless
     another named path holds it.
     """
-    if p.is_dir():
+    if is_directory(p):
         return os.path.realpath(p)
     return os.path.join(os.path.realpath(p.parent), p.name)
 

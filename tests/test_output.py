@@ -253,3 +253,52 @@ def test_a_multi_line_expression_in_a_message_is_quoted_on_one_line(tmp_path: Pa
     rows = json.loads(amplint("check", "--isolated", "--no-cache", "--output-format", "json", "a.py", cwd=tmp_path).stdout)
     assert rows[0]["message"].startswith("`scaler.scale(\n")
 
+
+BROKEN = "import torch\n\ndef f(:\n    pass\n"
+
+
+@pytest.mark.parametrize("exit_zero", [True, False])
+def test_a_file_that_cannot_be_analysed_is_in_every_machine_readable_format(tmp_path: Path, exit_zero: bool) -> None:
+    """Not only on stderr: a code-scanning job (--exit-zero, SARIF) must see which files were not checked."""
+    (tmp_path / "broken.py").write_text(BROKEN)
+    (tmp_path / "binary.py").write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00")
+    (tmp_path / "train.py").write_text(TRAIN)
+    flags = ["check", "--isolated", "--no-cache", *(["--exit-zero"] if exit_zero else []), "--output-format"]
+    expected_rc = 0 if exit_zero else 2
+
+    proc = amplint(*flags, "json", ".", cwd=tmp_path)
+    assert proc.returncode == expected_rc
+    rows = json.loads(proc.stdout)
+    not_analysed = {(r["filename"], r["location"]["row"], r["location"]["column"]) for r in rows if r["code"] == "AMP000"}
+    assert not_analysed == {("binary.py", 1, 1), ("broken.py", 3, 7)}
+    assert {r["code"] for r in rows} == {"AMP000", "AMP101", "AMP401"}
+    assert all(r["message"].startswith("amplint did not analyse this file: ") for r in rows if r["code"] == "AMP000")
+    lines = amplint(*flags, "json-lines", ".", cwd=tmp_path).stdout.splitlines()
+    assert [json.loads(x) for x in lines] == rows
+
+    github = amplint(*flags, "github", ".", cwd=tmp_path).stdout.splitlines()
+    assert "::error title=amplint (AMP000),file=broken.py,line=3,col=7::amplint did not analyse this file: " \
+           "SyntaxError: invalid syntax" in github
+    assert any(line.startswith("::error title=amplint (AMP000),file=binary.py,") for line in github)
+
+    log = json.loads(amplint(*flags, "sarif", ".", cwd=tmp_path).stdout)
+    if SARIF_SCHEMA.is_file():
+        jsonschema = pytest.importorskip("jsonschema")
+        jsonschema.validate(log, json.loads(SARIF_SCHEMA.read_text()))
+    (invocation,) = log["runs"][0]["invocations"]
+    assert invocation["executionSuccessful"] is False
+    notes = invocation["toolExecutionNotifications"]
+    assert {(n["locations"][0]["physicalLocation"]["artifactLocation"]["uri"], n["level"]) for n in notes} == {
+        ("binary.py", "error"), ("broken.py", "error")}
+    assert sorted(r["ruleId"] for r in log["runs"][0]["results"]) == ["AMP101", "AMP401"]  # findings stay results
+
+    # stdin too, in each machine-readable format
+    for fmt in ("json", "json-lines", "github", "sarif"):
+        proc = amplint(*flags, fmt, "--stdin-filename", "broken.py", "-", cwd=tmp_path, stdin=BROKEN)
+        assert proc.returncode == expected_rc and "AMP000" in proc.stdout, (fmt, proc.stdout, proc.stderr)
+
+
+def test_a_clean_sarif_run_says_it_succeeded(tmp_path: Path) -> None:
+    (tmp_path / "train.py").write_text(TRAIN)
+    log = json.loads(amplint("check", "--isolated", "--no-cache", "--output-format", "sarif", ".", cwd=tmp_path).stdout)
+    assert log["runs"][0]["invocations"] == [{"executionSuccessful": True}]

@@ -161,8 +161,12 @@ def test_sarif_recipe_with_a_syntax_error_still_writes_the_log(tmp_path: Path) -
     proc = amplint("--isolated", "--output-format", "sarif", "--output-file", "amplint.sarif", "--exit-zero", ".",
                    cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
-    results = json.loads((tmp_path / "amplint.sarif").read_text())["runs"][0]["results"]
-    assert [r["ruleId"] for r in results] == ["AMP401"]
+    (run,) = json.loads((tmp_path / "amplint.sarif").read_text())["runs"]
+    assert [r["ruleId"] for r in run["results"]] == ["AMP401"]
+    # the file it could not analyse is in the log too, not only on stderr
+    assert run["invocations"][0]["executionSuccessful"] is False
+    (note,) = run["invocations"][0]["toolExecutionNotifications"]
+    assert note["locations"][0]["physicalLocation"]["artifactLocation"]["uri"] == "broken.py"
 
 
 def test_a_file_named_twice_is_checked_once(tmp_path: Path) -> None:
@@ -295,3 +299,83 @@ def test_fix_never_writes_through_a_linked_directory_to_outside(tmp_path: Path, 
     assert victim.read_text() == DEPRECATED, "wrote outside the named paths"
     assert "outside the paths being checked" in proc.stderr
     assert "torch.amp.GradScaler" in (project / "own.py").read_text()
+
+
+# --- directories that cannot be read ----------------------------------------------------------
+
+# Root reads every directory whatever its mode (and the tests run as root), so the run is
+# given a folder that behaves as one without permission does for another user: listing it,
+# and looking at or opening anything in it, fails with EACCES.
+_WITHOUT_PERMISSION = """
+import errno, os, runpy, sys
+locked = os.path.abspath(sys.argv.pop(1))
+asked = []
+def _guard(real, inside_only):
+    def call(p, *args, **kwargs):
+        if not isinstance(p, int):
+            where = os.path.abspath(os.fsdecode(p))
+            if where.startswith(locked + os.sep) or (where == locked and not inside_only):
+                asked.append(where)
+                raise PermissionError(errno.EACCES, "Permission denied", os.fsdecode(p))
+        return real(p, *args, **kwargs)
+    return call
+os.scandir = _guard(os.scandir, False)
+os.stat = _guard(os.stat, True)
+os.lstat = _guard(os.lstat, True)
+os.open = _guard(os.open, True)
+sys.argv[0] = "amplint"
+try:
+    runpy.run_module("amplint", run_name="__main__")
+finally:
+    print(f"asked: {len(asked)}", file=sys.stderr)
+"""
+
+
+def amplint_without_permission(locked: str, *args: str, cwd: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run([sys.executable, "-c", _WITHOUT_PERMISSION, locked, "check", "--no-cache", "--isolated", *args],
+                          cwd=cwd, env=env, capture_output=True, text=True, timeout=120)
+    assert "asked: 0" not in proc.stderr, "the run never met the folder without permission"
+    return proc
+
+
+def _tree_with_a_locked_folder(tmp_path: Path) -> Path:
+    (tmp_path / "sub" / "locked").mkdir(parents=True)
+    (tmp_path / "sub" / "a.py").write_text(DEPRECATED)
+    (tmp_path / "sub" / "locked" / "b.py").write_text(DEPRECATED)
+    return tmp_path
+
+
+@pytest.mark.parametrize("named", ["sub/locked", "sub", "."])
+def test_a_directory_that_cannot_be_read_is_an_error_naming_it(tmp_path: Path, named: str) -> None:
+    """Named or met in a walk: exit 2 naming it, like an unreadable file; the rest is still checked."""
+    project = _tree_with_a_locked_folder(tmp_path)
+    proc = amplint_without_permission("sub/locked", "--output-format", "json", named, cwd=project)
+    no_traceback(proc)
+    assert proc.returncode == 2, proc.stderr
+    assert "sub/locked:1:1: error: cannot read this directory: Permission denied" in proc.stderr
+    rows = json.loads(proc.stdout)
+    codes = [d["code"] for d in rows if d["filename"].endswith("a.py")]
+    assert codes == ([] if named == "sub/locked" else ["AMP401"])
+    assert [(d["filename"], d["code"]) for d in rows if d["code"] == "AMP000"] == [("sub/locked", "AMP000")]
+    # --exit-zero exits 0 for it as for an unreadable file, and still names it
+    proc = amplint_without_permission("sub/locked", "--exit-zero", named, cwd=project)
+    assert proc.returncode == 0 and "cannot read this directory" in proc.stderr and "All checks passed" not in proc.stdout
+
+
+@pytest.mark.parametrize("jobs", ["1", "2"])
+def test_a_file_inside_a_directory_that_cannot_be_searched_is_an_error_naming_it(tmp_path: Path, jobs: str) -> None:
+    project = _tree_with_a_locked_folder(tmp_path)
+    proc = amplint_without_permission("sub/locked", "--jobs", jobs, "sub/locked/b.py", "sub/a.py", cwd=project)
+    no_traceback(proc)
+    assert proc.returncode == 2, proc.stderr
+    assert "sub/locked/b.py:1:1: error: cannot read: Permission denied" in proc.stderr
+    assert "sub/a.py:3:10: AMP401" in proc.stdout
+
+
+def test_add_noqa_names_a_directory_that_cannot_be_read(tmp_path: Path) -> None:
+    project = _tree_with_a_locked_folder(tmp_path)
+    proc = amplint_without_permission("sub/locked", "--add-noqa", "sub", cwd=project)
+    no_traceback(proc)
+    assert proc.returncode == 2 and "sub/locked: cannot read this directory: Permission denied" in proc.stderr
+    assert "# noqa: AMP401" in (project / "sub" / "a.py").read_text()
