@@ -196,3 +196,24 @@ def test_a_file_amplint_cannot_decode_gets_the_same_verdict_from_the_cli_flake8_
     messages = subprocess.run([sys.executable, "-m", "flake8", "--isolated", "--select", "AMP", "."], cwd=tmp_path,
                               capture_output=True, text=True, timeout=600).stdout
     assert f"AMP000 amplint did not analyse this file: {cli['an_unknown_cookie']}" in messages
+
+
+def test_per_file_ignores_match_the_files_flake8_matches(tmp_path: Path) -> None:
+    """Where flake8 and Ruff agree (a bare name anywhere, `./x.py` at the top, globs below a
+    folder, classes), `[tool.amplint] per-file-ignores` ignores the same files as flake8's own."""
+    dep = "import torch\ns = torch.cuda.amp.GradScaler()\n"
+    for rel in ["bar.py", "c.py", "foo.py", "a/bar.py", "a/c.py", "a/foo.py", "a/b/d.py", "a/b/e.py", "x/g.py", "x/h.py"]:
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(dep)
+    patterns = ["./bar.py", "c.py", "a/b/*.py", "x/[g].py"]
+    proc = subprocess.run(
+        [sys.executable, "-m", "flake8", "--isolated", f"--format={FORMAT}", "--select", "AMP4",
+         "--per-file-ignores", " ".join(f"{p}:AMP401" for p in patterns), "."],
+        cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    from_flake8 = {Path(line.split(":")[0]).as_posix() for line in proc.stdout.splitlines()}
+    table = ", ".join(f'"{p}" = ["AMP401"]' for p in patterns)
+    (tmp_path / "pyproject.toml").write_text(f"[tool.amplint]\nper-file-ignores = {{ {table} }}\n")
+    cli = subprocess.run([sys.executable, "-m", "amplint", "check", "--no-cache", "--output-format", "json", "."],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    from_cli = {d["filename"] for d in json.loads(cli.stdout)}
+    assert from_cli == from_flake8 == {"foo.py", "a/bar.py", "a/foo.py", "x/h.py"}
