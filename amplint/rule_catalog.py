@@ -32,6 +32,7 @@ CATALOG: tuple[RuleEntry, ...] = (
     RuleEntry("AMP108", "unscale-twice", True, "amp108_unscale_twice", "UnscaleTwice"),
     RuleEntry("AMP109", "unscale-step-mismatch", True, "amp109_unscale_step_mismatch", "UnscaleStepMismatch"),
     RuleEntry("AMP110", "scaler-state-not-in-state-dict", True, "amp110_scaler_state_not_in_state_dict", "ScalerStateNotInStateDict"),
+    RuleEntry("AMP111", "scale-divided-after-unscale", True, "amp111_scale_divided_after_unscale", "ScaleDividedAfterUnscale"),
     RuleEntry("AMP112", "norm-of-scaled-gradients", True, "amp112_norm_of_scaled_gradients", "NormOfScaledGradients"),
     RuleEntry("AMP201", "backward-inside-autocast", True, "amp201_backward_inside_autocast", "BackwardInsideAutocast"),
     RuleEntry("AMP202", "step-inside-autocast", True, "amp202_step_inside_autocast", "StepInsideAutocast"),

@@ -219,3 +219,172 @@ class _LoopCollector(cst.CSTVisitor):
 
     def visit_CompFor(self, node: cst.CompFor) -> None:
         self._bind(node.target, node.iter)
+
+
+# --- a norm divided by the loss scale ---------------------------------------------------------
+# Where a scaler's current scale is read: `scaler.get_scale()`, and the attributes libraries
+# keep it in (`scaler._scale`, DeepSpeed's and apex's `optimizer.cur_scale` / `loss_scale`).
+_SCALE_METHODS = frozenset({"get_scale"})
+_SCALE_ATTRIBUTES = frozenset({"_scale", "cur_scale", "loss_scale"})
+_DIVIDING_METHODS = frozenset({"div", "div_", "true_divide", "true_divide_"})
+
+
+def divided_by_scale(event) -> bool:
+    """The norm a GRAD_NORM (or measuring CLIP) event takes is divided by the loss scale.
+
+    Two places say so: the helper the norm is written in divides by the scale (`def
+    grad_norm(params, scale): ... return total ** 0.5 / scale`, handed
+    `scale=scaler.get_scale()` by the call that reached it), or the statement that calls
+    it, or a later one of the same function, divides what it returned
+    (`norm = get_total_norm(grads) / scaler.get_scale()`, `norm /= scaler.get_scale()`,
+    `norm * (1.0 / scaler.get_scale())`).  Before `unscale_` that division gives the true
+    norm (AMP112 has nothing to say); after it, the gradients were already divided once
+    (AMP111)."""
+    if event.through and _divides_by_scale(event.scope, event.through):
+        return True
+    outer = event.through[0][1] if event.through else event.scope
+    return _divides_value_by_scale(outer, event.anchor, ())
+
+
+def _function_body(scope) -> cst.CSTNode:
+    return scope.node.body if isinstance(scope.node, cst.FunctionDef) else scope.node
+
+
+def _divisions(scope) -> list[tuple[cst.BaseExpression, cst.BaseExpression]]:
+    """(dividend, divisor) of every division written in a scope's own body (nested
+    functions excluded): `a / b`, `a /= b`, `a.div(b)`, `torch.div(a, b)`, and `a * (1 / b)`."""
+    memo = scope.__dict__.get("_amplint_divisions")
+    if memo is None:
+        finder = _DivisionFinder(scope.node)
+        walk(_function_body(scope), finder)
+        memo = list(finder.found)
+        for left, right in finder.products:  # `norm * inv_scale`, `inv_scale = 1.0 / scale`
+            for factor, other in ((right, left), (left, right)):
+                inverse = _inverse_of(factor) or _inverse_of_name(factor, scope)
+                if inverse is not None:
+                    memo.append((other, inverse))
+        scope.__dict__["_amplint_divisions"] = memo
+    return memo
+
+
+def _inverse_of_name(expr: cst.BaseExpression, scope) -> cst.BaseExpression | None:
+    if isinstance(expr, cst.Name):
+        for value in scope.assignments.get(expr.value, []):
+            inverse = _inverse_of(value)
+            if inverse is not None:
+                return inverse
+    return None
+
+
+class _DivisionFinder(cst.CSTVisitor):
+    def __init__(self, root) -> None:
+        self.root = root
+        self.found: list[tuple[cst.BaseExpression, cst.BaseExpression]] = []
+        self.products: list[tuple[cst.BaseExpression, cst.BaseExpression]] = []
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+        return node is self.root
+
+    def visit_Lambda(self, node: cst.Lambda) -> bool:
+        return False
+
+    def visit_BinaryOperation(self, node: cst.BinaryOperation) -> None:
+        if isinstance(node.operator, cst.Divide):
+            self.found.append((node.left, node.right))
+        elif isinstance(node.operator, cst.Multiply):
+            self.products.append((node.left, node.right))
+
+    def visit_AugAssign(self, node: cst.AugAssign) -> None:
+        if isinstance(node.operator, cst.DivideAssign):
+            self.found.append((node.target, node.value))
+        elif isinstance(node.operator, cst.MultiplyAssign):
+            self.products.append((node.target, node.value))
+
+    def visit_Call(self, node: cst.Call) -> None:
+        func = node.func
+        if isinstance(func, cst.Attribute) and func.attr.value in _DIVIDING_METHODS and node.args:
+            if dotted(func.value) in ("torch",) and len(node.args) >= 2:
+                self.found.append((node.args[0].value, node.args[1].value))
+            else:
+                self.found.append((func.value, node.args[0].value))
+
+
+def _inverse_of(expr: cst.BaseExpression) -> cst.BaseExpression | None:
+    """`b` of `1 / b` (or `1.0 / b`, `b.reciprocal()`), else None."""
+    if isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, cst.Divide):
+        left = expr.left
+        if isinstance(left, (cst.Integer, cst.Float)) and float(left.value) == 1.0:
+            return expr.right
+    if isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute) and expr.func.attr.value == "reciprocal":
+        return expr.func.value
+    return None
+
+
+def _divides_by_scale(scope, through) -> bool:
+    """Some division in `scope` (a helper reached through `through`) is by the loss scale."""
+    return any(is_loss_scale(divisor, scope, through) for _, divisor in _divisions(scope))
+
+
+def _divides_value_by_scale(scope, call: cst.Call, through) -> bool:
+    """`call`'s result is divided by the loss scale in `scope`: in the division itself, or
+    through a name assigned from it (`norm = f(...)`, then `norm / scale`)."""
+    names = {name for name, values in scope.assignments.items() if "." not in name
+             and any(contains_call(v, call) for v in values)}
+    for dividend, divisor in _divisions(scope):
+        if not is_loss_scale(divisor, scope, through):
+            continue
+        if contains_call(dividend, call) or (names and _names_in(dividend) & names):
+            return True
+    return False
+
+
+def is_loss_scale(expr: cst.BaseExpression | None, scope, through=(), depth: int = 0) -> bool:
+    """`expr` is the scaler's current loss scale: `scaler.get_scale()`, `scaler._scale`, a
+    name assigned one in the scope, or a parameter the calls that reached the scope passed one."""
+    from amplint.analysis.scaler_protocol import argument_for
+
+    if expr is None or depth > _MAX_DEPTH:
+        return False
+    while isinstance(expr, cst.Call) and dotted(expr.func) in ("float", "int") and expr.args:
+        expr = expr.args[0].value  # `float(scaler.get_scale())`
+    if isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute):
+        return expr.func.attr.value in _SCALE_METHODS or (
+            expr.func.attr.value == "item" and is_loss_scale(expr.func.value, scope, through, depth + 1))
+    if isinstance(expr, cst.Attribute):
+        return expr.attr.value in _SCALE_ATTRIBUTES
+    if not isinstance(expr, cst.Name):
+        return False
+    name = expr.value
+    values = scope.assignments.get(name, [])
+    if any(is_loss_scale(v, scope, through, depth + 1) for v in values):
+        return True
+    if name in scope.params and not values and through:
+        call, caller = through[-1]
+        return is_loss_scale(argument_for(call, scope, name), caller, through[:-1], depth + 1)
+    return False
+
+
+def contains_call(tree: cst.CSTNode, node: cst.Call) -> bool:
+    """The call `node` is inside `tree` (by identity)."""
+    finder = _NodeFinder(node)
+    walk(tree, finder)
+    return finder.found
+
+
+class _NodeFinder(cst.CSTVisitor):
+    """Is the call `target` inside a tree (by identity)?"""
+
+    def __init__(self, target: cst.Call) -> None:
+        self.target = target
+        self.found = False
+
+    def visit_Call(self, node: cst.Call) -> bool:
+        if node is self.target:
+            self.found = True
+        return not self.found
+
+
+def _names_in(expr: cst.BaseExpression) -> set[str]:
+    finder = _GradFinder()
+    walk(expr, finder)
+    return set(finder.names)

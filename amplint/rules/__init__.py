@@ -14,6 +14,7 @@ from amplint.rules.amp107_update_per_microbatch import UpdatePerMicrobatch
 from amplint.rules.amp108_unscale_twice import UnscaleTwice
 from amplint.rules.amp109_unscale_step_mismatch import UnscaleStepMismatch
 from amplint.rules.amp110_scaler_state_not_in_state_dict import ScalerStateNotInStateDict
+from amplint.rules.amp111_scale_divided_after_unscale import ScaleDividedAfterUnscale
 from amplint.rules.amp112_norm_of_scaled_gradients import NormOfScaledGradients
 from amplint.rules.amp201_backward_inside_autocast import BackwardInsideAutocast
 from amplint.rules.amp202_step_inside_autocast import StepInsideAutocast
@@ -44,6 +45,7 @@ ALL_RULES = (
     UnscaleTwice,
     UnscaleStepMismatch,
     ScalerStateNotInStateDict,
+    ScaleDividedAfterUnscale,
     NormOfScaledGradients,
     BackwardInsideAutocast,
     StepInsideAutocast,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from amplint.analysis.grad_norms import measures_only
+from amplint.analysis.grad_norms import divided_by_scale, measures_only
 from amplint.analysis.steps import Event, Kind
 from amplint.prefilter import Attr, Word
 from amplint.rules._base import Rule
@@ -22,6 +22,10 @@ class NormOfScaledGradients(Rule):
     ## What it does
     Flags a gradient norm computed after a scaled backward and before the gradients are
     unscaled.
+
+    A norm divided by the scale (`norm / scaler.get_scale()`, or a helper handed
+    `scale=scaler.get_scale()` that divides by it) is the true norm and is not flagged;
+    the same division after `unscale_` is AMP111.
 
     Norms: `p.grad.norm()` (also summed over parameters in a helper),
     `torch.norm` / `torch.linalg.vector_norm` / `torch.nn.utils.get_total_norm` of
@@ -104,9 +108,9 @@ class NormOfScaledGradients(Rule):
 
     @staticmethod
     def _is_norm(event: Event) -> bool:
-        if event.kind is Kind.GRAD_NORM:
-            return True
-        return event.kind is Kind.CLIP and measures_only(event.node, event.scope.model)
+        """A norm of the scaled gradients, not divided by the scale to get the true one."""
+        return is_norm(event) and not divided_by_scale(event)
+
 
     @staticmethod
     def _is_after_backward_hook(scope) -> bool:
@@ -116,3 +120,10 @@ class NormOfScaledGradients(Rule):
     def _spelling(self, event: Event) -> str:
         code = event.scope.model.module.code_for_node
         return f"{code(event.node.func)}(...)"
+
+
+def is_norm(event: Event) -> bool:
+    """A norm of gradients: a GRAD_NORM event, or a clip to infinity used only to measure."""
+    if event.kind is Kind.GRAD_NORM:
+        return True
+    return event.kind is Kind.CLIP and measures_only(event.node, event.scope.model)

@@ -25,6 +25,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from amplint.runtime.probes import CONFIRMS_ONLY
+
 RUNTIME_ONLY = {"AMP901", "AMP902", "AMP903"}
 
 # reason slug -> the sentence the table and the JSON `why` give (formatted with the facts).
@@ -301,6 +303,8 @@ def _runtime_findings(observations: list[dict], used: set[int], findings: list[F
         if i in used:
             continue
         code = o["code"]
+        if code in CONFIRMS_ONLY:
+            continue
         if code not in RUNTIME_ONLY and any(
             code == f.code and f.status == "confirmed" and _covers(o, _real(f.filename), f.line, f.line) for f in findings
         ):

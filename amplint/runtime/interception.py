@@ -38,6 +38,7 @@ only `BaseException`s that are not `Exception`s (the step budget) pass through.
 from __future__ import annotations
 
 import inspect
+import sys
 import threading
 import warnings
 import weakref
@@ -47,7 +48,7 @@ from typing import Any, Callable
 import torch
 
 from amplint.runtime import torch_state
-from amplint.runtime.attribution import Site, user_site, user_stack
+from amplint.runtime.attribution import Site, is_user_file, user_site, user_stack
 from amplint.runtime.patching import Handle, Patch, wrap
 
 
@@ -178,6 +179,17 @@ class Bus:
         self.emit("raised", api, exc)
 
 
+# The norm entry points user code calls: a norm of `.grad` taken by the user (AMP111, AMP112).
+NORM_ENTRY_POINTS = (
+    (torch.Tensor, "norm"),
+    (torch, "norm"),
+    (torch.linalg, "norm"),
+    (torch.linalg, "vector_norm"),
+    (torch, "_foreach_norm"),
+    (torch.nn.utils, "get_total_norm"),
+)
+
+
 def install(bus: Bus):
     """Yield a handle per patch/hook; removing them all restores torch exactly."""
     st = bus.state
@@ -256,7 +268,18 @@ def install(bus: Bus):
 
         return update
 
-    for name, maker in (("__init__", w_init), ("scale", w_scale), ("unscale_", w_unscale), ("step", w_step), ("update", w_update)):
+    def w_get_scale(orig):
+        def get_scale(self, *a, **kw):
+            result = orig(self, *a, **kw)
+            # NB: only the user's reads (torch's own, e.g. in state_dict, are not a division)
+            if is_user_file(sys._getframe(2).f_code.co_filename):  # 0: here, 1: the patch's wrapper
+                emit("get_scale", self, result)
+            return result
+
+        return get_scale
+
+    for name, maker in (("__init__", w_init), ("scale", w_scale), ("unscale_", w_unscale), ("step", w_step),
+                        ("update", w_update), ("get_scale", w_get_scale)):
         yield wrap(S, name, maker)
 
     # --- optimizers ------------------------------------------------------------------
@@ -308,6 +331,26 @@ def install(bus: Bus):
         for owner in (torch.nn.utils, clip_mod):
             if hasattr(owner, name):
                 yield wrap(owner, name, w_clip(name))
+
+    # --- gradient norms the user's code takes (AMP111, AMP112) ----------------------------
+    def w_norm(name: str):
+        def maker(orig):
+            def norm(*a, **kw):
+                result = orig(*a, **kw)
+                # NB: only while a scaler exists, and only the user's own calls (torch's
+                # clip_grad_norm_ takes norms too); the caller is 2 frames up (the patch's wrapper).
+                if st.scalers and is_user_file(sys._getframe(2).f_code.co_filename):
+                    first = a[0] if a else kw.get("input", kw.get("x", kw.get("tensors")))
+                    emit("grad_norm", name, first, result)
+                return result
+
+            return norm
+
+        return maker
+
+    for owner, name in NORM_ENTRY_POINTS:
+        if hasattr(owner, name):
+            yield wrap(owner, name, w_norm(name))
 
     # --- backward --------------------------------------------------------------------
     tl = threading.local()

@@ -43,6 +43,7 @@ EVIDENCE = {
     "AMP108": {"stage_before"},
     "AMP109": {"stage", "scale", "unscaled_through", "applied_to_expected"},
     "AMP110": {"method", "live_scale"},
+    "AMP111": {"scale", "stage", "norm_seen"},
     "AMP112": {"scale", "norm_seen", "norm_unscaled"},
     "AMP201": {"autocast"},
     "AMP202": {"autocast"},

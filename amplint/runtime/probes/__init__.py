@@ -20,6 +20,7 @@ _MODULES = (
     "amp108_unscale_twice",
     "amp109_unscale_step_mismatch",
     "amp110_scaler_state_not_in_state_dict",
+    "amp111_scale_divided_after_unscale",
     "amp112_norm_of_scaled_gradients",
     "amp201_backward_inside_autocast",
     "amp202_step_inside_autocast",
@@ -43,7 +44,11 @@ NEEDS: dict[str, frozenset[str]] = {
     **{code: frozenset({"scaler"}) for code in ("AMP101", "AMP102", "AMP103", "AMP104", "AMP105", "AMP106", "AMP107", "AMP108")},
     **{code: frozenset({"autocast"}) for code in ("AMP201", "AMP202", "AMP203")},
     "AMP204": frozenset({"scaler", "autocast"}),
+    "AMP111": frozenset({"scaler"}),
 }
+# Probes that see a necessary condition, not the defect itself (AMP111 sees the scale read after
+# unscale_, not what it divides): they confirm a static finding at their line and report nothing alone.
+CONFIRMS_ONLY = frozenset({"AMP111"})
 
 
 def probe_classes(nan_guard: bool = False) -> list[type]:

@@ -3,25 +3,11 @@
 from __future__ import annotations
 
 import math
-import sys
-
 import torch
 
 from amplint.runtime import torch_state
-from amplint.runtime.attribution import is_user_file
-from amplint.runtime.patching import wrap
+from amplint.runtime.attribution import user_stack
 from amplint.runtime.probes._base import Probe
-
-# The norm entry points user code calls (torch's own internal calls are not the user's norms).
-_NORMS = (
-    (torch.Tensor, "norm"),
-    (torch, "norm"),
-    (torch.linalg, "norm"),
-    (torch.linalg, "vector_norm"),
-    (torch, "_foreach_norm"),
-    (torch.nn.utils, "get_total_norm"),
-)
-
 
 def _tensors(arg) -> list:
     if isinstance(arg, torch.Tensor):
@@ -52,16 +38,36 @@ class NormOfScaledGradientsProbe(Probe):
     code = "AMP112"
 
     def install(self):
-        for owner, name in _NORMS:
-            if hasattr(owner, name):
-                yield wrap(owner, name, self._maker)
+        yield self.on("grad_norm", self._norm)
         yield self.on("clip_pre", self._clip_pre)
         yield self.on("clip_post", self._clip_post)
         # Which optimizer holds each gradient, rebuilt after anything that changes gradients.
         for event in ("backward", "unscale_pre", "update_post", "opt_step_post"):
             yield self.on(event, self._forget)
+        # A norm of scaled gradients that the user divides by the scale is the true norm (the
+        # static rule says so too): the norms of a scaled window are held until it ends, and
+        # dropped if the user's code read `scaler.get_scale()` in it.
+        yield self.on("get_scale", self._scale_read)
+        for event in ("unscale_pre", "scaler_step_pre", "update_post", "opt_step_post"):
+            yield self.on(event, self._window_ends)
         self._clip = None
         self._owners = None
+        self._pending: list[tuple[dict, list]] = []
+        self._divided = False
+
+    def _scale_read(self, scaler, result) -> None:
+        if self.state.scaled_since_update.get(id(scaler)):
+            self._divided = True
+
+    def _window_ends(self, *args) -> None:
+        pending, self._pending = self._pending, []
+        if not self._divided:
+            for evidence, stack in pending:
+                self._keep(evidence, stack)
+        self._divided = False
+
+    def finish(self) -> None:
+        self._window_ends()
 
     def _forget(self, *args) -> None:
         self._owners = None
@@ -96,30 +102,26 @@ class NormOfScaledGradientsProbe(Probe):
         norm = _value(result)
         evidence = {"norm": what, "scale": scale, "optimizer": type(opt).__name__, "norm_seen": norm,
                     "norm_unscaled": None if norm is None else norm / scale}
-        record = self.sink.record_here(self.code, evidence, skip=skip)
+        self._pending.append((evidence, self._stack()))
+
+    @staticmethod
+    def _stack() -> list:
+        """The user's frames (the norm's line first); every frame above is amplint's or torch's."""
+        return user_stack(1)
+
+    def _keep(self, evidence: dict, stack: list) -> None:
+        record = self.sink.record_site(self.code, stack[0] if stack else None, evidence, stack=stack)
         seen = record["evidence"].get("norm_seen")
+        norm = evidence["norm_seen"]
         if seen is not None and not math.isfinite(seen) and norm is not None and math.isfinite(norm):
             record["evidence"].update(evidence)  # keep a finite measurement over a calibration overflow
 
-    # --- the norm functions ------------------------------------------------------------------
-    def _maker(self, orig):
-        probe = self
-
-        def norm(*args, **kwargs):
-            result = orig(*args, **kwargs)
-            if probe.state.scaled_since_update and any(probe.state.scaled_since_update.values()):
-                try:
-                    caller = sys._getframe(2).f_code.co_filename  # 0: here, 1: the patch's wrapper
-                    if is_user_file(caller):
-                        first = args[0] if args else kwargs.get("input", kwargs.get("x", kwargs.get("tensors")))
-                        hit = probe._scaled_owner(_tensors(first))
-                        if hit is not None:
-                            probe._record(getattr(orig, "__name__", "norm"), hit, result, skip=2)
-                except Exception as exc:  # noqa: BLE001 - never break the user's training loop
-                    probe.sink.error(probe.code, exc)
-            return result
-
-        return norm
+    # --- the norm functions (interception.NORM_ENTRY_POINTS, called by the user's code) -----
+    def _norm(self, name, first, result) -> None:
+        if self.state.scaled_since_update and any(self.state.scaled_since_update.values()):
+            hit = self._scaled_owner(_tensors(first))
+            if hit is not None:
+                self._record(name, hit, result, skip=1)
 
     # --- clip_grad_norm_(..., max_norm=inf): a measurement -------------------------------------
     def _clip_pre(self, name, params, args, kwargs):
