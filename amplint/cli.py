@@ -57,6 +57,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="walk into files and directories that .gitignore excludes")
     check.add_argument("--show-fixes", action="store_true", help="print each finding's fix title")
     check.add_argument("--exit-zero", action="store_true", help="exit 0 even when there are findings")
+    check.add_argument("--preview", dest="preview", action="store_true", default=None,
+                       help="also run the preview tier: rules not yet measured at precision >= 0.90 (amplint rules)")
+    check.add_argument("--no-preview", dest="preview", action="store_false", help="run only the stable tier")
     check.add_argument("--force-exclude", action="store_true", help="apply excludes to files named explicitly")
     check.add_argument("--jobs", "-j", type=int, metavar="N", help="worker processes (default: all cores; 1: no pool)")
     check.add_argument("--no-cache", action="store_true", help="do not read or write the result cache")
@@ -160,6 +163,7 @@ def _overrides(config: Config, args) -> Config:
         extend_exclude=(config.extend_exclude + _split(args.extend_exclude)) if args.extend_exclude else None,
         respect_gitignore=args.respect_gitignore,
         max_file_tokens=args.max_file_tokens,
+        preview=args.preview,
     )
 
 
@@ -193,6 +197,7 @@ def cmd_check(args) -> int:
     warned: set = set()
     for config, group, force_exclude in _units(args, paths, unreadable=files):
         _warn_if_nothing_selected(args, config, warned)
+        _warn_if_preview_named(args, config, warned)
         cache_dir = None if args.no_cache else (args.cache_dir or default_cache_dir(config.root))
         part = check_paths(
             group, config, fix=args.fix, unsafe=args.unsafe_fixes, diff=args.diff, force_exclude=force_exclude,
@@ -234,6 +239,20 @@ def cmd_check(args) -> int:
     if args.diff:
         return EXIT_FINDINGS if any(f.diff for f in result.files) else EXIT_CLEAN
     return _exit_code(args, diagnostics, fixed)
+
+
+def _warn_if_preview_named(args, config: Config, warned: set) -> None:
+    """A preview rule named by its code or name runs only with --preview: say so (Ruff's
+    "selection has no effect because preview is not enabled"), once per configuration."""
+    from amplint import registry
+
+    if config.preview or args.silent or ("preview", config.source) in warned:
+        return
+    named = registry.named_preview_codes((*(config.select or ()), *config.extend_select))
+    if named:
+        warned.add(("preview", config.source))
+        print(f"amplint: warning: {', '.join(named)} {'is' if len(named) == 1 else 'are'} in the preview tier and "
+              f"not run without --preview (or `preview = true`)", file=sys.stderr)
 
 
 def _warn_if_nothing_selected(args, config: Config, warned: set) -> None:
@@ -371,6 +390,7 @@ def _check_stdin(args) -> int:
     lookup = args.stdin_filename if args.stdin_filename is not None else Path.cwd()
     ((config, _),) = load_config(args, [lookup])
     _warn_if_nothing_selected(args, config, set())
+    _warn_if_preview_named(args, config, set())
     if sys.stdin is None:  # `amplint check - <&-`: the interpreter found no descriptor 0
         print("amplint: error: cannot read stdin: it is closed", file=sys.stderr)
         return EXIT_ERROR
@@ -611,24 +631,35 @@ def _read_sources(diagnostics) -> dict:
 def cmd_rules(args) -> int:
     import json
 
-    rows = [
-        {
+    from amplint.docs import measured, tier_of
+    from amplint.rule_figures import MEASURED_ON
+
+    rows = []
+    for r in sorted(registry.ALL_RULES, key=lambda r: r.code):
+        figures = measured(r.code)
+        rows.append({
             "code": r.code,
             "name": r.name,
             "default": r.default_enabled,
+            "tier": tier_of(r.code),
             "fix": r.fix_availability.value,
             "safety": r.safety.value if r.fix_availability.value != "none" else None,
+            "precision": figures[0] if figures else None,
+            "recall": figures[1] if figures else None,
+            "measured": dict(zip(("tp", "fp", "fn"), figures[2])) if figures else None,
             "summary": _summary_line(r),
-        }
-        for r in sorted(registry.ALL_RULES, key=lambda r: r.code)
-    ]
+        })
     if args.format == "json":
         print(json.dumps(rows, indent=2))
         return EXIT_CLEAN
+    shown = lambda x: "   -" if x is None else f"{x:4.2f}"  # noqa: E731
+    print(f"{'code':<7} {'name':<40} {'default':<7} {'tier':<8} {'prec':>4} {'rec':>4}  fix")
     for row in rows:
-        default = "on " if row["default"] else "opt-in"
+        default = "on" if row["default"] else "opt-in"
         fix = {"none": "", "sometimes": "fix (sometimes)", "always": "fix"}[row["fix"]]
-        print(f"{row['code']}  {row['name']:<40} {default:<7} {fix}")
+        print(f"{row['code']:<7} {row['name']:<40} {default:<7} {row['tier']:<8} "
+              f"{shown(row['precision'])} {shown(row['recall'])}  {fix}")
+    print(f"\nprecision and recall: {MEASURED_ON}; preview rules run with --preview")
     return EXIT_CLEAN
 
 

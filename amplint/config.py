@@ -66,6 +66,7 @@ KNOWN_KEYS = {
     "respect-gitignore",
     "extend-include",
     "max-file-tokens",
+    "preview",
 }
 
 # What a directory walk checks (Ruff's default `include`, less pyproject.toml); more with `extend-include`.
@@ -98,6 +99,8 @@ class Config:
     extend_include: tuple[str, ...] = ()
     # Files with more tokens are not analysed (memory: about 4 KiB a token); 0: no limit.
     max_file_tokens: int = DEFAULT_MAX_TOKENS
+    # Run the preview tier too (rules not yet measured at precision >= 0.90 on unseen code).
+    preview: bool = False
     root: Path | None = field(default=None, compare=False)
     source: Path | None = field(default=None, compare=False)
     _gitignore: "GitIgnore" = field(default_factory=lambda: GitIgnore(), compare=False, repr=False)
@@ -116,8 +119,8 @@ class Config:
 
     @classmethod
     def all_rules(cls) -> "Config":
-        """Every rule, opt-in ones included (the flake8 plugin lets flake8 filter)."""
-        return cls(select=tuple(e.code for e in CATALOG))
+        """Every rule, opt-in and preview ones included (the flake8 plugin lets flake8 filter)."""
+        return cls(select=tuple(e.code for e in CATALOG), preview=True)
 
     @property
     def torch_version(self) -> tuple[int, int] | None:
@@ -129,11 +132,11 @@ class Config:
         return replace(self, **{k: v for k, v in kwargs.items() if v is not None})
 
     def rules(self) -> tuple[type, ...]:
-        return registry.resolve(self.select, self.ignore, self.extend_select)
+        return registry.resolve(self.select, self.ignore, self.extend_select, self.preview)
 
     def codes(self) -> tuple[str, ...]:
         """The codes of `rules()`, found without importing a rule (a warm run needs no more)."""
-        return registry.resolve_codes(self.select, self.ignore, self.extend_select)
+        return registry.resolve_codes(self.select, self.ignore, self.extend_select, self.preview)
 
     def rules_for(self, path: str | os.PathLike) -> tuple[type, ...]:
         rules = self.rules()
@@ -564,11 +567,15 @@ def from_table(table: dict, path: Path | None = None, *, inferred_target_torch: 
     gitignore = table.get("respect-gitignore", True)
     if not isinstance(gitignore, bool):
         raise ConfigError(f"{where}[tool.amplint] respect-gitignore must be true or false")
+    preview = table.get("preview", False)
+    if not isinstance(preview, bool):
+        raise ConfigError(f"{where}[tool.amplint] preview must be true or false, got {_toml_type(preview)}")
     max_tokens = table.get("max-file-tokens", DEFAULT_MAX_TOKENS)
     if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 0:
         raise ConfigError(f"{where}[tool.amplint] max-file-tokens must be a whole number (0: no limit)")
     kwargs = dict(
         max_file_tokens=max_tokens,
+        preview=preview,
         select=strings("select") if "select" in table else None,
         extend_select=strings("extend-select"),
         ignore=strings("ignore"),

@@ -20,13 +20,44 @@ _FIX = {"none": "no fix", "sometimes": "fix sometimes available", "always": "fix
 
 
 def rule_page(rule) -> str:
-    """The Markdown page for one rule: title, metadata line, then its docstring."""
+    """The Markdown page for one rule: title, metadata line, then its docstring, then how it
+    measured on real code."""
     doc = inspect.cleandoc(rule.__doc__ or "")
     fix = _FIX[rule.fix_availability.value]
     if rule.fix_availability.value != "none":
         fix += f" ({rule.safety.value})"
     default = "on by default" if rule.default_enabled else "opt-in (select it explicitly)"
-    return f"# {rule.code} {rule.name}\n\n*{default}; {fix}*\n\n{doc}\n"
+    if tier_of(rule.code) == "preview":
+        default = "preview (runs with `--preview` or `preview = true`)"
+    return f"# {rule.code} {rule.name}\n\n*{default}; {fix}*\n\n{doc}\n\n## Measured\n{measured_text(rule.code)}\n"
+
+
+def tier_of(code: str) -> str:
+    from amplint.rule_catalog import CATALOG
+
+    return next(e.tier for e in CATALOG if e.code == code)
+
+
+def measured(code: str) -> tuple[float | None, float | None, tuple[int, int, int]] | None:
+    """(precision, recall, (TP, FP, FN)) of a rule on real code (rule_figures.py), None if not scored."""
+    from amplint.rule_figures import FIGURES
+
+    if code not in FIGURES:
+        return None
+    tp, fp, fn = FIGURES[code]
+    return (tp / (tp + fp) if tp + fp else None, tp / (tp + fn) if tp + fn else None, (tp, fp, fn))
+
+
+def measured_text(code: str) -> str:
+    from amplint.rule_figures import MEASURED_ON
+
+    found = measured(code)
+    if found is None:
+        return f"No labelled case on {MEASURED_ON}."
+    precision, recall, (tp, fp, fn) = found
+    shown = lambda x: "-" if x is None else f"{x:.2f}"  # noqa: E731
+    return (f"Precision {shown(precision)}, recall {shown(recall)} ({tp} true findings, {fp} false, {fn} missed) "
+            f"on {MEASURED_ON}.")
 
 
 def summary_line(rule) -> str:
@@ -53,7 +84,8 @@ def rule_table() -> str:
         if fix:
             fix += f" ({r.safety.value})"
         summary = summary_line(r).replace("|", "\\|")
-        rows.append(f"| [{r.code}](rules/{r.code}.md) | `{r.name}` | {'on' if r.default_enabled else 'opt-in'} | {fix} | {summary} |")
+        default = "preview" if tier_of(r.code) == "preview" else ("on" if r.default_enabled else "opt-in")
+        rows.append(f"| [{r.code}](rules/{r.code}.md) | `{r.name}` | {default} | {fix} | {summary} |")
     return "\n".join(rows)
 
 

@@ -174,7 +174,8 @@ def check_source(
 
         project = for_path(path)
     if config is None:
-        config = Config(select=tuple(select)) if select else Config()
+        # NB: the API runs exactly the rules it is given by code, preview ones included
+        config = Config(select=tuple(select), preview=True) if select else Config()
     elif select:
         config = config.with_overrides(select=tuple(select))
     rules = config.rules_for(path)

@@ -13,6 +13,7 @@ from amplint.rule_catalog import CATALOG, RuleEntry
 
 _BY_CODE = {e.code: e for e in CATALOG}
 _BY_NAME = {e.name: e for e in CATALOG}
+PREVIEW_CODES = frozenset(e.code for e in CATALOG if e.tier == "preview")
 
 
 class UnknownSelector(ValueError):
@@ -36,10 +37,11 @@ def expand_codes(selector: str) -> list[str]:
     return sorted(e.code for e in matched)
 
 
-def resolve_codes(select=None, ignore=(), extend_select=()) -> tuple[str, ...]:
+def resolve_codes(select=None, ignore=(), extend_select=(), preview: bool = False) -> tuple[str, ...]:
     """Codes enabled by ruff-style selection: explicit select wins over defaults; ignore removes.
 
     `select` None: the default rules; an empty `select` selects nothing (as in Ruff).
+    Preview rules run only with `preview`, however they are selected (as in Ruff).
     """
     if select is not None:
         chosen = {c for s in select for c in expand_codes(s)}
@@ -47,7 +49,20 @@ def resolve_codes(select=None, ignore=(), extend_select=()) -> tuple[str, ...]:
         chosen = {e.code for e in CATALOG if e.default_enabled}
     chosen |= {c for s in extend_select for c in expand_codes(s)}
     chosen -= {c for s in ignore for c in expand_codes(s)}
+    if not preview:
+        chosen -= PREVIEW_CODES
     return tuple(sorted(chosen))
+
+
+def named_preview_codes(selectors) -> list[str]:
+    """The preview rules that `selectors` name by code or name (what a run without preview
+    leaves off although the user asked for it: worth a warning)."""
+    out = []
+    for sel in selectors:
+        entry = _BY_NAME.get(sel.strip()) or _BY_CODE.get(sel.strip().upper())
+        if entry is not None and entry.code in PREVIEW_CODES:
+            out.append(entry.code)
+    return sorted(set(out))
 
 
 def rule(code: str) -> type:
@@ -60,9 +75,9 @@ def expand(selector: str) -> list[type]:
     return [rule(c) for c in expand_codes(selector)]
 
 
-def resolve(select=None, ignore=(), extend_select=()) -> tuple[type, ...]:
+def resolve(select=None, ignore=(), extend_select=(), preview: bool = False) -> tuple[type, ...]:
     """`resolve_codes`, as rule classes."""
-    return _classes(resolve_codes(select, ignore, extend_select))
+    return _classes(resolve_codes(select, ignore, extend_select, preview))
 
 
 @lru_cache(maxsize=256)

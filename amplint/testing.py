@@ -55,4 +55,6 @@ def fixture_config(path: Path, source: str):
     from amplint.config import Config
 
     m = _TARGET_HEADER.search(source)
-    return Config(select=tuple(fixture_selection(path, source)), target_torch=m.group("version") if m else None)
+    # NB: a fixture names the rules it specifies; a preview rule is specified like any other
+    return Config(select=tuple(fixture_selection(path, source)), target_torch=m.group("version") if m else None,
+                  preview=True)

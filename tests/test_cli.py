@@ -111,10 +111,13 @@ def test_rules_lists_every_code_with_default_and_fix() -> None:
         assert row["name"] == rule.name
         assert row["default"] is rule.default_enabled
         assert row["fix"] == rule.fix_availability.value
+        assert row["tier"] in ("stable", "preview")
+        assert set(row) >= {"precision", "recall", "measured"}  # None where not scored
         assert row["summary"]
     text = amplint("rules").stdout.splitlines()
-    assert len(text) == len(ALL_RULES)
-    assert all(line.split()[0] in BY_CODE for line in text)
+    rule_lines = [line for line in text if line[:3] == "AMP"]
+    assert len(rule_lines) == len(ALL_RULES)
+    assert text[0].split()[:4] == ["code", "name", "default", "tier"] and "--preview" in text[-1]
 
 
 def test_explain_prints_the_rule_page() -> None:

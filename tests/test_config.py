@@ -549,3 +549,32 @@ def test_a_prefix_or_all_selects_the_opt_in_rules_it_names(tmp_path: Path, how: 
         args = ("--isolated", flag, value)
     proc = amplint("check", "--no-cache", "--output-format", "json", *args, ".", cwd=tmp_path)
     assert {(d["filename"], d["location"]["row"]) for d in json.loads(proc.stdout) if d["code"] == "AMP502"} == expected
+
+
+def test_preview_runs_the_preview_tier_from_the_command_line_and_the_config(tmp_path) -> None:
+    """A preview rule's bad fixture is silent without --preview (with a warning when the rule is
+    named), and reports with --preview or `preview = true`."""
+    import shutil
+
+    from amplint.rule_catalog import CATALOG
+
+    code = sorted(e.code for e in CATALOG if e.tier == "preview")[0]
+    root = Path(__file__).resolve().parent.parent
+    bad = sorted((root / "fixtures" / code).glob("bad_*.py"))[0]
+    shutil.copy(bad, tmp_path / "train.py")
+
+    def run(*args, config=""):
+        (tmp_path / "pyproject.toml").write_text(f"[tool.amplint]\n{config}")
+        return subprocess.run([sys.executable, "-m", "amplint", "check", "--no-cache", "--output-format", "json", *args, "."],
+                              cwd=tmp_path, capture_output=True, text=True, timeout=120)
+
+    def codes(proc):
+        return {row["code"] for row in json.loads(proc.stdout)}
+
+    plain = run("--select", code)
+    assert code not in codes(plain) and f"{code} is in the preview tier" in plain.stderr
+    assert code in codes(run("--select", code, "--preview"))
+    assert code in codes(run(config="preview = true\n"))
+    assert code not in codes(run("--no-preview", config="preview = true\n"))
+    bad_value = run(config='preview = "yes"\n')
+    assert bad_value.returncode == 2 and "preview must be true or false" in bad_value.stderr
