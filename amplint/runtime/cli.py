@@ -11,7 +11,9 @@ Exit codes (`EXIT_*`; the README lists them too):
   1  a finding was confirmed, or something was found at run time
   2  usage error: a bad option, no command, a script that does not exist, no torch, an output
      path (--report, --evidence-dir, --profile) that cannot be written (checked before the run)
-  3  the run took no optimizer step (nothing was verified), though the command exited 0
+  3  nothing was verified though the command exited 0: the run took no optimizer step, or
+     mixed precision never ran in it (no autocast region entered enabled, no GradScaler enabled,
+     no float16/bfloat16 parameter or activation) and nothing was confirmed or found
   124  --timeout expired (the report is still written)
   128+N  verify itself received signal N (130 SIGINT, 143 SIGTERM); the command was ended and
        the report is still written
@@ -35,6 +37,7 @@ import time
 from pathlib import Path
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR, EXIT_NO_STEP, EXIT_TIMEOUT = 0, 1, 2, 3, 124
+EXIT_NOT_TESTED = EXIT_NO_STEP  # mixed precision never ran: nothing about it was tested
 
 STATUS_LABEL = {"confirmed": "CONFIRMED", "not-confirmed": "NOT CONFIRMED", "not-reached": "NOT REACHED",
                 "no-probe": "NO PROBE", "found": "RUNTIME", "suppressed": "SUPPRESSED"}
@@ -56,10 +59,14 @@ def build_parser() -> argparse.ArgumentParser:
         prog="amplint verify",
         description="Run a training command under probes; confirm static findings with evidence.",
         usage="amplint verify [options] -- COMMAND...  |  amplint verify [options] train.py [ARGS...]",
-        epilog="exit: 0 clean, 1 findings, 2 usage error, 3 no optimizer step taken, 124 timed out, "
+        epilog="exit: 0 clean, 1 findings, 2 usage error, 3 nothing verified (no optimizer step taken, or "
+               "mixed precision never ran), 124 timed out, "
                "128+N verify got signal N; a failed command's own status passes through",
     )
-    p.add_argument("--steps", type=int, default=None, help="stop cleanly after N optimizer steps")
+    p.add_argument("--steps", type=int, default=None,
+                   help="stop cleanly after N optimizer steps, counted per optimizer, a step GradScaler "
+                        "skipped included; with several optimizers the run stops when any one of them "
+                        "is about to take its step N+1")
     p.add_argument("--device", choices=("cpu",), default=None, help="emulate a CUDA script on the CPU")
     p.add_argument("--nan-guard", action="store_true", help="find the first module producing NaN/Inf (AMP901)")
     p.add_argument("--timeout", type=float, metavar="SECONDS", help="end the whole run after SECONDS (exit 124)")
@@ -173,6 +180,7 @@ def make_report(outcome, diagnostics):
     facts = RunFacts.from_processes(outcome.processes, emulated=outcome.emulated, steps=outcome.steps, ended=outcome.ended)
     findings, runtime = correlate(diagnostics, outcome.observations, reached, probe_needs(), facts, NoqaLookup())
     report = build_report(outcome, findings, runtime)
+    report["mixed_precision"] = facts.precision_json()
     report["status"], report["reason"], report["verify_exit"] = run_verdict(outcome, report)
     # Whose number verify_exit is: the command's own status passed through, or verify's verdict
     # (0, 1 findings, 3 no step, 124, 128+N). A script's own exit 1 or 3 reads as "command".
@@ -195,6 +203,12 @@ def run_verdict(outcome, report: dict) -> tuple[str, str, int]:
     found = sum(r["status"] == "found" for r in report["runtime_findings"])
     if confirmed or found:
         return "findings", f"{confirmed} confirmed, {found} found at run time", EXIT_FINDINGS
+    precision = report.get("mixed_precision") or {"ran": True}
+    if not precision["ran"]:
+        n = len(report["findings"])
+        untested = (f"none of the {n} static finding(s) could be tested, and no precision problem could show"
+                    if n else "no precision problem could show")
+        return "not-tested", f"{precision['summary']}: {untested}", EXIT_NOT_TESTED
     unchecked = [f["reason"] for f in report["findings"] if f["status"] == "not-confirmed" and f["reason"] not in ("behaved",)]
     unchecked += [f["reason"] for f in report["findings"] if f["status"] in ("not-reached", "no-probe")]
     tail = ""
@@ -281,6 +295,9 @@ def render_table(report: dict, findings, runtime) -> str:
         for e in ends:
             mark = "  <- failed first" if e["first_failure"] else ""
             lines.append(f"  {e['rank']}: {e['steps']} step(s), {_short(e['ended'])}{mark}")
+    if report.get("mixed_precision") and report["steps"]:
+        mp = report["mixed_precision"]
+        lines.append(mp["summary"] if not mp["ran"] else f"mixed precision: {mp['summary']}")
     rows, hints = [], {}
     for f in findings:
         detail = evidence_line(f.evidence) if f.status == "confirmed" else f.why

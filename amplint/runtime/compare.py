@@ -31,8 +31,14 @@ run's batches against fp32's, NOISE_FACTOR x the mini-batch noise of a trailing 
 (`batch_noise`). The run diverges where it exceeds that, where its loss is NaN/Inf and the
 reference's is not, where it stopped (crashed) before the reference, when GradScaler skipped every
 step, or when it skipped at least 3 steps after calibrating and at least half of them.
+Not compared: a run in which mixed precision never ran (no autocast region entered enabled, no
+GradScaler enabled, no float16/bfloat16 parameter or activation: the script switched AMP off, no
+CUDA found, `--amp` not given) is fp32 again; comparing it would pass vacuously, so it is reported
+"not compared: mixed precision never ran" with what did run, and without `--bf16` no further run is
+made after it.
 Exit status: 0 all within tolerance, 1 a run diverged (or failed, a non-zero exit, where the
-reference ran: FAILED in the summary), 2 usage error (including `--plot` without matplotlib or a
+reference ran: FAILED in the summary), 3 not compared: mixed precision never ran in the run as
+written (and nothing diverged), 2 usage error (including `--plot` without matplotlib or a
 `--report`/`--plot` path that cannot be written, said before any run) or the fp32 reference itself
 failed (exit non-zero: no other run is made), 124 `--timeout` expired, 128+N compare got signal N
 (the run in progress is ended).
@@ -50,7 +56,7 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
-EXIT_CLEAN, EXIT_DIVERGED, EXIT_ERROR, EXIT_TIMEOUT = 0, 1, 2, 124
+EXIT_CLEAN, EXIT_DIVERGED, EXIT_ERROR, EXIT_NOT_COMPARED, EXIT_TIMEOUT = 0, 1, 2, 3, 124
 NOISE_RUN = "fp32_nudged"  # the second fp32 run (perturb.py)
 
 DEFAULT_STEPS = 50
@@ -339,14 +345,19 @@ def run_variant(name: str, command: list[str], *, steps: int, device: str | None
     }
     outcome = run_instrumented(command, steps=steps, device=device, out_dir=out_dir, extra_env=env, timeout=timeout)
     losses, skipped = _series_of(outcome, loss_dir)
-    # The step budget stops the run at the start of step N+1, after that iteration's backward:
-    # N+1 losses (after 0..N updates). Keep the N+1 points when present, the same in every run.
+    from amplint.runtime.correlate import RunFacts
+
+    facts = RunFacts.from_processes(outcome.processes, emulated=bool(getattr(outcome, "emulated", False)), steps=outcome.steps)
+    # The step budget stops the run at the start of step N+1, after that iteration's backward, so
+    # N+1 losses were seen; the last belongs to an iteration that took no step: N steps, N losses
+    # (the loss of iteration k is the one its step k applied, after k updates).
     return {
         "exit_code": outcome.exit_code,
         "ended": outcome.ended,
         "steps": outcome.steps,
-        "losses": losses[: steps + 1],
-        "skipped_steps": [k for k in skipped if k <= steps],
+        "losses": losses[:steps],
+        "skipped_steps": [k for k in skipped if k < steps],
+        "mixed_precision": facts.precision_json(),
         "errors": list(getattr(outcome, "errors", []))[:5],
         "seed": seed,
         "timed_out": outcome.timed_out,
@@ -458,6 +469,8 @@ def main(argv: list[str]) -> int:
                 break
             if name == "fp32" and runs[name]["exit_code"] != 0:
                 break  # no reference to compare with: the other runs would only cost time
+            if name == "as_written" and not args.bf16 and _never_mixed(runs[name]):
+                break  # nothing to compare: the noise run would only cost time
 
     report: dict[str, Any] = {
         "command": args.command,
@@ -483,20 +496,41 @@ def main(argv: list[str]) -> int:
         _write_report(args.report, report)
         return _error(why)
 
-    noise = _noise(report, runs, args.window)
+    noise = _noise(report, runs, args.window) if NOISE_RUN in runs or not args.noise_run else None
+    if NOISE_RUN not in runs and args.noise_run:
+        report["noise"] = {"measured": False, "why": "not run: mixed precision never ran in the run as written"}
     verdicts = {n: failed_run(judge(ref["losses"], runs[n]["losses"], tolerance=args.tolerance, window=args.window,
                                     skipped=runs[n]["skipped_steps"], noise=noise), runs[n])
-                for n, _ in plan[1:] if n != NOISE_RUN}
+                for n, _ in plan[1:] if n != NOISE_RUN and n in runs and not _never_mixed(runs[n])}
     report["comparisons"] = verdicts
+    report["not_compared"] = {n: not_compared(runs[n]) for n, _ in plan[1:] if n in runs and _never_mixed(runs[n])}
     report["diverged"] = any(v["diverged"] for v in verdicts.values())
-    report["status"] = "diverged" if report["diverged"] else "within-tolerance"
+    if report["diverged"]:
+        report["status"] = "diverged"
+    elif "as_written" in report["not_compared"]:
+        report["status"] = "not-compared"  # the script's own setup was not tested, whatever else was
+    else:
+        report["status"] = "within-tolerance"
     if args.plot is not None:
         _plot(args, report, verdicts)
     written = _write_report(args.report, report)
     print(render(report))
     if not written:
         return EXIT_ERROR
-    return EXIT_DIVERGED if report["diverged"] else EXIT_CLEAN
+    if report["diverged"]:
+        return EXIT_DIVERGED
+    return EXIT_NOT_COMPARED if report["status"] == "not-compared" else EXIT_CLEAN
+
+
+def _never_mixed(run: dict[str, Any]) -> bool:
+    """The run completed and nothing of mixed precision ran in it (see RunFacts.mixed_precision_ran)."""
+    return run["exit_code"] == 0 and not (run.get("mixed_precision") or {"ran": True})["ran"]
+
+
+def not_compared(run: dict[str, Any]) -> dict[str, Any]:
+    """What compare says of a run in which mixed precision never ran: its curve is fp32's."""
+    return {"compared": False, "reason": "not compared: mixed precision never ran",
+            "why": run["mixed_precision"]["summary"]}
 
 
 def failed_run(verdict: dict[str, Any], run: dict[str, Any]) -> dict[str, Any]:
@@ -552,7 +586,12 @@ def _plot(args, report: dict[str, Any], verdicts: dict[str, dict[str, Any]]) -> 
     runs = report["runs"]
     script = next((Path(a).name for a in args.command if a.endswith(".py")), " ".join(args.command)[:40])
     worst = [f"{n}: diverges after {v['first_step_beyond_tolerance']} updates" for n, v in verdicts.items() if v["diverged"]]
-    title = f"{script}: " + ("; ".join(worst) if worst else f"within tolerance {args.tolerance:g}")
+    if worst:
+        title = f"{script}: " + "; ".join(worst)
+    elif report.get("status") == "not-compared":
+        title = f"{script}: not compared: mixed precision never ran"
+    else:
+        title = f"{script}: within tolerance {args.tolerance:g}"
     series = {"fp32": runs["fp32"]["losses"], **{n: v["aligned_losses"] for n, v in verdicts.items()}}
     labels = {n: f"{LABELS[n]}; {v['updates_lost']} update(s) lost to skips" for n, v in verdicts.items() if v["updates_lost"]}
     plot(args.plot, series, verdicts, tolerance=args.tolerance, title=title, labels=labels,
@@ -578,7 +617,7 @@ def render(report: dict[str, Any]) -> str:
     ref = report["runs"]["fp32"]["losses"]
     lines = [f"amplint compare: {len(ref)} losses per run, {where}, tolerance {report['tolerance']:g} "
              f"on {report['window']}-step means, runs aligned by applied updates"]
-    noise = report.get("noise") or {}
+    noise = report.get("noise") or {} if report["comparisons"] else {}
     if noise.get("measured"):
         lines.append(f"  fp32 noise: fp32 with bf16-sized gradient noise deviates up to {noise['max']:.3g}; "
                      f"allowed deviation is max(tolerance, {noise['factor']:g} x that envelope)")
@@ -594,6 +633,8 @@ def render(report: dict[str, Any]) -> str:
             lines.append(f"  {'':<10} {v['lag']}")
         if v["identical"]:
             lines.append(f"  {'':<10} note: identical to fp32, the command may not use mixed precision at all")
+    for name, nc in (report.get("not_compared") or {}).items():
+        lines.append(f"  {name:<10} {nc['reason']} ({nc['why'].removeprefix('mixed precision never ran: ')})")
     if report.get("plot"):
         lines.append(f"  plot: {report['plot']}")
     return "\n".join(lines)

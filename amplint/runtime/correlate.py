@@ -105,6 +105,12 @@ class RunFacts:
     steps: int = 0
     ended: str = ""
     reach_mode: str = "calls"
+    scaler_steps: int = 0  # GradScaler.step calls on an enabled scaler
+    scaler_skipped: int = 0  # of those, the steps it skipped (inf/NaN gradients)
+    autocast_regions: dict = field(default_factory=dict)  # {"cpu float16": times entered enabled}
+    reduced_parameters: dict = field(default_factory=dict)  # {dtype: optimizer parameters}
+    reduced_casts: dict = field(default_factory=dict)  # {dtype: module/parameter casts}
+    reduced_activations: dict = field(default_factory=dict)  # {dtype: first module class}
 
     @classmethod
     def from_processes(cls, processes: list[dict[str, Any]], *, emulated: bool = False, steps: int = 0, ended: str = "") -> "RunFacts":
@@ -121,10 +127,74 @@ class RunFacts:
             facts.autocast_enabled += a.get("enabled", 0)
             facts.autocast_disabled_at += [x for x in a.get("disabled_at", []) if x not in facts.autocast_disabled_at]
             facts.raised += amp.get("raised", [])
+            facts.scaler_steps += s.get("steps", 0)
+            facts.scaler_skipped += s.get("skipped", 0)
+            _add_counts(facts.autocast_regions, a.get("regions") or {})
+            reduced = amp.get("reduced") or {}
+            _add_counts(facts.reduced_parameters, reduced.get("parameters") or {})
+            _add_counts(facts.reduced_casts, reduced.get("casts") or {})
+            for dtype, module in (reduced.get("activations") or {}).items():
+                facts.reduced_activations.setdefault(dtype, module)
             modes.add(p.get("reach_mode", "calls"))
         if modes:
             facts.reach_mode = "lines" if modes == {"lines"} else sorted(modes)[0]
         return facts
+
+    @property
+    def mixed_precision_ran(self) -> bool:
+        """Did anything of mixed precision run: an enabled autocast region, an enabled GradScaler,
+        a float16/bfloat16 parameter or activation?"""
+        return bool(self.autocast_enabled or self.scalers_enabled or self.reduced_parameters
+                    or self.reduced_casts or self.reduced_activations)
+
+    def precision_summary(self) -> str:
+        """One sentence: what of mixed precision ran (or why nothing did)."""
+        if self.autocast_enabled:
+            regions = ", ".join(f"{k} x{n}" for k, n in sorted(self.autocast_regions.items()))
+            autocast = f"autocast entered enabled {self.autocast_enabled} time(s) ({regions})" if regions else \
+                f"autocast entered enabled {self.autocast_enabled} time(s)"
+        elif self.autocast_entered:
+            where = ", ".join(f"{_rel(f)}:{a}" for f, a, _ in self.autocast_disabled_at[:2])
+            autocast = f"autocast entered {self.autocast_entered} time(s), always disabled" + (f" ({where})" if where else "")
+        else:
+            autocast = "no autocast region entered"
+        if self.scalers_enabled:
+            scaler = f"GradScaler enabled, {self.scaler_skipped} of {self.scaler_steps} step(s) skipped"
+        elif self.scalers_built:
+            by = "torch (its device is not available)" if self.scalers_disabled_by_torch and not self.scalers_disabled_by_script else "the script (enabled=False)"
+            scaler = f"GradScaler built {self.scalers_built} time(s), disabled by {by}"
+        else:
+            scaler = "no GradScaler built"
+        reduced = []
+        if self.reduced_parameters:
+            reduced.append("parameters in " + ", ".join(f"{d} ({n})" for d, n in sorted(self.reduced_parameters.items())))
+        elif self.reduced_casts:
+            reduced.append("modules cast to " + ", ".join(sorted(self.reduced_casts)))
+        if self.reduced_activations:
+            reduced.append("activations in " + ", ".join(f"{d} (first from {m})" for d, m in sorted(self.reduced_activations.items())))
+        low = "; ".join(reduced) if reduced else "no parameter or activation in float16 or bfloat16"
+        text = f"{autocast}; {scaler}; {low}"
+        return text if self.mixed_precision_ran else "mixed precision never ran: " + text
+
+    def precision_json(self) -> dict[str, Any]:
+        return {
+            "ran": self.mixed_precision_ran,
+            "autocast": {"entered": self.autocast_entered, "enabled": self.autocast_enabled,
+                         "regions": dict(self.autocast_regions),
+                         "disabled_at": [f"{_rel(f)}:{a}" for f, a, _ in self.autocast_disabled_at]},
+            "grad_scaler": {"built": self.scalers_built, "enabled": self.scalers_enabled,
+                            "disabled_by_script": self.scalers_disabled_by_script,
+                            "disabled_by_torch": self.scalers_disabled_by_torch,
+                            "steps": self.scaler_steps, "skipped": self.scaler_skipped},
+            "reduced_precision": {"parameters": dict(self.reduced_parameters), "casts": dict(self.reduced_casts),
+                                  "activations": dict(self.reduced_activations)},
+            "summary": self.precision_summary(),
+        }
+
+
+def _add_counts(into: dict, more: dict) -> None:
+    for k, n in more.items():
+        into[k] = into.get(k, 0) + n
 
 
 def _real(path: str) -> str:

@@ -88,12 +88,21 @@ class AmpFacts:
     _MAX_SITES = 4
 
     def __init__(self) -> None:
-        self.scalers = {"built": 0, "enabled": 0, "disabled_by_script": 0, "disabled_by_torch": 0, "disabled_at": []}
-        self.autocast = {"entered": 0, "enabled": 0, "dtypes": {}, "disabled_at": []}
+        self.scalers = {"built": 0, "enabled": 0, "disabled_by_script": 0, "disabled_by_torch": 0, "disabled_at": [],
+                        "steps": 0, "skipped": 0}
+        # regions: {"cpu float16": n} entered enabled, per device and dtype
+        self.autocast = {"entered": 0, "enabled": 0, "dtypes": {}, "regions": {}, "disabled_at": []}
+        # reduced precision outside autocast: optimizer parameters {dtype: n} (at each optimizer's
+        # first step), module casts {dtype: n}, module outputs {dtype: first module class}
+        self.reduced = {"parameters": {}, "casts": {}, "activations": {}}
         self.raised: list[dict[str, Any]] = []
 
     def as_json(self) -> dict[str, Any]:
-        return {"scalers": self.scalers, "autocast": self.autocast, "raised": self.raised}
+        return {"scalers": self.scalers, "autocast": self.autocast, "reduced": self.reduced, "raised": self.raised}
+
+    def scaler_stepped(self, ran: bool) -> None:
+        self.scalers["steps"] += 1
+        self.scalers["skipped"] += not ran
 
     def scaler_built(self, enabled: bool, asked: bool, site: Site | None) -> None:
         s = self.scalers
@@ -105,13 +114,15 @@ class AmpFacts:
         if site is not None and len(s["disabled_at"]) < self._MAX_SITES:
             s["disabled_at"].append(site.as_list())
 
-    def autocast_entered(self, enabled: bool, dtype: Any, site: Site | None) -> None:
+    def autocast_entered(self, enabled: bool, dtype: Any, site: Site | None, device: str = "?") -> None:
         a = self.autocast
         a["entered"] += 1
         if enabled:
             a["enabled"] += 1
             name = torch_state.dtype_name(dtype)
             a["dtypes"][name] = a["dtypes"].get(name, 0) + 1
+            region = f"{device} {name}"
+            a["regions"][region] = a["regions"].get(region, 0) + 1
         elif site is not None and len(a["disabled_at"]) < self._MAX_SITES and site.as_list() not in a["disabled_at"]:
             a["disabled_at"].append(site.as_list())
 
@@ -195,6 +206,7 @@ def install(bus: Bus):
     st = bus.state
     emit = bus.emit
     S = torch_state.BaseGradScaler
+    low = torch_state.LOW_PRECISION
     bus.sink.put("amp_facts", st.facts.as_json())
     scaler_signature = inspect.signature(S.__init__)
 
@@ -252,7 +264,10 @@ def install(bus: Bus):
                 result = guarded("GradScaler.step", orig, self, optimizer, *a, **kw)
             finally:
                 st._tl.scaler_step -= 1
-            emit("scaler_step_post", self, optimizer, st.step_posts[id(optimizer)] != before)
+            ran = st.step_posts[id(optimizer)] != before
+            if torch_state.scaler_enabled(self):
+                st.facts.scaler_stepped(ran)
+            emit("scaler_step_post", self, optimizer, ran)
             return result
 
         return step
@@ -296,7 +311,17 @@ def install(bus: Bus):
 
     yield wrap(torch.optim.Optimizer, "__init__", w_opt_init)
 
+    first_step = weakref.WeakSet()
+
     def pre_hook(opt, args, kwargs):
+        if opt not in first_step:  # reduced-precision parameters: once per optimizer, no sync
+            first_step.add(opt)
+            params = st.facts.reduced["parameters"]
+            for g in opt.param_groups:
+                for p in g["params"]:
+                    if p.dtype in low:
+                        name = torch_state.dtype_name(p.dtype)
+                        params[name] = params.get(name, 0) + 1
         emit("opt_step_pre", opt, st.in_scaler_step)
 
     def post_hook(opt, args, kwargs):
@@ -383,7 +408,7 @@ def install(bus: Bus):
             site = user_site()
             enabled = getattr(self, "_enabled", True)
             st.last_autocast = (self.device, getattr(self, "fast_dtype", None), enabled, site)
-            st.facts.autocast_entered(enabled, getattr(self, "fast_dtype", None), site)
+            st.facts.autocast_entered(enabled, getattr(self, "fast_dtype", None), site, str(self.device))
             emit("autocast_enter", self)
             return result
 
@@ -392,7 +417,6 @@ def install(bus: Bus):
     yield wrap(torch.amp.autocast_mode.autocast, "__enter__", w_enter)
 
     # --- module casts ---------------------------------------------------------------------
-    low = torch_state.LOW_PRECISION
 
     def w_cast(how: str, fixed_dtype):
         def maker(orig):
@@ -405,6 +429,8 @@ def install(bus: Bus):
                     except Exception:  # noqa: BLE001
                         dtype = None
                 if dtype in low:
+                    casts = st.facts.reduced["casts"]
+                    casts[torch_state.dtype_name(dtype)] = casts.get(torch_state.dtype_name(dtype), 0) + 1
                     emit("module_cast", self, dtype, how)
                 return result
 
@@ -425,9 +451,34 @@ def install(bus: Bus):
         before = param.dtype
         data.__set__(param, value)
         if value.dtype in low and before not in low:
+            casts = st.facts.reduced["casts"]
+            casts[torch_state.dtype_name(value.dtype)] = casts.get(torch_state.dtype_name(value.dtype), 0) + 1
             emit("parameter_cast", param, value.dtype)
 
     yield Patch(torch.nn.Parameter, "data", property(data.__get__, set_data))
+
+    # --- reduced-precision activations: a global forward hook until it has seen one, or until
+    # three optimizer steps have shown none (the dtypes a training loop uses are set by then; a
+    # region that only starts later is still seen as autocast) --------------------------------
+    acts = st.facts.reduced["activations"]
+    watching: list = []
+
+    def forward_hook(module, args, output):
+        if sum(st.step_posts.values()) >= 3:
+            _stop_watching()
+            return
+        for t in output if isinstance(output, (list, tuple)) else (output,):
+            if isinstance(t, torch.Tensor) and t.dtype in low:
+                acts.setdefault(torch_state.dtype_name(t.dtype), type(module).__name__)
+                _stop_watching()
+                return
+
+    def _stop_watching():
+        while watching:
+            watching.pop().remove()
+
+    watching.append(torch.nn.modules.module.register_module_forward_hook(forward_hook))
+    yield Handle(_stop_watching)
 
     # --- checkpoints and default dtype -------------------------------------------------------
     def w_save(orig):

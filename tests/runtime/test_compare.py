@@ -259,7 +259,7 @@ def test_cli_correct_script_passes_and_the_png_shows_both_curves(tmp_path):
     data = json.loads(report.read_text())
     assert code == 0, data["comparisons"]
     assert set(data["runs"]) == {"fp32", "as_written", "bf16", "fp32_nudged"}
-    assert all(len(r["losses"]) == 13 for r in data["runs"].values())  # after 0..12 updates
+    assert all(len(r["losses"]) == 12 for r in data["runs"].values())  # 12 steps, 12 losses
     assert data["runs"]["fp32"]["losses"][0] == pytest.approx(data["runs"]["as_written"]["losses"][0], rel=1e-3)
     assert data["diverged"] is False and data["emulated"] is True
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -278,8 +278,8 @@ def test_cli_broken_script_exits_1_with_the_divergence_step(tmp_path):
     assert v["diverged"] and 1 <= v["first_step_beyond_tolerance"] <= 8
     assert v["max_relative_deviation"] > 0.5
     # one point per applied update: the steps GradScaler skipped are a lag, not compared points
-    assert len(data["runs"]["fp32"]["losses"]) == 11
-    assert len(v["relative_deviation"]) == len(v["aligned_losses"]) == 11 - v["updates_lost"]
+    assert len(data["runs"]["fp32"]["losses"]) == 10  # 10 steps, 10 losses
+    assert len(v["relative_deviation"]) == len(v["aligned_losses"]) == 10 - v["updates_lost"]
     assert _columns_with(png, compare.COLORS["fp32"]) > 0.6
     assert _columns_with(png, compare.COLORS["as_written"]) > 0.6
     assert _columns_with(png, compare.COLORS["bf16"]) == 0.0  # not asked for: not drawn
