@@ -192,23 +192,39 @@ def _codes_by_line(result) -> list:
 
 @pytest.mark.parametrize("one_file", [False, True], ids=["tree", "one-file"])
 def test_editing_an_imported_module_recomputes_the_importer(tmp_path, monkeypatch, one_file) -> None:
-    """train.py is unchanged, but utils.save_checkpoint starts saving the scaler:
-    the cached AMP106 of train.py must not survive."""
+    """train.py is unchanged, but utils.load_checkpoint starts restoring the scaler:
+    the cached AMP106 of train.py's resume must not survive."""
     from amplint.project.index import reset_shared
 
     project, cdir = _project_copy(tmp_path, "checkpoint_helper"), tmp_path / "cache"
     config = Config(root=project)
     target = [project / "train.py"] if one_file else [project]
     cold = check_paths(target, config, cache_dir=cdir)
-    assert [c for _, _, c in _codes_by_line(cold)] == ["AMP106", "AMP106"]
+    assert ("train.py", 27, "AMP106") in _codes_by_line(cold)
     utils = project / "utils.py"
-    utils.write_text(utils.read_text().replace('"epoch": epoch}', '"epoch": epoch, "scaler": scaler_state}')
-                     .replace("def save_checkpoint(model, optimizer, epoch, path):",
-                              "def save_checkpoint(model, optimizer, epoch, path, scaler_state=None):"))
+    utils.write_text(utils.read_text().replace('    return state["epoch"]', '    scaler.load_state_dict(state["scaler"])\n    return state["epoch"]')
+                     .replace("def load_checkpoint(path, model, optimizer):",
+                              "def load_checkpoint(path, model, optimizer, scaler=None):"))
     reset_shared()  # a new process: nothing remembered in memory, only in the cache
     warm = check_paths(target, config, cache_dir=cdir)
-    assert _codes_by_line(warm) == [("train.py", 27, "AMP106")]  # only the load side is left
+    assert ("train.py", 27, "AMP106") not in _codes_by_line(warm)
     assert _codes_by_line(warm) == _codes_by_line(check_paths(target, config))
+
+
+def test_editing_the_importer_recomputes_a_helpers_checkpoint_finding(tmp_path) -> None:
+    """utils.py is unchanged, but train.py stops using a scaler: the cached AMP106 at the
+    helper's own write (it depends on who calls the helper) must not survive."""
+    from amplint.project.index import reset_shared
+
+    project, cdir = _project_copy(tmp_path, "checkpoint_helper"), tmp_path / "cache"
+    config = Config(root=project)
+    target = [project / "utils.py"]
+    assert _codes_by_line(check_paths(target, config, cache_dir=cdir)) == [("utils.py", 6, "AMP106")]
+    train = project / "train.py"
+    train.write_text(train.read_text().replace("torch.amp.GradScaler(device)", "torch.amp.GradScaler(device, enabled=False)"))
+    reset_shared()
+    warm = check_paths(target, config, cache_dir=cdir)
+    assert _codes_by_line(warm) == [] == _codes_by_line(check_paths(target, config))
 
 
 def test_a_module_that_appears_recomputes_the_importer(tmp_path) -> None:

@@ -31,6 +31,31 @@ UNKNOWN = "unknown"
 
 _MAX_DEPTH = 4
 
+# Checkpoint writes: `torch.save(obj, f)` and torch.distributed.checkpoint's
+# `save(state_dict, ...)` / `save_state_dict(state_dict, ...)` (a sharded FSDP checkpoint).
+WRITES = frozenset(
+    {
+        "torch.save",
+        "torch.distributed.checkpoint.save",
+        "torch.distributed.checkpoint.save_state_dict",
+        "torch.distributed.checkpoint.state_dict_saver.save",
+        "torch.distributed.checkpoint.state_dict_saver.save_state_dict",
+        "torch.distributed._shard.checkpoint.save_state_dict",  # the module's earlier name
+    }
+)
+# FSDP's consolidated or sharded optimizer state (`FSDP.full_optim_state_dict(model, optim)`).
+_FSDP = ("torch.distributed.fsdp.FullyShardedDataParallel", "torch.distributed.fsdp.fully_sharded_data_parallel.FullyShardedDataParallel")
+_OPTIMIZER_STATE = frozenset(
+    f"{cls}.{fn}"
+    for cls in _FSDP
+    for fn in ("full_optim_state_dict", "optim_state_dict", "sharded_optim_state_dict", "scatter_full_optim_state_dict")
+) | {"torch.distributed.checkpoint.state_dict.get_optimizer_state_dict"}
+
+
+def _payload_arg(call: cst.Call) -> cst.BaseExpression | None:
+    """What a write writes: `torch.save(obj, ...)`, `dcp.save(state_dict, ...)`."""
+    return call_arg(call, 0, "obj") or call_arg(call, None, "state_dict")
+
 
 @dataclass(frozen=True)
 class Payload:
@@ -161,9 +186,29 @@ class Checkpoints:
         what its arguments hold)."""
         if event.qualname == BY_NAME:
             return Payload(frozenset(self._arguments(event.node, event.scope)))
-        expr = call_arg(event.node, 0, "obj")
+        expr = _payload_arg(event.node)
         parts = self._describe(expr, event.scope, 0, event)
         return Payload(frozenset(parts))
+
+    def handed_in(self, event) -> bool:
+        """The payload a write inside a helper writes is one of the helper's parameters,
+        whole (`def save_checkpoint(state, path): torch.save(state, path)`): the caller
+        built it, and the caller is where the scaler is missing.  A payload the helper
+        builds (from its parameters, its object's attributes) is the helper's own."""
+        if event.qualname == BY_NAME:
+            return True
+        scope = event.scope
+        expr = _payload_arg(event.node)
+        for _ in range(_MAX_DEPTH):
+            if not isinstance(expr, cst.Name):
+                return False
+            if expr.value in scope.params:
+                return True
+            values = self.b.values.assigned(expr, scope)
+            if len(values) != 1:
+                return False
+            expr, scope = values[0]
+        return False
 
     def _arguments(self, call: cst.Call, scope) -> set[str]:
         """The state a call's arguments carry: `save_checkpoint(model, optimizer, epoch, path)`."""
@@ -253,6 +298,34 @@ class Checkpoints:
             if "scaler" in text:
                 return {SCALER}
             return {MODEL}
+        qual = scope.model.qualify(func) if getattr(scope, "model", None) is not None else None
+        if qual in _OPTIMIZER_STATE:
+            return {OPTIMIZER}
+        if qual in _DATACLASS_VIEWS and call.args:
+            # `asdict(Snapshot(model=..., optimizer=...))`, `dataclasses.replace(snap, epoch=e)`:
+            # what the instance holds, and the fields `replace` sets
+            out = self._describe(call.args[0].value, scope, depth + 1, event)
+            for a in call.args[1:]:
+                if a.keyword is not None:
+                    out |= self._item(cst.SimpleString(repr(a.keyword.value)), a.value, scope, depth)
+                elif a.star:
+                    out |= self._describe(a.value, scope, depth + 1, event)
+            return out
+        fields = _dataclass_fields(func, scope)
+        if fields is not None:
+            # `Snapshot(model=model.state_dict(), optimizer=opt.state_dict(), epoch=e)`: a
+            # dataclass instance holds its fields, named as its keyword arguments are
+            out = set()
+            positional = iter(fields)
+            for a in call.args:
+                if a.star:
+                    out |= self._describe(a.value, scope, depth + 1, event)
+                    continue
+                key = a.keyword.value if a.keyword is not None else next(positional, None)
+                if key is None:
+                    return {UNKNOWN}
+                out |= self._item(cst.SimpleString(repr(key)), a.value, scope, depth)
+            return out
         if isinstance(func, cst.Name) and func.value == "dict":
             out: set[str] = set()
             for a in call.args:
@@ -395,6 +468,40 @@ class Checkpoints:
         if isinstance(expr, (cst.Name, cst.Attribute)):
             return any(self._from_file(v, vs, depth + 1) for v, vs in self.b.values.assigned(expr, scope))
         return False
+
+
+_DATACLASS_VIEWS = frozenset({"dataclasses.asdict", "dataclasses.astuple", "dataclasses.replace", "copy.replace"})
+_DATACLASS_DECORATORS = frozenset({"dataclasses.dataclass", "attr.s", "attr.attrs", "attr.define", "attrs.define", "attr.frozen", "attrs.frozen"})
+
+
+def _dataclass_fields(func: cst.BaseExpression, scope) -> list[str] | None:
+    """The field names, in order, of the project dataclass `func` names (None when it is
+    not one): `@dataclass class Snapshot: model: dict; optimizer: dict; epoch: int = 0`."""
+    from amplint.analysis.callees import ForeignClass, resolve_class
+
+    model = getattr(scope, "model", None)
+    if model is None or not isinstance(func, (cst.Name, cst.Attribute)):
+        return None
+    cls = resolve_class(func, model)
+    if isinstance(cls, ForeignClass):
+        cls = cls.info()
+    node = getattr(cls, "node", None)
+    if not isinstance(node, cst.ClassDef):
+        return None
+    home = getattr(cls, "model", None) or model
+    decorated = any(
+        home.qualify(d.decorator.func if isinstance(d.decorator, cst.Call) else d.decorator) in _DATACLASS_DECORATORS
+        for d in node.decorators
+    )
+    if not decorated and "typing.NamedTuple" not in {home.imports.qualify_text(b) for b in cls.bases}:
+        return None
+    fields = []
+    for stmt in node.body.body:
+        if isinstance(stmt, cst.SimpleStatementLine):
+            for small in stmt.body:
+                if isinstance(small, cst.AnnAssign) and isinstance(small.target, cst.Name):
+                    fields.append(small.target.value)
+    return fields
 
 
 def _owns_a_scaler(receiver: cst.BaseExpression, scope) -> bool:

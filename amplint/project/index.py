@@ -53,7 +53,7 @@ MAX_BASE_DEPTH = 6
 # for another module's step graph: the events and contexts the graphs are made of.
 CALLEE_VOCABULARY = frozenset(
     {Attr("backward"), Word("manual_backward"), Word("unscale_"), "clip_grad", re.compile(r"\.[\s\\]*step[\s\\]*\("),
-     Word("zero_grad"), "gradscaler", "scaler", re.compile(r"\bsave[\s\\]*\("), "load_state_dict", "autocast",
+     Word("zero_grad"), "gradscaler", "scaler", re.compile(r"\bsave[\s\\]*\("), "load_state_dict", "save_state_dict", "autocast",
      # a gradient norm (`p.grad.norm()`, amplint/analysis/grad_norms.py) computed in a helper
      Attr("grad")}
 )

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+
+import libcst as cst
+
 from amplint.analysis.checkpoints import BY_NAME, Checkpoints
 from amplint.analysis.scaler_protocol import SCALER_TOKENS, protocol
 from amplint.analysis.steps import Kind
@@ -12,9 +16,15 @@ class ScalerNotCheckpointed(Rule):
     """
     ## What it does
     In a module that uses a GradScaler that may be enabled, flags each checkpoint
-    write (`torch.save`, or a call to a same-module helper that calls it) whose
-    payload holds optimizer state, or model state together with training progress
-    (epoch, step, scheduler), but no scaler state. It also flags
+    write (`torch.save`, `torch.distributed.checkpoint.save`) whose payload holds
+    optimizer state, or model state together with training progress (epoch, step,
+    scheduler), but no scaler state. The payload is read through dicts, names,
+    `dict(...)` and dataclasses (`asdict(Snapshot(model=..., optimizer=...))`,
+    `dataclasses.replace`). A project helper (in any module: a function, a
+    `Checkpointer` object's method, a function nested in `main()`) that builds the
+    payload from its parameters or attributes is reported once, at its own write,
+    when a module that calls it trains with an enabled scaler; a payload built by the
+    caller and handed to a helper that only writes it is reported at that call. It also flags
     `optimizer.load_state_dict(...)` in a module that never restores a scaler with
     `scaler.load_state_dict(...)`. A module that saves or restores a scaler's state
     itself (a Trainer whose scaler steps inside a library, `self.accelerator.scaler`)
@@ -85,47 +95,55 @@ class ScalerNotCheckpointed(Rule):
     message = "{what} saves {held} but not the GradScaler state"
     load_message = "`{call}` restores the optimizer, but no `scaler.load_state_dict(...)` restores the loss scale"
     requires_any = SCALER_TOKENS
+    # A module that writes a checkpoint and names no scaler may hold the helper that a
+    # module using a scaler calls (utils.py's `save_checkpoint`): the scaler is then in an
+    # importer.  Only such a module looks upward.
+    and_requires_any = ((*SCALER_TOKENS, "torch.save", "save_state_dict", "dcp.save"),)
+    importer_tokens = (0,)
+    elsewhere_tokens = {0: ("scaler",)}
 
     def check(self) -> None:
         proto = protocol(self.model)
         ckpt = Checkpoints(self.model)
-        if not (proto.uses_enabled_scaler or ckpt.keeps_scaler_state(proto.scaler_disabled)):
-            return
         code = self.model.module.code_for_node
-        graphs = list(self.model.steps)
-        saves_in = {id(g): [(e, ckpt.payload(e)) for e in g.of_kind(Kind.SAVE)] for g in graphs}
-        keeps_scaler = {id(g) for g in graphs if any(p.has_scaler for _, p in saves_in[id(g)])}
-        # The graphs that run each write: its own function's, and those of the functions
-        # that reach it through helpers.
-        runners: dict[int, list] = {}
-        for g in graphs:
-            for e, _ in saves_in[id(g)]:
-                runners.setdefault(id(e.node), []).append(g)
-        for graph in graphs:
-            if id(graph) in keeps_scaler:
-                continue  # the scaler gets a file of its own next to these
-            saves = saves_in[id(graph)]
-            updates = graph.of_kind(Kind.SCALER_STEP, Kind.UPDATE)
-            for ev, payload in saves:
-                if not payload.known or payload.has_scaler or not payload.is_training_checkpoint:
-                    continue
-                callers = [g for g in runners[id(ev.node)] if g is not graph]
-                if callers and all(id(g) in keeps_scaler for g in callers):
-                    continue  # a helper (`_save_optimizer`) whose every caller saves the scaler next to it
-                if updates and not any(ev in graph.reachable(u) for u in updates):
-                    continue  # written before any scaler step can run (yolov5's one-shot export): its scale is the initial one
-                if ev.inlined and any(n.kind is Kind.SCALER_NEW and n.inlined and n.anchor is ev.anchor for n in graph.events):
-                    continue  # the helper builds its own scaler and saves: the whole bug is inside it, reported there
-                held = " and ".join(
-                    f"{part} state" for part in ("model", "optimizer") if part in payload.parts
-                ) or "training state"
-                what = f"`{code(ev.anchor.func)}(...)`"
-                notes = ()
-                if ev.qualname == BY_NAME or BY_NAME in payload.parts:
-                    helper = code(ev.node.func) if ev.qualname == BY_NAME else "the checkpoint helper"
-                    notes = (f"judged by the name and the arguments of `{helper}`: its code could not be read (not in the project)",)
-                self.report_event(ev, what=what, held=held, notes=notes)
+        if not uses_a_scaler(self.model, proto, ckpt):
+            self._helper_writes(ckpt, code)
+            return
+        for graph, ev, payload in unsaved_writes(self.model, ckpt):
+            if ev.inlined and ev.scope.model is not self.model and not ckpt.handed_in(ev):
+                continue  # the helper of another module builds the payload: reported once, at its own write
+            held = _held(payload)
+            what = f"`{code(ev.anchor.func)}(...)`"
+            notes = ()
+            if ev.qualname == BY_NAME or BY_NAME in payload.parts:
+                helper = code(ev.node.func) if ev.qualname == BY_NAME else "the checkpoint helper"
+                notes = (f"judged by the name and the arguments of `{helper}`: its code could not be read (not in the project)",)
+            self.report_event(ev, what=what, held=held, notes=notes)
         self._loads(ckpt, code)
+
+    def _helper_writes(self, ckpt: Checkpoints, code) -> None:
+        """A helper of this module (which uses no scaler itself) that builds a checkpoint
+        from its parameters or attributes and writes it without a scaler, called from a
+        module of the project that trains with an enabled one: reported once, at its write."""
+        if self.model.project is None:
+            return
+        for graph in self.model.steps:
+            if not isinstance(graph.scope.node, cst.FunctionDef):
+                continue
+            for ev in graph.of_kind(Kind.SAVE):
+                if ev.inlined or ev.qualname == BY_NAME:
+                    continue
+                payload = ckpt.payload(ev)
+                if not payload.known or payload.has_scaler or not payload.is_training_checkpoint or ckpt.handed_in(ev):
+                    continue
+                caller = _caller_with_a_scaler(self.model, graph.scope, code(ev.node))
+                if caller is None:
+                    continue
+                other, call = caller
+                self.report(
+                    ev.node, what=f"`{code(ev.node.func)}(...)`", held=_held(payload),
+                    related=((other, call, "called here, where a GradScaler steps"),),
+                )
 
     def _loads(self, ckpt: Checkpoints, code) -> None:
         """Resuming the optimizer from a file, in a module that never restores a scaler.
@@ -143,3 +161,74 @@ class ScalerNotCheckpointed(Rule):
                 if ckpt.resumes_optimizer(ev):
                     call = code(ev.anchor.func) if ev.inlined else code(ev.node.func)
                     self.report_event(ev, message=self.load_message, call=call)
+
+
+def uses_a_scaler(model, proto=None, ckpt=None) -> bool:
+    """The module uses a GradScaler that may be enabled, or checkpoints one's state."""
+    proto = proto or protocol(model)
+    ckpt = ckpt or Checkpoints(model)
+    return proto.uses_enabled_scaler or ckpt.keeps_scaler_state(proto.scaler_disabled)
+
+
+def unsaved_writes(model, ckpt: Checkpoints):
+    """(graph, SAVE event, payload) of each checkpoint write of the module's graphs (helpers'
+    writes inlined at their calls included) that holds training state and no scaler state,
+    where a scaler step can have run before it."""
+    graphs = list(model.steps)
+    saves_in = {id(g): [(e, ckpt.payload(e)) for e in g.of_kind(Kind.SAVE)] for g in graphs}
+    keeps_scaler = {id(g) for g in graphs if any(p.has_scaler for _, p in saves_in[id(g)])}
+    # The graphs that run each write: its own function's, and those of the functions
+    # that reach it through helpers.
+    runners: dict[int, list] = {}
+    for g in graphs:
+        for e, _ in saves_in[id(g)]:
+            runners.setdefault(id(e.node), []).append(g)
+    out = []
+    for graph in graphs:
+        if id(graph) in keeps_scaler:
+            continue  # the scaler gets a file of its own next to these
+        updates = graph.of_kind(Kind.SCALER_STEP, Kind.UPDATE)
+        for ev, payload in saves_in[id(graph)]:
+            if not payload.known or payload.has_scaler or not payload.is_training_checkpoint:
+                continue
+            callers = [g for g in runners[id(ev.node)] if g is not graph]
+            if callers and all(id(g) in keeps_scaler for g in callers):
+                continue  # a helper (`_save_optimizer`) whose every caller saves the scaler next to it
+            if updates and not any(ev in graph.reachable(u) for u in updates):
+                continue  # written before any scaler step can run (yolov5's one-shot export): its scale is the initial one
+            if ev.inlined and any(n.kind is Kind.SCALER_NEW and n.inlined and n.anchor is ev.anchor for n in graph.events):
+                continue  # the helper builds its own scaler and saves: the whole bug is inside it, reported there
+            out.append((graph, ev, payload))
+    return out
+
+
+def _held(payload) -> str:
+    return " and ".join(f"{part} state" for part in ("model", "optimizer") if part in payload.parts) or "training state"
+
+
+def _caller_with_a_scaler(model, scope, write: str):
+    """(module, call) of a project module that imports this one, uses an enabled scaler and
+    runs the write `write` of the function `scope` through a call, unsaved; else None."""
+    project = model.project
+    name = scope.node.name.value
+    here = os.path.abspath(model.path)
+    word = name.lower()
+
+    def wanted(text: str) -> bool:
+        return word in text and "scaler" in text
+
+    for path in project.importers_among(model.path, wanted):
+        other = project.model_at(path)
+        if other is None or not uses_a_scaler(other):
+            continue
+        for _, ev, _ in unsaved_writes(other, Checkpoints(other)):
+            home = ev.scope.model
+            if (
+                ev.inlined
+                and home is not other
+                and os.path.abspath(home.path) == here
+                and ev.scope.name == scope.name
+                and home.module.code_for_node(ev.node) == write
+            ):
+                return other, ev.anchor
+    return None
