@@ -277,3 +277,28 @@ def test_git_apply_takes_the_diff_and_gets_what_fix_writes(tmp_path: Path) -> No
 def test_a_re_exported_import_is_not_renamed(source: str) -> None:
     """Importers of this module call `autocast(enabled)`: `torch.amp.autocast` takes the device first."""
     assert all(d.fix is None for d in check_source(source, "t.py", select=["AMP401"]))
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "import torch\nfrom torch.cuda.amp import autocast\ndef f(torch):\n    with autocast():\n        pass\n",
+        "import torch\nfrom torch.cuda.amp import autocast\ndef f():\n    torch = 1\n    with autocast():\n        pass\n",
+        "import torch\nfrom torch.cuda.amp import autocast\nx = [autocast() for torch in range(2)]\n",
+        "import torch\nfrom torch.cuda.amp import autocast\nclass C:\n    torch = 0\n    a = autocast()\n",
+        "from torch.cuda.amp import autocast\ndef g():\n    import torch\ndef f():\n    with autocast():\n        pass\n",
+        "from torch.cuda.amp import autocast\nwith autocast():\n    pass\nimport torch\n",
+        "import torch as th\nfrom torch.cuda.amp import autocast\nf = lambda th: autocast()\n",
+    ],
+    ids=["parameter", "local", "comprehension", "class-attribute", "import-in-another-function",
+         "import-after-the-use", "lambda-parameter"],
+)
+def test_the_written_dtype_reads_torch_where_the_call_runs(source: str) -> None:
+    """`dtype=torch.float16` is evaluated at the call: a name that is not torch there (a
+    local, a class attribute, an import elsewhere or later) made the fixed code raise."""
+    assert all(d.fix is None for d in check_source(source, "t.py", select=["AMP401"]))
+
+
+def test_a_module_level_torch_import_still_gives_the_dtype_fix() -> None:
+    source = "import torch as th\nfrom torch.cuda.amp import autocast\ndef f(x):\n    with autocast():\n        return x\n"
+    assert fixes_of(source)[1] == (4, '    with autocast("cuda", dtype=th.float16):')

@@ -365,10 +365,32 @@ class Deprecations:
         return next((q for q in ('"', "'") if q not in taken), None)
 
     @cached_property
-    def _torch_alias(self) -> str | None:
-        """The name this module binds `torch` to (for `torch.float16` in a fixed autocast)."""
-        aliases = self.model.imports.local_names_for("torch")
-        return "torch" if "torch" in aliases else (aliases[0] if aliases else None)
+    def _module_torch_aliases(self) -> list[str]:
+        """Names a module-level `import torch [as th]` binds and nothing else in the module
+        binds (an assignment, a parameter, a class attribute, a `global`): `torch` first."""
+        model = self.model
+        aliases = set()
+        for r in model.references:
+            if r.context == "import" and isinstance(r.statement, cst.Import) and r.scope is model.module_scope:
+                for alias in r.statement.names:
+                    if dotted(alias.name) != "torch":
+                        continue
+                    if alias.asname is None:
+                        aliases.add("torch")
+                    elif isinstance(alias.asname.name, cst.Name):
+                        aliases.add(alias.asname.name.value)
+        rebound = {name for s in model.scopes for name in (*s.assignments, *s.params, *s.globals_)}
+        return sorted(aliases - rebound, key=lambda a: (a != "torch", a))
+
+    def _torch_alias_at(self, node: cst.CSTNode) -> str | None:
+        """The name that reads the torch module where `node` runs (for `torch.float16` in a
+        fixed autocast): bound by a module-level import before it, and no local of an
+        enclosing function, lambda or comprehension.  None when there is none: an import
+        inside another function, after the use, or a name the use's scope rebinds would
+        make the written dtype a NameError or another object's attribute."""
+        where = self._contexts.of(node)
+        return next((a for a in self._module_torch_aliases
+                     if a in where.imported_before and a not in where.locals_here), None)
 
     # --- case 1: the full path from a torch alias ---------------------------------------
     def _full_path_fix(self, r, dep: Deprecation, torch_alias: str) -> list | None:
@@ -452,7 +474,7 @@ class Deprecations:
                 return None  # kept for an older torch on purpose, or the name is rebound here
             call = self._call_of_func.get(id(use.node))
             if call is not None:
-                new = self._modern_call(call, use.node, ref.deprecation, self._torch_alias)
+                new = self._modern_call(call, use.node, ref.deprecation, self._torch_alias_at(use.node))
                 if new is None:
                     return None
                 changes.append(Replace(call, new))

@@ -63,6 +63,10 @@ class RefContext:
     shadowed: bool = False
     # the quotes of the f-strings the node sits in (a string written there takes another)
     fstring_quotes: frozenset = frozenset()
+    # the names local to the enclosing functions, lambdas and comprehensions
+    locals_here: frozenset = frozenset()
+    # the names that module-level `import x` / `import x as y` statements before the node bind
+    imported_before: frozenset = frozenset()
 
 
 class Contexts:
@@ -74,9 +78,9 @@ class Contexts:
         walker = _ContextWalker(targets, model.scope_of)
         walk(model.module, walker)
         self._found: dict[int, RefContext] = {}
-        for key, (frames, annotation, decorator, shadowed, quotes) in walker.found.items():
+        for key, (frames, annotation, decorator, shadowed, quotes, locals_here, imported) in walker.found.items():
             self._found[key] = RefContext(annotation, decorator, any(self._gates(f) for f in frames),
-                                          key in walker.bound, shadowed, quotes)
+                                          key in walker.bound, shadowed, quotes, locals_here, imported)
 
     def of(self, node: cst.CSTNode) -> RefContext:
         return self._found.get(id(node), RefContext())
@@ -128,6 +132,9 @@ class _ContextWalker(cst.CSTVisitor):
         self.quotes: list[str] = []
         self.parameters: set[int] = set()
         self.found: dict[int, tuple] = {}
+        # names bound so far by `import` statements outside any function or class body
+        self.module_imports: set[str] = set()
+        self.nesting = 0
 
     def _seen(self, node: cst.CSTNode) -> None:
         key = id(node)
@@ -135,7 +142,15 @@ class _ContextWalker(cst.CSTVisitor):
             head = (dotted(node) or "").split(".")[0]
             shadowed = key in self.parameters or any(head in names for names in self.locals)
             self.found[key] = (tuple(self.frames), self.annotations > 0, key in self.decorators, shadowed,
-                               frozenset(self.quotes))
+                               frozenset(self.quotes), frozenset().union(*self.locals), frozenset(self.module_imports))
+
+    def visit_Import(self, node: cst.Import) -> None:
+        if self.nesting == 0:
+            for alias in node.names:
+                if alias.asname is not None and isinstance(alias.asname.name, cst.Name):
+                    self.module_imports.add(alias.asname.name.value)
+                else:
+                    self.module_imports.add((dotted(alias.name) or "").split(".")[0])
 
     # --- local names: what a reference inside a function, lambda or comprehension reads
     def visit_FunctionDef_body(self, node: cst.FunctionDef) -> None:
@@ -220,9 +235,17 @@ class _ContextWalker(cst.CSTVisitor):
     # names bound here (a `def` of the same name as a deprecated import, an assignment)
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
         self.bound.add(id(node.name))
+        self.nesting += 1
+
+    def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:
+        self.nesting -= 1
 
     def visit_ClassDef(self, node: cst.ClassDef) -> None:
         self.bound.add(id(node.name))
+        self.nesting += 1
+
+    def leave_ClassDef(self, original_node: cst.ClassDef) -> None:
+        self.nesting -= 1
 
     def visit_AssignTarget(self, node: cst.AssignTarget) -> None:
         self.bound.add(id(node.target))
