@@ -20,12 +20,14 @@ from amplint.diagnostics import Applicability, Diagnostic, SourceError, to_locat
 from amplint.positions import split_lines
 
 FORMATS = ("text", "json", "json-lines", "github", "sarif")
-REPO_URL = "https://github.com/amplint/amplint"
-DOCS_URL = REPO_URL + "/blob/main/rules/{code}.md"
+# NB: amplint has no public home yet, so no finding names an address: a dead link is worse than
+# none.  A rule's page is `amplint explain CODE` (and rules/CODE.md in the sources); SARIF
+# carries the whole page as the rule's `help`.  Set these when the project is published.
+REPO_URL: str | None = None
 
 
-def rule_url(code: str) -> str:
-    return DOCS_URL.format(code=code)
+def rule_url(code: str) -> str | None:
+    return None if REPO_URL is None else f"{REPO_URL}/blob/main/rules/{code}.md"
 
 
 # `sources`: path -> the file's text, or for a notebook cell number -> the cell's text.
@@ -343,7 +345,7 @@ def sarif_rule(rule) -> dict:
         "shortDescription": {"text": summary_line(rule)},
         "fullDescription": {"text": rule_page(rule)},
         "help": {"text": rule_page(rule), "markdown": rule_page(rule)},
-        "helpUri": rule_url(rule.code),
+        **({"helpUri": rule_url(rule.code)} if rule_url(rule.code) else {}),
         "defaultConfiguration": {"enabled": bool(rule.default_enabled), "level": "error"},
         "properties": {
             "tags": ["mixed-precision", "pytorch", "correctness"],
@@ -438,7 +440,7 @@ def to_sarif(diagnostics: list[Diagnostic], root: Path | None = None, sources: S
                         "name": "amplint",
                         "version": __version__,
                         "semanticVersion": __version__,
-                        "informationUri": REPO_URL,
+                        **({"informationUri": REPO_URL} if REPO_URL else {}),
                         "rules": [sarif_rule(r) for r in rules],
                     }
                 },

@@ -64,8 +64,7 @@ def test_metadata_has_an_spdx_license_classifiers_and_urls(sdist: tarfile.TarFil
     classifiers = meta.get_all("Classifier")
     assert "Programming Language :: Python :: 3.10" in classifiers and "Framework :: Flake8" in classifiers
     assert not [c for c in classifiers if c.startswith("License ::")]  # PEP 639: the expression says it
-    urls = dict(u.split(", ", 1) for u in meta.get_all("Project-URL"))
-    assert {"Homepage", "Repository", "Issues", "Changelog"} <= set(urls)
+    assert not meta.get_all("Project-URL")  # no public home yet: no address that does not exist
     assert meta["Requires-Python"] == ">=3.10"
     assert "server" in meta.get_all("Provides-Extra")
 
@@ -73,3 +72,13 @@ def test_metadata_has_an_spdx_license_classifiers_and_urls(sdist: tarfile.TarFil
 def test_license_file_is_the_mit_text() -> None:
     text = (ROOT / "LICENSE").read_text()
     assert text.startswith("MIT License") and "WITHOUT WARRANTY OF ANY KIND" in text
+
+
+def test_no_file_cites_the_address_of_a_repository_that_does_not_exist() -> None:
+    """README, pyproject, the changelog and what findings print named a GitHub repository that is
+    not there: a user following them met a 404."""
+    cited = [p.relative_to(ROOT).as_posix() for p in (ROOT / "README.md", ROOT / "pyproject.toml",
+                                                      ROOT / "CHANGELOG.md", ROOT / "CONTRIBUTING.md",
+                                                      *sorted((ROOT / "amplint").rglob("*.py")))
+             if "github.com/amplint" in p.read_text(encoding="utf-8")]
+    assert cited == []

@@ -29,7 +29,7 @@ def diagnostic(d: Diagnostic, lines, codec) -> types.Diagnostic:
         message=d.message,
         severity=types.DiagnosticSeverity.Warning,
         code=d.code,
-        code_description=types.CodeDescription(href=rule_url(d.code)),
+        code_description=types.CodeDescription(href=url) if (url := rule_url(d.code)) else None,
         source=SOURCE,
     )
 
