@@ -290,6 +290,39 @@ def test_amp403_needs_fsdp() -> None:
     assert lint("AMP403", src + "model = FullyShardedDataParallel(model)\n") == [(4, "AMP403")]
 
 
+AMP403_PATHS = """
+import torch
+from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
+{wrap}
+{scalers}
+"""
+
+
+@pytest.mark.parametrize(
+    "wrap, scalers, reported",
+    [
+        # the sharded scaler goes with another path than the wrap: the plain one runs with FSDP
+        ("if args.strategy == 'fsdp':\n    model = FSDP(model)",
+         "scaler = ShardedGradScaler() if args.strategy == 'zero' else torch.amp.GradScaler()", True),
+        ("if use_fsdp:\n    model = FSDP(model)\n    scaler = torch.amp.GradScaler()",
+         "if not use_fsdp:\n    scaler = ShardedGradScaler()", True),
+        ("model = FSDP(model)", "if offload:\n    s = ShardedGradScaler()\nscaler = torch.amp.GradScaler()", False),
+        # each path its own scaler
+        ("if use_fsdp:\n    model = FSDP(model)", "scaler = ShardedGradScaler() if use_fsdp else torch.amp.GradScaler()", False),
+        ("if use_fsdp:\n    model = FSDP(model)", "if use_fsdp:\n    scaler = ShardedGradScaler()\nelif fp16:\n    scaler = torch.amp.GradScaler()", False),
+        ("if args.strategy == 'fsdp':\n    model = FSDP(model)",
+         "scaler = ShardedGradScaler() if args.strategy == 'fsdp' else torch.amp.GradScaler()", False),
+        # no sharded scaler at all: a plain one on a path exclusive of the wrap is not with FSDP
+        ("if use_fsdp:\n    model = FSDP(model)", "if not use_fsdp:\n    scaler = torch.amp.GradScaler()", False),
+        ("if use_fsdp:\n    model = FSDP(model)", "if fp16:\n    scaler = torch.amp.GradScaler()", True),
+    ],
+)
+def test_amp403_a_plain_scaler_is_judged_by_the_path_it_runs_on(wrap, scalers, reported) -> None:
+    found = lint("AMP403", AMP403_PATHS.format(wrap=wrap, scalers=scalers))
+    assert bool(found) is reported, found
+
+
 def test_amp501_fix_uses_the_tensor_and_the_torch_alias() -> None:
     from amplint.fixes import fix_text
 
