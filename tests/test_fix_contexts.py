@@ -73,6 +73,7 @@ IMPORTERS = {
     "module-attribute": "import utils\nscaler = utils.GradScaler(2.0**10)\n",
     "star-import": "from utils import *\nwith autocast():\n    pass\n",
     "package-relative": None,  # pkg/__init__.py re-exports, train.py imports the package
+    "package-star": None,  # pkg/__init__.py: `from .utils import *`, train.py imports the package
 }
 
 
@@ -80,11 +81,11 @@ IMPORTERS = {
 def test_a_name_another_module_imports_is_not_renamed(tmp_path: Path, how: str) -> None:
     """`train.py` calls `utils.GradScaler(2.0**10)` the legacy way: after a fix of
     utils.py alone it would build a scaler on device 1024.0."""
-    if how == "package-relative":
+    if how in ("package-relative", "package-star"):
         pkg = tmp_path / "pkg"
         pkg.mkdir()
         target = pkg / "utils.py"
-        (pkg / "__init__.py").write_text("from .utils import GradScaler\n")
+        (pkg / "__init__.py").write_text("from .utils import *\n" if how == "package-star" else "from .utils import GradScaler\n")
         (tmp_path / "train.py").write_text("from pkg import GradScaler\nscaler = GradScaler(2.0**10)\n")
     else:
         target = tmp_path / "utils.py"

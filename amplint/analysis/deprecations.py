@@ -52,6 +52,7 @@ _MODERN_NAMES = {"autocast", "GradScaler", "custom_fwd", "custom_bwd"}
 _EVERY_MODERN_DEVICE = frozenset((d.new, d.device) for d in DEPRECATIONS.values())
 # How many imports deep `_same_program` follows what the modules import.
 _IMPORT_HOPS = 4
+_STAR_IMPORT = re.compile(r"\bimport\s*\*")
 _NAMED_NOT_CALLED = re.compile(r"(?:gradscaler|autocast)\b(?!\s*\()")
 
 
@@ -315,11 +316,25 @@ class Deprecations:
         if project is None:
             return False
         words = re.compile("|".join(rf"\b{re.escape(name.lower())}\b" for name in sorted(locals_)))
-        for path in project.importers(self.model.path, depth=1):
-            text = project.raw_text(path)
-            if text is None or words.search(text):
-                return True  # NB: an importer that cannot be read may use them too
-        return False
+        # A star import re-exports every name (`pkg/__init__.py`: `from .amp_utils import *`):
+        # whoever imports that module may name them, so its importers are read too.
+        frontier, seen = [self.model.path], {os.path.abspath(self.model.path)}
+        for _ in range(_IMPORT_HOPS):
+            following = []
+            for module in frontier:
+                for path in project.importers(module, depth=1):
+                    if os.path.abspath(path) in seen:
+                        continue
+                    seen.add(os.path.abspath(path))
+                    text = project.raw_text(path)
+                    if text is None or words.search(text):
+                        return True  # NB: an importer that cannot be read may use them too
+                    if _STAR_IMPORT.search(text):
+                        following.append(path)
+            frontier = following
+            if not frontier:
+                return False
+        return bool(frontier)  # NB: a chain of star imports longer than followed may reach a user
 
     def _used_as_value_elsewhere(self, dep: Deprecation) -> bool:
         """Another module of the project uses the deprecated class as a value (an
