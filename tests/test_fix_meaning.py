@@ -302,3 +302,19 @@ def test_the_written_dtype_reads_torch_where_the_call_runs(source: str) -> None:
 def test_a_module_level_torch_import_still_gives_the_dtype_fix() -> None:
     source = "import torch as th\nfrom torch.cuda.amp import autocast\ndef f(x):\n    with autocast():\n        return x\n"
     assert fixes_of(source)[1] == (4, '    with autocast("cuda", dtype=th.float16):')
+
+
+@pytest.mark.parametrize(
+    "lookup",
+    ["exec('s = GradScaler(4.0)')", "s = eval('GradScaler(4.0)')", "s = globals()['GradScaler'](4.0)",
+     "s = getattr(sys.modules[__name__], 'GradScaler')(4.0)", "s = vars()['GradScaler'](4.0)"],
+)
+def test_an_import_a_string_looks_up_is_not_renamed(lookup: str) -> None:
+    """The string's use calls the name the legacy way: after the rename it built a scaler on device 4.0."""
+    source = f"import sys\nimport torch\nfrom torch.cuda.amp import GradScaler\n{lookup}\nx = GradScaler(2.0)\n"
+    assert all(d.fix is None for d in check_source(source, "t.py", select=["AMP401"]))
+
+
+def test_a_string_naming_the_class_without_a_lookup_keeps_the_fix() -> None:
+    source = "import torch\nfrom torch.cuda.amp import GradScaler\nprint('GradScaler on')\nx = GradScaler(2.0)\n"
+    assert fixes_of(source)[1] == (4, 'x = GradScaler("cuda", 2.0)')

@@ -37,6 +37,7 @@ import libcst as cst
 from amplint.analysis.names import dotted, module_name_of
 from amplint.analysis.torch_api import AUTOCAST_DEFAULT_DTYPE, AUTOCAST_DEFAULT_SETTERS, DEPRECATIONS, TORCH_AMP_NAME_SINCE, Deprecation
 from amplint.analysis.version_gates import Contexts
+from amplint.analysis.walk import walk
 
 _DEPRECATED_MODULES = {
     "torch.cuda.amp": "cuda",
@@ -52,6 +53,8 @@ _MODERN_NAMES = {"autocast", "GradScaler", "custom_fwd", "custom_bwd"}
 _EVERY_MODERN_DEVICE = frozenset((d.new, d.device) for d in DEPRECATIONS.values())
 # How many imports deep `_same_program` follows what the modules import.
 _IMPORT_HOPS = 4
+# Calls that run code or look a name up from a string.
+_DYNAMIC_LOOKUPS = frozenset({"exec", "eval", "compile", "globals", "locals", "vars", "getattr", "__import__"})
 _STAR_IMPORT = re.compile(r"\bimport\s*\*")
 _NAMED_NOT_CALLED = re.compile(r"(?:gradscaler|autocast)\b(?!\s*\()")
 
@@ -336,6 +339,19 @@ class Deprecations:
                 return False
         return bool(frontier)  # NB: a chain of star imports longer than followed may reach a user
 
+    def _looked_up_by_name(self, locals_: set[str]) -> bool:
+        """A string names one of `locals_` in a module that runs or looks up code by name
+        (`exec`, `eval`, `globals()[...]`, `getattr(sys.modules[__name__], ...)`): that use
+        calls the renamed import the legacy way, unseen by the fix."""
+        model = self.model
+        if not (any(dotted(site.node.func) in _DYNAMIC_LOOKUPS for site in model.calls)
+                or any(r.text.startswith("sys.modules") or r.text.endswith(".__dict__") for r in model.references)):
+            return False
+        words = re.compile("|".join(rf"\b{re.escape(name)}\b" for name in sorted(locals_)))
+        finder = _StringFinder(words)
+        walk(model.module, finder)
+        return finder.found
+
     def _used_as_value_elsewhere(self, dep: Deprecation) -> bool:
         """Another module of the project uses the deprecated class as a value (an
         `isinstance` test, a base class, a tuple of scaler types): a scaler built here may
@@ -453,6 +469,8 @@ class Deprecations:
             return
         if self._imported_elsewhere(locals_):
             return  # another module imports the name from here and calls it the old way
+        if self._looked_up_by_name(locals_):
+            return  # `exec("s = GradScaler(4.0)")`, `globals()["GradScaler"](4.0)`: a use no fix sees
         for stmt in statements:
             if self._contexts.of(_first_name(stmt)).fallback:
                 return  # the import is kept for an older torch on purpose
@@ -531,6 +549,20 @@ class Deprecations:
         if isinstance(stmt, cst.Import) and len(stmt.names) == 1 and dotted(stmt.names[0].name) in _DEPRECATED_MODULES:
             return stmt.with_changes(names=[stmt.names[0].with_changes(name=cst.parse_expression("torch.amp"))])
         return None
+
+
+class _StringFinder(cst.CSTVisitor):
+    """Is a word of `words` inside a string literal?"""
+
+    def __init__(self, words: re.Pattern) -> None:
+        self.words = words
+        self.found = False
+
+    def visit_SimpleString(self, node: cst.SimpleString) -> None:
+        self.found = self.found or bool(self.words.search(node.value))
+
+    def visit_FormattedStringText(self, node: cst.FormattedStringText) -> None:
+        self.found = self.found or bool(self.words.search(node.value))
 
 
 def _same_program(project, path: str) -> set[str]:
