@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import textwrap
 
+import pytest
+
 from amplint.engine import check_source
 
 
@@ -274,6 +276,44 @@ def test_amp109_two_optimizers_of_two_models_are_not_wrappers() -> None:
     scaler.update()
     """
     assert _lines(src, "AMP109") == []
+
+
+AMP109_WRAPPER = """
+import torch
+
+class Wrapper:
+    def __init__(self, base, other):
+        self._inner = base
+        self.other = other
+{members}
+
+scaler = torch.amp.GradScaler("cuda")
+wrapper = Wrapper(torch.optim.SGD(a.parameters()), torch.optim.SGD(b.parameters()))
+scaler.scale(loss).backward()
+scaler.unscale_(wrapper.{unscaled})
+scaler.step(wrapper)
+scaler.update()
+"""
+
+_INNER_PROPERTY = "    @property\n    def optimizer(self):\n        return self._inner\n"
+
+
+@pytest.mark.parametrize(
+    "members, unscaled, reported",
+    [
+        # param_groups forwarded to the unscaled object: the same parameters, unscaled twice
+        ("    @property\n    def param_groups(self):\n        return self._inner.param_groups\n", "_inner", True),
+        (_INNER_PROPERTY + "    @property\n    def param_groups(self):\n        return self._inner.param_groups\n", "optimizer", True),
+        ("        self.param_groups = self._inner.param_groups\n".replace("        ", "    def f(self):\n        ", 1), "_inner", True),
+        ("    pass\n", "_inner", True),  # nothing says where its parameters are: as before
+        # param_groups of another attribute: different parameters
+        ("    @property\n    def param_groups(self):\n        return self.other.param_groups\n", "_inner", False),
+        (_INNER_PROPERTY + "    @property\n    def param_groups(self):\n        return self.other.param_groups\n", "optimizer", False),
+    ],
+)
+def test_amp109_a_wrapper_is_judged_by_where_it_forwards_param_groups(members, unscaled, reported) -> None:
+    src = AMP109_WRAPPER.format(members=members, unscaled=unscaled)
+    assert bool(_lines(src, "AMP109")) is reported
 
 
 # --- AMP110 scaler-state-not-in-state-dict -----------------------------------------------------

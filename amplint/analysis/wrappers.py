@@ -120,9 +120,56 @@ def wraps(a: ObjectPath, a_expr, a_scope, b: ObjectPath, b_expr, b_scope) -> boo
     """`a` and `b` are an object and a wrapper around it, either way round."""
     if a == b:
         return False
-    if a.inside(b) or b.inside(a):
-        return True
+    if a.inside(b):
+        return not _params_held_elsewhere(b_expr, b_scope, a.attrs[len(b.attrs)])
+    if b.inside(a):
+        return not _params_held_elsewhere(a_expr, a_scope, b.attrs[len(a.attrs)])
     return a in built_from(b_expr, b_scope) or b in built_from(a_expr, a_scope)
+
+
+def _params_held_elsewhere(wrapper: cst.BaseExpression | None, scope, attr: str) -> bool:
+    """The wrapper's class forwards `param_groups` to another of its attributes than `attr`
+    (`wrapper.optimizer` is the discriminator's optimizer, `param_groups` the generator's):
+    the two objects hold different parameters, not one optimizer and its wrapper.  False
+    when it cannot be told (an unknown class, no `param_groups` of its own)."""
+    from amplint.analysis.callees import class_of_instance
+
+    cls = class_of_instance(wrapper, scope) if wrapper is not None and scope is not None else None
+    if isinstance(cls, ForeignClass):
+        cls = cls.info()
+    if cls is None or not hasattr(cls, "attributes"):
+        return False
+    source = _param_groups_source(cls)
+    if source is None:
+        return False
+    return source != _attribute_behind(cls, attr)
+
+
+def _param_groups_source(cls) -> str | None:
+    """The attribute `self.<x>` whose `param_groups` the class's own `param_groups` is
+    (a property returning `self.x.param_groups`, or `self.param_groups = self.x.param_groups`)."""
+    values = []
+    found = property_value(cls, "param_groups")
+    if found is not None:
+        values.append(found)
+    values += cls.attributes.get("param_groups", [])
+    sources = set()
+    for value, vscope in values:
+        path = object_path(value, vscope)
+        if path is None or path.root[0] != "self" or len(path.attrs) != 2 or path.attrs[1] != "param_groups":
+            return None
+        sources.add(_attribute_behind(cls, path.attrs[0]))
+    return sources.pop() if len(sources) == 1 else None
+
+
+def _attribute_behind(cls, attr: str) -> str:
+    """`attr`, or the attribute of `self` a property of that name returns."""
+    found = property_value(cls, attr)
+    if found is not None:
+        path = object_path(*found)
+        if path is not None and path.root[0] == "self" and len(path.attrs) == 1:
+            return path.attrs[0]
+    return attr
 
 
 def inherited_method(cls, name: str) -> Callee | None:

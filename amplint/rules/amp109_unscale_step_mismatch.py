@@ -42,8 +42,11 @@ class UnscaleStepMismatch(Rule):
     iteration, never steps `y`, and `x` and `y` are an optimizer and a wrapper around it.
 
     An object and its wrapper: one is an attribute of the other (`self.fp32_optimizer` and
-    `self.fp32_optimizer.optimizer`), or one was built from the other
-    (`opt = Lookahead(base)`). Properties are followed (`self.optimizer` returning
+    `self.fp32_optimizer.optimizer`, `scaler.unscale_(wrapper.optimizer)` and
+    `scaler.step(wrapper)`), or one was built from the other (`opt = Lookahead(base)`).
+    A class whose `param_groups` forwards to another attribute than the unscaled one
+    (`wrapper.optimizer` is the discriminator's, `param_groups` the generator's) holds
+    other parameters: not a wrapper of it. Properties are followed (`self.optimizer` returning
     `self.fp32_optimizer.optimizer`, `self.scaler` returning `self._grad_scaler`). In an
     optimizer wrapper class whose methods split the protocol (`clip_grad_norm()` unscales,
     `step()` steps), the methods of the class together count as one iteration, as the
