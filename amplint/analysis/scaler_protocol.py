@@ -21,6 +21,7 @@ not", which is what gradient accumulation bugs (AMP107) look like in the graph.
 
 from __future__ import annotations
 
+import re
 import weakref
 from collections import deque
 from dataclasses import dataclass
@@ -66,14 +67,20 @@ class _GuardCollector(cst.CSTVisitor):
         self.code = lambda n: module.code_for_node(n).strip()
         self.stack: list[list[Guard]] = [[]]
         self.guards: dict[int, tuple[Guard, ...]] = {}
+        # The text of every `if` test whose body holds the call, outermost first (whatever
+        # its shape: `(i + 1) % k == 0 or last` establishes no fact, but it is periodic).
+        self.test_stack: list[list[str]] = [[]]
+        self.tests: dict[int, tuple[str, ...]] = {}
         self.block_sizes: dict[int, int] = {}
         self.next_statement: dict[int, cst.CSTNode] = {}
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
         self.stack.append([])
+        self.test_stack.append([])
 
     def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:
         self.stack.pop()
+        self.test_stack.pop()
 
     def _push(self, node: cst.If | cst.IfExp, in_body: bool) -> None:
         conds = _normalise(node.test, self.code)
@@ -93,9 +100,11 @@ class _GuardCollector(cst.CSTVisitor):
 
     def visit_If_body(self, node: cst.If) -> None:
         self._push(node, True)
+        self.test_stack[-1].append(self.code(node.test))
 
     def leave_If_body(self, node: cst.If) -> None:
         self._pop(node)
+        self.test_stack[-1].pop()
 
     def visit_If_orelse(self, node: cst.If) -> None:
         self._push(node, False)
@@ -119,6 +128,8 @@ class _GuardCollector(cst.CSTVisitor):
 
     def visit_Call(self, node: cst.Call) -> None:
         self.guards[id(node)] = tuple(self.stack[-1])
+        if self.test_stack[-1]:
+            self.tests[id(node)] = tuple(self.test_stack[-1])
 
     def visit_IndentedBlock(self, node: cst.IndentedBlock) -> None:
         self._block(node.body)
@@ -141,6 +152,7 @@ class ScalerProtocol:
         collector = _GuardCollector(model.module)
         walk(model.module, collector)
         self._guards = collector.guards
+        self._tests = collector.tests
         self._block_sizes = collector.block_sizes
         self._next = collector.next_statement
 
@@ -154,6 +166,15 @@ class ScalerProtocol:
     def exclusive(self, a: Event, b: Event) -> bool:
         """The two events never run in the same pass through the function."""
         return _disjoint(self.guards(a), self.guards(b))
+
+    def periodic(self, event: Event) -> bool:
+        """The event runs only every few iterations, by the shape of an `if` around it: a
+        modulo (`(i + 1) % accum == 0`) or a test that names accumulation
+        (`if step == accum_steps:`, `if not self.accumulating:`).  What gradient
+        accumulation looks like, as opposed to a step skipped for a reason of its own
+        (a non-finite loss, a warm-up gate)."""
+        calls = (event.anchor, event.node) if event.inlined else (event.anchor,)
+        return any(_PERIODIC.search(t) for c in calls for t in self._tests.get(id(c), ()))
 
     def exclusive_calls(self, a: cst.Call, b: cst.Call) -> bool:
         """Two calls of this module's code that sit in branches that never both run."""
@@ -220,6 +241,10 @@ class ScalerProtocol:
     def same(a: str | None, b: str | None) -> bool:
         """Keys name the same object, or one of them is unknown."""
         return a is None or b is None or a == b
+
+
+# A modulo, or a word of gradient accumulation, in an `if` test (see ScalerProtocol.periodic).
+_PERIODIC = re.compile(r"%|accum|accu_|_acc\b|grad_acc|micro_?(?:batch|step)|sync_grad|is_update_step|update_step|optim(?:izer)?_step", re.I)
 
 
 def _disjoint(ga: tuple[Guard, ...], gb: tuple[Guard, ...]) -> bool:

@@ -15,7 +15,11 @@ class UpdatePerMicrobatch(Rule):
     runs only on some iterations (every N micro-batches).
 
     Correct accumulation, where `unscale_`, `step` and `update` sit together under
-    the "every N micro-batches" condition, is not flagged.
+    the "every N micro-batches" condition, is not flagged. Nor is a step skipped on
+    purpose: `scaler.step` only when the loss is finite (or after a warm-up, or under a
+    per-iteration flag) while every iteration clears the gradients with `zero_grad()`
+    and calls `update()`; nothing accumulates there. A step under a periodic condition
+    (a modulo, a counter named for accumulation) is accumulation either way.
 
     ## Why is this bad?
     One effective batch must be seen with one loss scale: its micro-batch gradients
@@ -90,8 +94,15 @@ class UpdatePerMicrobatch(Rule):
                 if not mine:
                     continue  # the step is elsewhere (a caller, a hook): not our pattern
                 # An iteration with no step at all: a plain `optimizer.step()` on the
-                # path is the no-AMP branch of a split, not a skipped micro-batch.
-                is_step = lambda e, mine=mine: e.kind is Kind.OPT_STEP or any(e is s for s in mine)  # noqa: E731
+                # path is the no-AMP branch of a split, not a skipped micro-batch.  Nor is
+                # it accumulation when that iteration clears the gradients (`zero_grad()`
+                # every iteration): the step was skipped on purpose (a non-finite loss, a
+                # warm-up gate) and nothing carries over to the next one; unless the
+                # step's own condition is periodic (`(i + 1) % accum == 0`).
+                clears = not any(proto.periodic(s) for s in mine)
+                is_step = lambda e, mine=mine, clears=clears: (  # noqa: E731
+                    e.kind is Kind.OPT_STEP or any(e is s for s in mine) or (clears and e.kind is Kind.ZERO_GRAD)
+                )
                 if not runs_without(graph, loop, ev, is_step):
                     continue
                 step = mine[0]
