@@ -102,3 +102,180 @@ scaler.update()
 """
     )
     assert _codes(src, "AMP107") == []
+
+
+# --- AMP103: branches that exclude each other ---------------------------------------------
+
+FN = """
+import torch
+def train(model, optimizer, loader, {params}):
+    scaler = torch.amp.GradScaler("cuda", enabled={enabled})
+    for x in loader:
+        optimizer.zero_grad()
+        loss = model(x).mean()
+        if {plain_guard}:
+            loss.backward()
+        scaler.step(optimizer)
+        scaler.update()
+"""
+
+
+@pytest.mark.parametrize(
+    "params, enabled, plain_guard",
+    [
+        ("use_amp", "use_amp", "not use_amp"),
+        ("args", "args.amp", "not args.amp"),
+        ("args", "args.fp16", "args.fp16 is False"),
+        ("cfg", "cfg.train.use_amp", "not cfg.train.use_amp"),
+        ("amp_dtype", "amp_dtype == torch.float16", "amp_dtype == torch.bfloat16"),
+        ("amp_dtype", "amp_dtype == torch.float16", "amp_dtype == torch.float32"),
+        ("amp_dtype", "amp_dtype == torch.float16", "amp_dtype != torch.float16"),
+        ("precision", "precision == 'fp16'", "precision == 'bf16'"),
+        ("use_amp, other", "use_amp and other", "not use_amp"),
+    ],
+)
+def test_amp103_plain_backward_where_the_scalers_enabled_flag_is_false(params: str, enabled: str, plain_guard: str) -> None:
+    src = FN.format(params=params, enabled=enabled, plain_guard=plain_guard)
+    assert _codes(src, "AMP103") == []
+
+
+@pytest.mark.parametrize(
+    "params, enabled, plain_guard",
+    [
+        ("use_amp, other", "other", "not use_amp"),
+        ("use_amp", "True", "not use_amp"),
+        ("use_amp", "use_amp", "use_amp"),
+        ("amp_dtype", "amp_dtype == torch.float16", "amp_dtype != torch.bfloat16"),
+        ("use_amp, other", "use_amp or other", "not use_amp"),
+    ],
+)
+def test_amp103_plain_backward_where_the_scaler_may_be_on_still_fires(params: str, enabled: str, plain_guard: str) -> None:
+    src = FN.format(params=params, enabled=enabled, plain_guard=plain_guard)
+    assert _codes(src, "AMP103") == [(9, "AMP103")]
+
+
+def test_amp103_a_loop_invariant_flag_cannot_take_both_branches_across_a_continue() -> None:
+    src = """
+import torch
+def train(model, optimizer, loader, use_amp):
+    scaler = torch.amp.GradScaler("cuda")
+    for x in loader:
+        loss = model(x).mean()
+        if not use_amp:
+            loss.backward()
+            optimizer.step()
+            continue
+        if use_amp:
+            scaler.scale(loss).backward()
+            x = 1
+        if use_amp:
+            scaler.step(optimizer)
+        scaler.update()
+"""
+    assert _codes(src, "AMP103") == []
+
+
+TRAINER = """
+import torch
+class Trainer:
+    def __init__(self, use_amp):
+        self.scaler = torch.amp.GradScaler("cuda") if use_amp else None
+
+    def backward(self, loss):
+{backward}
+
+    def step(self):
+        if self.scaler is not None:
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+        else:
+            self.optimizer.step()
+
+    def train_step(self, x):
+        loss = self.model(x).mean()
+        self.backward(loss)
+        self.step()
+"""
+
+
+def test_amp103_a_trainers_own_backward_method_is_read_not_taken_for_torchs() -> None:
+    body = "        if self.scaler is not None:\n            self.scaler.scale(loss).backward()\n        else:\n            loss.backward()"
+    assert _codes(TRAINER.format(backward=body), "AMP103") == []
+
+
+def test_amp103_a_trainers_own_backward_method_that_never_scales_fires_at_its_call() -> None:
+    assert _codes(TRAINER.format(backward="        loss.backward()"), "AMP103") == [(19, "AMP103")]
+
+
+# --- AMP103: backward passes that are not the training step ---------------------------------
+
+ESTIMATE = """
+import torch
+from elsewhere import forward_backward
+def {name}(model, batch):
+    loss = model(batch).sum()
+    loss.backward()
+    return [p.grad.abs() for p in model.parameters()]
+
+def main(model, optimizer, loader):
+    scaler = torch.amp.GradScaler("cuda")
+    {call}
+    for x in loader:
+        forward_backward(model, x, scaler)
+        {step}
+        scaler.update()
+        optimizer.zero_grad()
+"""
+
+
+@pytest.mark.parametrize("name", ["saliency", "fisher_estimate", "grad_init", "probe"])
+@pytest.mark.parametrize("step", ["scaler.step(optimizer)", "for opt in [optimizer]:\n            scaler.step(opt)"])
+def test_amp103_backward_before_the_training_loop_is_an_estimate(name: str, step: str) -> None:
+    src = ESTIMATE.format(name=name, call=f"{name}(model, next(iter(loader)))", step=step)
+    assert _codes(src, "AMP103") == []
+
+
+def test_amp103_backward_before_a_step_outside_any_loop_still_fires() -> None:
+    src = ESTIMATE.format(name="warmup_step", call="warmup_step(model, next(iter(loader)))\n    scaler.step(optimizer)",
+                          step="scaler.step(optimizer)")
+    assert _codes(src, "AMP103") == [(11, "AMP103")]
+
+
+def test_amp103_plain_backward_in_the_loop_that_steps_still_fires() -> None:
+    src = ESTIMATE.format(name="probe", call="pass", step="model(x).sum().backward()\n        scaler.step(optimizer)")
+    assert _codes(src, "AMP103") == [(14, "AMP103")]
+
+
+LIBRARY = """
+import torch
+import deepspeed
+from apex import amp
+def main(args, model, optimizer, loader):
+    scaler = torch.amp.GradScaler("cuda")
+    {setup}
+    for x in loader:
+        loss = model(x).mean()
+        {backward}
+        scaler.step(optimizer)
+        scaler.update()
+"""
+
+
+@pytest.mark.parametrize(
+    "setup, backward",
+    [
+        ("model, optimizer, _, _ = deepspeed.initialize(model=model, optimizer=optimizer)", "model.backward(loss)"),
+        ("net = deepspeed.initialize(model=model)[0]", "net.backward(loss)"),
+        ("pass", "with amp.scale_loss(loss, optimizer) as scaled_loss:\n            scaled_loss.backward()"),
+        ("pass", "model_engine.backward(loss)"),
+        ("pass", "accelerator.backward(loss)"),
+        ("pass", "self.manual_backward(loss)"),
+    ],
+)
+def test_amp103_backward_owned_by_a_library_is_scaled_by_the_library(setup: str, backward: str) -> None:
+    assert _codes(LIBRARY.format(setup=setup, backward=backward), "AMP103") == []
+
+
+def test_amp103_backward_of_a_name_not_bound_by_the_library_still_fires() -> None:
+    src = LIBRARY.format(setup="engine2 = build(model)", backward="model.backward(loss)")
+    assert _codes(src, "AMP103") == [(10, "AMP103")]

@@ -49,6 +49,9 @@ def _comparison(test: cst.Comparison, code, truth: bool) -> Fact | None:
     if isinstance(op, (cst.Is, cst.IsNot)) and _is_none(right):
         # `x is not None` true: x holds something; `x is None` true: x holds nothing.
         return (_text(left, code), truth == isinstance(op, cst.IsNot))
+    if isinstance(op, (cst.Is, cst.IsNot)) and isinstance(right, cst.Name) and right.value in ("True", "False"):
+        # `x is False` true: x is falsy, as `not x` says (a flag, the only use of `is False`).
+        return (_text(left, code), (right.value == "True") == (truth == isinstance(op, cst.Is)))
     if isinstance(op, (cst.Equal, cst.NotEqual)):
         subject, literal = (left, _literal(right)) if _literal(right) is not None else (right, _literal(left))
         if literal is None or _literal(subject) is not None:
@@ -149,4 +152,13 @@ def _literal(e: cst.BaseExpression) -> object | None:
             return None
     if isinstance(e, cst.Name) and e.value in ("True", "False"):
         return ("bool", e.value == "True")
+    if isinstance(e, cst.Attribute) and isinstance(e.value, cst.Name) and e.value.value == "torch":
+        # `dtype == torch.float16` / `dtype == torch.bfloat16`: one dtype excludes the other.
+        dtype = _DTYPES.get(e.attr.value)
+        if dtype is not None:
+            return ("dtype", dtype)
     return None
+
+
+_DTYPES = {"float16": "float16", "half": "float16", "bfloat16": "bfloat16", "float32": "float32", "float": "float32",
+           "float64": "float64", "double": "float64"}

@@ -29,6 +29,7 @@ from typing import Callable
 
 import libcst as cst
 
+from amplint.analysis.bindings import call_arg
 from amplint.analysis.conditions import contradicts, facts, negate
 from amplint.analysis.names import dotted
 from amplint.analysis.walk import walk
@@ -203,6 +204,33 @@ class ScalerProtocol:
         ]
         return bool(found) and all(c.enabled is False for c in found)
 
+    def scaler_off_where(self, key: str | None, *events: Event) -> bool:
+        """On every path that runs all of `events`, the scaler of `key` is disabled: each of
+        its constructions is literally `enabled=False`, or its `enabled=` expression is false
+        where the events run (`GradScaler(enabled=use_amp)` seen from under `if not use_amp:`,
+        `enabled=dtype == torch.float16` from under `if dtype == torch.bfloat16:`)."""
+        if key is None:
+            return False
+        b = self.model.bindings
+        found = [
+            c
+            for c in b.scaler_constructions
+            if c.target is not None and b.key(cst.parse_expression(c.target), c.scope) == key
+        ]
+        if not found:
+            return False
+        known = [(g.cond, g.holds) for e in events for g in self.guards(e) if g.cond]
+        for c in found:
+            if c.enabled is False:
+                continue
+            expr = call_arg(c.call, 4 if c.qualname.startswith(("torch.cuda", "torch.cpu")) else 5, "enabled")
+            if expr is None or c.enabled is True:
+                return False
+            when_on = facts(expr, lambda n, m=c.scope.model.module: m.code_for_node(n).strip(), True)
+            if not when_on or not any(contradicts(f, k) for f in when_on for k in known):
+                return False
+        return True
+
     def key(self, event: Event, graph: StepGraph, which: str = "scaler") -> str | None:
         """The event's scaler (or optimizer) key as the analysed function names it.
 
@@ -338,6 +366,30 @@ def training_loop(graph: StepGraph, event: Event):
         if loop in event.loops and id(loop) in backward_loops:
             return loop
     return None
+
+
+def batch_loop(event: Event):
+    """The innermost loop around `event` that is not a loop over optimizers (`for opt in
+    optimizers: scaler.step(opt)`): the loop whose iterations are training steps."""
+    for loop in reversed(event.loops):
+        node = loop.node
+        if isinstance(node, cst.For) and _OPTIMIZERS.search(
+            f"{dotted(node.target) or ''} {dotted(node.iter) or ''}"
+        ):
+            continue
+        return loop
+    return None
+
+
+_OPTIMIZERS = re.compile(r"(?:^|[._ ])opt(?:im\w*)?s?(?:$|[._ ])|optimi[sz]er", re.I)
+
+
+def before_training(backward: Event, step: Event) -> bool:
+    """`backward` runs outside the batch loop that runs `step`, so before that loop
+    starts (a gradient-based initialisation, a saliency or Fisher estimate, a probe): its
+    gradients are not the ones this loop's steps apply."""
+    loop = batch_loop(step)
+    return loop is not None and loop not in backward.loops
 
 
 def in_iteration_reaches(graph: StepGraph, event: Event, pred: Callable[[Event], bool]) -> bool:

@@ -707,6 +707,11 @@ class _Builder:
             recv_text = (dotted(receiver) or "").lower()
             if any(w in recv_text for w in MANAGED_RECEIVER_WORDS) and call.args:
                 return self.make_event(Kind.BACKWARD, call, managed=True, qualname=f"{recv_text}.backward")
+            owner = library_owned(self.model).get(dotted(receiver) or "")
+            if owner is not None and (call.args or owner.startswith("apex.")):
+                # `model.backward(loss)` of the engine `deepspeed.initialize` returned, the
+                # `scaled_loss` of apex's `amp.scale_loss`: the library scales, not the user.
+                return self.make_event(Kind.BACKWARD, call, managed=True, qualname=f"{owner}:{dotted(receiver)}.backward")
             scaler = self._scaled_by(receiver)
             return self.make_event(Kind.BACKWARD, call, scaled=scaler is not None, scaler=scaler)
         if name == "manual_backward":
@@ -794,10 +799,14 @@ class _Builder:
             eventless.add(id(callee.fn))
 
     def _method_of_an_instance(self, call: cst.Call) -> bool:
-        """`x.method(...)` where `x` holds an instance of a class defined in the project."""
+        """`x.method(...)` where `x` holds an instance of a class defined in the project, or
+        `self.backward(loss)` / `self.step()`: the class's own method of that name (a
+        trainer's `backward` that scales only when it has a scaler), not torch's."""
         func = call.func
         if not isinstance(func, cst.Attribute) or func.attr.value not in _WRAPPED_METHODS:
             return False
+        if isinstance(func.value, cst.Name) and func.value.value == self.scope.self_name:
+            return True  # NB: `callee` decides whether the class (or a base) defines it
         return class_of_instance(func.value, self.scope) is not None
 
     def _disables_grad(self, expr: cst.BaseExpression) -> bool:
@@ -830,6 +839,61 @@ class _Builder:
     def _decorator_disables_grad(expr: cst.BaseExpression, model) -> bool:
         target = expr.func if isinstance(expr, cst.Call) else expr
         return model.qualify(target) in NO_GRAD_CONTEXTS
+
+
+# Library calls whose result owns the backward pass and its loss scaling: the engine
+# `deepspeed.initialize(...)` returns first (its `.backward(loss)` scales in fp16), the
+# loss apex's `amp.scale_loss(loss, optimizer)` yields (already scaled by apex).
+_ENGINE_FACTORIES = ("deepspeed.initialize", "deepspeed.init_inference", "colossalai.initialize")
+_SCALED_LOSS_CONTEXTS = ("apex.amp.scale_loss", "apex.amp.handle.scale_loss")
+
+
+def library_owned(model) -> dict[str, str]:
+    """Dotted names (anywhere in the module) bound to a library engine or a library-scaled
+    loss, each with the library call that bound it: `model_engine, opt, _, _ =
+    deepspeed.initialize(...)` gives `model_engine`, `with amp.scale_loss(loss, opt) as
+    scaled_loss:` gives `scaled_loss`.  Computed once per module."""
+    found = model.__dict__.get("_amplint_library_owned")
+    if found is None:
+        found = model.__dict__["_amplint_library_owned"] = _LibraryOwned(model).run()
+    return found
+
+
+class _LibraryOwned(cst.CSTVisitor):
+    def __init__(self, model) -> None:
+        self.model = model
+        self.found: dict[str, str] = {}
+
+    def run(self) -> dict[str, str]:
+        walk(self.model.module, self)
+        return self.found
+
+    def _factory(self, value: cst.BaseExpression | None, names: tuple[str, ...]) -> str | None:
+        if isinstance(value, cst.Subscript):  # `deepspeed.initialize(...)[0]`
+            value = value.value
+        if not isinstance(value, cst.Call):
+            return None
+        qual = self.model.qualify(value.func)
+        return qual if qual in names else None
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        qual = self._factory(node.value, _ENGINE_FACTORIES)
+        if qual is None:
+            return
+        for target in node.targets:
+            t = target.target
+            if isinstance(t, (cst.Tuple, cst.List)):
+                t = t.elements[0].value if t.elements else None  # the engine comes first
+            name = dotted(t) if t is not None else None
+            if name is not None:
+                self.found[name] = qual
+
+    def visit_WithItem(self, node: cst.WithItem) -> None:
+        qual = self._factory(node.item, _SCALED_LOSS_CONTEXTS)
+        if qual is not None and node.asname is not None:
+            name = dotted(node.asname.name)
+            if name is not None:
+                self.found[name] = qual
 
 
 # Calls that hand back their argument unchanged, for a type checker's sake.

@@ -5,7 +5,7 @@ from __future__ import annotations
 import libcst as cst
 
 from amplint.analysis.bindings import Bindings
-from amplint.analysis.scaler_protocol import SCALER_TOKENS, protocol
+from amplint.analysis.scaler_protocol import SCALER_TOKENS, before_training, protocol
 from amplint.analysis.steps import Kind
 from amplint.diagnostics import Applicability
 from amplint.rules._base import FixAvailability, Replace, Rule
@@ -21,7 +21,12 @@ class BackwardNotScaled(Rule):
     A backward in the other branch of an AMP/no-AMP split (`if use_amp:
     scaler.scale(loss).backward() else: loss.backward()`) is not flagged, and neither
     are library-managed backwards (`accelerator.backward(loss)`, Lightning's
-    `manual_backward`) or scalers built with `enabled=False`.
+    `manual_backward`, the `.backward(loss)` of the engine `deepspeed.initialize`
+    returns, apex's `with amp.scale_loss(...) as scaled_loss:`) or scalers built with
+    `enabled=False`. A scaler whose `enabled=` is false where the backward runs
+    (`GradScaler(enabled=use_amp)` and a backward under `if not use_amp:`) steps plainly
+    there. A backward before the loop that steps (a gradient-based initialisation, a
+    saliency or Fisher estimate) is not that loop's training step.
 
     ## Why is this bad?
     `scaler.step()` unscales the gradients before stepping: it divides every `.grad`
@@ -82,9 +87,12 @@ class BackwardNotScaled(Rule):
                 )
                 steps = [
                     e
-                    for e in graph.reachable(bw, stop=ends)
-                    if e.kind is Kind.SCALER_STEP and not proto.scaler_disabled(e.scaler) and not proto.exclusive(bw, e)
+                    for e in graph.reachable(bw, stop=ends, guarded=True)
+                    if e.kind is Kind.SCALER_STEP and not proto.scaler_off_where(e.scaler, bw, e) and not proto.exclusive(bw, e)
                 ]
+                # A backward before the loop that steps (a gradient-based initialisation, a
+                # saliency or Fisher estimate) is not that loop's training step.
+                steps = [e for e in steps if not before_training(bw, e)]
                 if not steps:
                     continue
                 step = steps[0]
