@@ -279,3 +279,100 @@ def test_amp103_backward_owned_by_a_library_is_scaled_by_the_library(setup: str,
 def test_amp103_backward_of_a_name_not_bound_by_the_library_still_fires() -> None:
     src = LIBRARY.format(setup="engine2 = build(model)", backward="model.backward(loss)")
     assert _codes(src, "AMP103") == [(10, "AMP103")]
+
+
+# --- AMP101 / AMP104: a stand-in scaler is its own object -----------------------------------
+
+STAND_IN = """
+import torch
+class DummyGradScaler:
+    def scale(self, loss):
+        return loss
+    def unscale_(self, optimizer):
+        pass
+    def step(self, optimizer):
+        optimizer.step()
+    def update(self):
+        pass
+
+def train(model, optimizer, loader, use_amp):
+    {choice}
+    for x in loader:
+        loss = model(x).mean()
+        grad_scaler.scale(loss).backward()
+        {middle}
+        grad_scaler.update()
+        optimizer.zero_grad()
+"""
+
+CHOICES = [
+    "grad_scaler = torch.amp.GradScaler('cuda') if use_amp else DummyGradScaler()",
+    "grad_scaler = DummyGradScaler() if not use_amp else torch.cuda.amp.GradScaler()",
+    "if use_amp:\n        grad_scaler = torch.amp.GradScaler('cuda')\n    else:\n        grad_scaler = DummyGradScaler()",
+]
+CLIP = "torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)"
+
+
+def _stand_in(choice: str, middle: str) -> str:
+    return STAND_IN.format(choice=choice, middle=textwrap.indent(textwrap.dedent(middle), "        ").strip())
+
+
+@pytest.mark.parametrize("choice", CHOICES)
+def test_amp101_amp104_a_stand_in_scalers_step_is_no_bypass_and_the_clip_is_in_order(choice: str) -> None:
+    src = _stand_in(choice, f"grad_scaler.unscale_(optimizer)\n{CLIP}\ngrad_scaler.step(optimizer)")
+    assert _codes(src, "AMP101") == []
+    assert _codes(src, "AMP104") == []
+
+
+@pytest.mark.parametrize("choice", CHOICES)
+def test_amp101_beside_a_stand_in_the_gradscaler_path_still_counts(choice: str) -> None:
+    src = _stand_in(choice, f"{CLIP}\ngrad_scaler.unscale_(optimizer)\ngrad_scaler.step(optimizer)")
+    assert [c for _, c in _codes(src, "AMP101")] == ["AMP101"]
+
+
+@pytest.mark.parametrize("choice", CHOICES)
+def test_amp104_beside_a_stand_in_a_plain_step_still_bypasses(choice: str) -> None:
+    src = _stand_in(choice, "grad_scaler.unscale_(optimizer)\noptimizer.step()")
+    assert [c for _, c in _codes(src, "AMP104")] == ["AMP104"]
+
+
+def test_a_project_scaler_class_alone_is_still_read_as_the_project_wrote_it() -> None:
+    # No torch GradScaler is ever assigned: the class's own methods are what runs.
+    src = _stand_in("grad_scaler = DummyGradScaler()", f"grad_scaler.unscale_(optimizer)\n{CLIP}\ngrad_scaler.step(optimizer)")
+    assert _codes(src, "AMP104") == []
+
+
+FLAGGED = """
+import torch
+def train(model, optimizer, loader, use_grad_scaling):
+    scaler = torch.amp.GradScaler("cuda", enabled={enabled})
+    for x in loader:
+        loss = model(x).mean()
+        scaler.scale(loss).backward()
+        if use_grad_scaling:
+            scaler.unscale_(optimizer)
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            scaler.step(optimizer)
+            scaler.update()
+        else:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            optimizer.step()
+        optimizer.zero_grad()
+"""
+
+
+def test_amp101_clip_where_the_scalers_enabled_flag_is_false() -> None:
+    assert _codes(FLAGGED.format(enabled="use_grad_scaling"), "AMP101") == []
+
+
+def test_amp101_clip_where_the_scaler_may_be_on_still_fires() -> None:
+    assert _codes(FLAGGED.format(enabled="True"), "AMP101") == [(14, "AMP101")]
+    assert _codes(FLAGGED.format(enabled="other_flag"), "AMP101") == [(14, "AMP101")]
+
+
+def test_amp104_plain_step_where_the_scalers_enabled_flag_is_false() -> None:
+    src = FLAGGED.format(enabled="use_amp").replace("if use_grad_scaling:", "if use_amp:")
+    src = src.replace("def train(model, optimizer, loader, use_grad_scaling)", "def train(model, optimizer, loader, use_amp)")
+    src = src.replace("            scaler.step(optimizer)\n", "")
+    assert _codes(src, "AMP104") == []
+    assert [c for _, c in _codes(src.replace("enabled=use_amp", "enabled=True"), "AMP104")] == ["AMP104"]

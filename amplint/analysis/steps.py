@@ -766,7 +766,7 @@ class _Builder:
                     return found
                 continue
             if isinstance(branch, cst.Call) and isinstance(branch.func, cst.Attribute) and branch.func.attr.value == "scale":
-                if self.b.is_scaler(branch.func.value, self.scope):
+                if self.b.is_scaler(branch.func.value, self.scope) and not self._returns_its_argument(branch):
                     return self.b.key(branch.func.value, self.scope)
             if isinstance(branch, (cst.Name, cst.Attribute)):
                 for value, _ in self.b.values.assigned(branch, self.scope):
@@ -774,6 +774,21 @@ class _Builder:
                     if found is not None:
                         return found
         return None
+
+    def _returns_its_argument(self, call: cst.Call) -> bool:
+        """`x.scale(loss)` of a project class (never a torch GradScaler) whose `scale` is
+        `return loss`: a stand-in scaler for the fp32 path, that scales nothing."""
+        if not self._method_of_an_instance(call):
+            return False
+        found = resolve_call(call, self.scope)
+        if found is None or found.fn is None:
+            return False
+        body = [s for s in _statements(found.fn.body) if not _is_docstring(s)]
+        params = [p.name.value for p in found.fn.params.params]
+        if len(body) != 1 or len(params) < 2 or not isinstance(body[0], cst.SimpleStatementLine):
+            return False
+        ret = body[0].body[0]
+        return isinstance(ret, cst.Return) and isinstance(ret.value, cst.Name) and ret.value.value == params[1]
 
     # --- inlining ------------------------------------------------------------------------
     def callee(self, call: cst.Call):
@@ -807,7 +822,22 @@ class _Builder:
             return False
         if isinstance(func.value, cst.Name) and func.value.value == self.scope.self_name:
             return True  # NB: `callee` decides whether the class (or a base) defines it
-        return class_of_instance(func.value, self.scope) is not None
+        if class_of_instance(func.value, self.scope) is None:
+            return False
+        # `GradScaler() if use_amp else DummyGradScaler()`: a stand-in whose `scale` returns
+        # the loss and whose `step` calls `optimizer.step()` is its own object; on the path
+        # that scales, the calls are torch's GradScaler protocol, and that is what is read.
+        return not self._torch_scaler_too(func.value)
+
+    def _torch_scaler_too(self, receiver: cst.BaseExpression) -> bool:
+        """Some value assigned to `receiver` is a torch GradScaler construction."""
+        for value, vscope in self.b.values.assigned(receiver, self.scope):
+            for branch in value_branches(value):
+                if isinstance(branch, cst.Call):
+                    qual = vscope.model.qualify(branch.func)
+                    if qual in SCALER_CONSTRUCTORS or qual in SHARDED_SCALER_CONSTRUCTORS:
+                        return True
+        return False
 
     def _disables_grad(self, expr: cst.BaseExpression) -> bool:
         """`torch.no_grad()`, `torch.inference_mode()` (called or not)."""
@@ -969,6 +999,11 @@ def _names_in(t: cst.CSTNode) -> list[str]:
     if isinstance(t, cst.StarredElement):
         return _names_in(t.value)
     return []
+
+
+def _is_docstring(s: cst.CSTNode) -> bool:
+    return (isinstance(s, cst.SimpleStatementLine) and len(s.body) == 1 and isinstance(s.body[0], cst.Expr)
+            and isinstance(s.body[0].value, (cst.SimpleString, cst.ConcatenatedString)))
 
 
 def _statements(body: cst.CSTNode) -> list[cst.CSTNode]:

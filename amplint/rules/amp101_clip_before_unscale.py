@@ -9,7 +9,7 @@ import libcst as cst
 from amplint.analysis.bindings import Bindings
 from amplint.analysis.grad_norms import clips_nothing
 from amplint.analysis.names import dotted
-from amplint.analysis.scaler_protocol import event_is, search, training_loop
+from amplint.analysis.scaler_protocol import event_is, protocol, search, training_loop
 from amplint.analysis.steps import SCALING_LIBRARY_WORDS, Kind
 from amplint.diagnostics import Applicability
 from amplint.prefilter import Attr, CodePattern
@@ -42,6 +42,10 @@ class ClipBeforeUnscale(Rule):
     `accelerator.backward(loss)` and `fabric.backward(loss)` until their own clip or
     `accelerator.unscale_gradients()`, Lightning's `self.manual_backward(loss)` until
     `optimizer.step()` (`self.clip_gradients` does not unscale in manual optimization).
+    A clip where the scaler's `enabled=` flag is false (`GradScaler(enabled=flag)` and a
+    clip under `if not flag:`) sees unscaled gradients, and so does a clip after
+    `unscale_` of a scaler chosen beside a project's stand-in (`GradScaler() if use_amp
+    else DummyGradScaler()`): neither is reported.
     A clip with an infinite threshold (`max_norm=inf`, also passed in by the caller of
     the helper that clips) clips nothing: it only measures, and AMP112 reports it.
 
@@ -105,6 +109,7 @@ class ClipBeforeUnscale(Rule):
     imported_tokens = (0,)
 
     def check(self) -> None:
+        proto = protocol(self.model)
         for graph in self.model.steps:
             for backward in graph.of_kind(Kind.BACKWARD):
                 if not backward.scales_loss:
@@ -117,6 +122,8 @@ class ClipBeforeUnscale(Rule):
                         continue
                     if clips_nothing(event):
                         continue  # `max_norm=inf`: at most a norm of scaled gradients (AMP112)
+                    if backward.scaled and proto.scaler_off_where(backward.scaler, backward, event):
+                        continue  # `GradScaler(enabled=flag)` and a clip under `not flag`: nothing scaled
                     clip_name = dotted(event.node.func) or event.qualname or "clip_grad_norm_"
                     if not backward.scaled:
                         notes = (_library_unscale_note(backward),)

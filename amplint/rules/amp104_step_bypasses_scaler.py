@@ -20,6 +20,11 @@ class StepBypassesScaler(Rule):
     after a literally disabled scaler (`GradScaler(enabled=False)`), nor the step after
     a library's backward (`accelerator.backward(loss)`: the optimizer the library
     prepared steps through its scaler), even where the library's code is in the project.
+    Nor is the step of a scaler whose `enabled=` flag is false where it runs
+    (`GradScaler(enabled=use_amp)` and a step under `if not use_amp:`), or the step a
+    project's stand-in scaler takes on the fp32 path (`GradScaler() if use_amp else
+    DummyGradScaler()`, whose `step` calls `optimizer.step()` and whose `scale` returns
+    the loss).
 
     ## Why is this bad?
     Scaled gradients are the true gradients times the loss scale (65536 by
@@ -88,7 +93,7 @@ class StepBypassesScaler(Rule):
                 for ev in graph.reachable(bw, stop=ends):
                     if ev.kind is not Kind.OPT_STEP or id(ev) in reported:
                         continue
-                    if proto.exclusive(bw, ev):
+                    if proto.exclusive(bw, ev) or proto.scaler_off_where(bw.scaler, bw, ev):
                         continue
                     if any(proto.exclusive(ev, s) and proto.same(proto.key(s, graph, "optimizer"), proto.key(ev, graph, "optimizer")) for s in scaler_steps):
                         continue  # the no-AMP alternative of a scaler.step
