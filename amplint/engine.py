@@ -409,7 +409,40 @@ def analyse(module: cst.Module, source: str, path: str, rules, *, crashes=None, 
         # when the JSON output asks where its noqa goes
         ends = logical_line_ends(source, until=max(d.span.line for d in out))
         out = [replace(d, noqa_row=noqa_row(d.span.line, ends)) for d in out]
-    return sorted(set(out), key=lambda d: d.sort_key)
+    return merge_same_line(sorted(set(out), key=lambda d: d.sort_key), {r.code for r in rules if r.one_per_reference})
+
+
+def merge_same_line(diagnostics: list[Diagnostic], per_reference=frozenset()) -> list[Diagnostic]:
+    """One diagnostic per (path, cell, line, code), with every reason in it.
+
+    Two paths to one finding (a helper inlined into two graphs, two scalers stepping
+    after one clip) are one finding for a reader and for a score: the first (leftmost)
+    is kept, the other messages are added to it, and so are their notes and related
+    locations; the fix is the first one offered.  A rule that reports each reference
+    (`one_per_reference`: AMP401 for `from torch.cuda.amp import autocast, GradScaler`)
+    keeps one diagnostic per position instead.  `diagnostics` are sorted (sort_key).
+    """
+    out: list[Diagnostic] = []
+    index: dict[tuple, int] = {}
+    for d in diagnostics:
+        key = (d.path, d.cell, d.span.line, d.code)
+        if d.code in per_reference:
+            key = (*key, d.span.col0)
+        i = index.get(key)
+        if i is None:
+            index[key] = len(out)
+            out.append(d)
+            continue
+        first = out[i]
+        message = first.message if d.message in first.message.split("; also: ") else f"{first.message}; also: {d.message}"
+        out[i] = replace(
+            first,
+            message=message,
+            fix=first.fix if first.fix is not None else d.fix,
+            notes=first.notes + tuple(n for n in d.notes if n not in first.notes),
+            related=first.related + tuple(r for r in d.related if r not in first.related),
+        )
+    return out
 
 
 def _want_related(reports) -> None:

@@ -117,6 +117,10 @@ class Rule:
     fix_availability: ClassVar[FixAvailability] = FixAvailability.NONE
     safety: ClassVar[Applicability] = Applicability.SAFE
     default_enabled: ClassVar[bool] = True
+    # One finding per reference (AMP401: each name of `from torch.cuda.amp import autocast,
+    # GradScaler`): findings of one line stay apart by column.  Otherwise the engine keeps
+    # one diagnostic per (path, line, code) with every reason (engine.merge_same_line).
+    one_per_reference: ClassVar[bool] = False
     requires_any: ClassVar[tuple[object, ...]] = ()
     and_requires_any: ClassVar[tuple[tuple[object, ...], ...]] = ()
     # Token groups (0: requires_any, 1...: and_requires_any) that may be met by the

@@ -98,6 +98,7 @@ class DeprecatedCudaAmp(Rule):
     """
 
     code = "AMP401"
+    one_per_reference = True  # each reference (each operation) is its own finding
     name = "deprecated-cuda-amp"
     message = "`{old}` is deprecated since PyTorch 2.4{why_no_fix}"
     fix_title = "Use `{new}`"

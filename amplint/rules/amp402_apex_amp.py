@@ -53,6 +53,7 @@ class ApexAmp(Rule):
     """
 
     code = "AMP402"
+    one_per_reference = True  # each reference (each operation) is its own finding
     name = "apex-amp"
     message = "`{ref}` uses NVIDIA apex amp, which is deprecated; use `torch.amp`"
     # Pre-filter: `apex` and `amp` as words (an import, a dotted name, or the package of a

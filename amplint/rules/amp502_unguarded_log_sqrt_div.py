@@ -57,6 +57,7 @@ class UnguardedLogSqrtDiv(Rule):
     """
 
     code = "AMP502"
+    one_per_reference = True  # each reference (each operation) is its own finding
     name = "unguarded-log-sqrt-div"
     message = "`{expr}` has no clamp or eps and can produce inf/NaN in float16"
     default_enabled = False
