@@ -375,7 +375,7 @@ def _code_cells(text: str) -> list[str]:
     return cells
 
 
-_LINE_MAGIC = re.compile(r"^(?P<indent>[ \t]*)%(?P<name>timeit|time)\b(?P<opts>(?:\s+-[a-z]+(?:\s+\d+)?)*)\s+(?P<stmt>.*)$")
+_LINE_MAGIC = re.compile(r"^(?P<indent>[ \t]*)%(?P<name>timeit|time)\b(?P<opts>(?:\s+-[a-zA-Z]+(?:\s*\d+)?)*)\s+(?P<stmt>.*)$")
 
 
 def notebook_cell_code(cell: str) -> str:

@@ -47,8 +47,12 @@ def outcomes(request) -> dict[str, fx.Outcome]:
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
 def test_a_fix_runs_as_the_code_did(case: fx.Case, outcomes) -> None:
     outcome = outcomes[case.id]
-    assert outcome.trees, f"{case.id}: no fix changed the tree; nothing was compared"
-    assert not outcome.differences, outcome.report()
+    if not outcome.trees:
+        # A fixture is here because a fix is offered: that fix must change the tree.
+        assert case not in FIXTURES, f"{case.id}: its fixes changed nothing"
+        pytest.skip("amplint offers no fix here: nothing to compare")
+    if outcome.differences:
+        pytest.fail(outcome.report(), pytrace=False)
 
 
 def test_every_kind_of_fixture_fix_is_exercised() -> None:
