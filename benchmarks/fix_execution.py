@@ -29,7 +29,6 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 import zipfile
 from collections import Counter
 from pathlib import Path

@@ -120,7 +120,7 @@ def _fix_in(root: Path, files: dict[str, str], *, unsafe: bool, only: str | None
 
 def fixed_trees(case: Case) -> list[Tree]:
     """Every distinct tree `--fix` and `--fix --unsafe-fixes` make of `case`, whole and file by file
-    (each file alone only where the tree's check offers a fix in it)."""
+    (none when the tree's check offers no fix)."""
     from amplint import runner
     from amplint.diagnostics import Applicability
 
@@ -142,7 +142,10 @@ def fixed_trees(case: Case) -> list[Tree]:
         offered = set().union(*fixes.values())
         # `--unsafe-fixes` applies the safe fixes too: with no unsafe fix it makes the same tree.
         modes = [False] * (Applicability.SAFE in offered) + [True] * (Applicability.UNSAFE in offered)
-        scopes: list[str | None] = [None] + (sorted(fixes) if len(original) > 1 else [])
+        # Each file alone too, as pre-commit passes it, even one the tree's check fixes nothing
+        # in: alone, it may be read differently.
+        alone = sorted(rel for rel in original if rel.endswith((".py", ".ipynb")))
+        scopes: list[str | None] = [None] + (alone if len(alone) > 1 else [])
         for unsafe, scope in itertools.product(modes, scopes):
             files = _fix_in(root, original, unsafe=unsafe, only=scope, select=case.select, target_torch=case.target_torch)
             key = _key(files)
@@ -653,7 +656,7 @@ def _notebook_variants() -> list[Case]:
         for magic in ("%time", "%timeit -n1 -r1", "%%time"):
             first = f"import torch\nfrom torch.{dev}.amp import GradScaler, autocast\n" + _MODEL
             if magic == "%%time":
-                cells = (first, f"%%time\ns = GradScaler(2.0**10)\n", f"{_REPORT_SCALER}\nwith autocast():\n    y = model(x)\nprint(y.dtype)\n")
+                cells = (first, "%%time\ns = GradScaler(2.0**10)\n", f"{_REPORT_SCALER}\nwith autocast():\n    y = model(x)\nprint(y.dtype)\n")
             else:
                 cells = (first, f"{magic} s = GradScaler(2.0**10)\n{magic} ctx = autocast()\n",
                          f"{_REPORT_SCALER}\nwith ctx:\n    y = model(x)\nprint(y.dtype, ctx.fast_dtype)\n")

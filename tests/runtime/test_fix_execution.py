@@ -67,8 +67,7 @@ def test_the_variants_cover_the_contexts_a_fix_can_break() -> None:
     contexts = {c.id.split("-")[1] for c in VARIANTS}
     assert {"nested_bf16", "nested_fp16", "forward_in_bf16_region", "branch_import", "reexport",
             "isinstance_across_modules", "fstring", "notebook_magic", "one_line", "custom_function"} <= contexts
-    multi = [c for c in VARIANTS if len(c.files) > 1]
-    assert multi and all(len(fx.fixed_trees(c)) >= 1 for c in multi[:1])
+    assert any(len(c.files) > 1 for c in VARIANTS) and any(c.entries[0].endswith(".ipynb") for c in VARIANTS)
 
 
 # --- the recorder sees what a wrong fix changes ------------------------------------------------
