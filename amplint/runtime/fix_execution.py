@@ -462,6 +462,9 @@ SPELLINGS = {
     "from_alias": lambda dev, name: (f"import torch\nfrom torch.{dev}.amp import {name} as legacy_{name}", f"legacy_{name}"),
     "module": lambda dev, name: (f"import torch\nfrom torch.{dev} import amp", f"amp.{name}"),
     "module_alias": lambda dev, name: (f"import torch\nimport torch.{dev}.amp as legacy_amp", f"legacy_amp.{name}"),
+    # bound to another name by an assignment, or partially applied
+    "assigned": lambda dev, name: (f"import torch\nLegacy = torch.{dev}.amp.{name}", "Legacy"),
+    "partial": lambda dev, name: (f"import functools\nimport torch\nLegacy = functools.partial(torch.{dev}.amp.{name})", "Legacy"),
 }
 
 AUTOCAST_ARGS = {
@@ -471,6 +474,9 @@ AUTOCAST_ARGS = {
     "kwargs": "(**opts)",
     "disabled": "(enabled=False)",
     "nocache": "(cache_enabled=False)",
+    "enabled_positional_only": "(False)",
+    "cache_none": "(dtype=torch.bfloat16, cache_enabled=None)",
+    "dtype_none": "(dtype=None)",
 }
 SCALER_ARGS = {
     "noargs": "()",
@@ -504,6 +510,14 @@ def _autocast_contexts(call: str, dev: str) -> dict[str, str]:
             "torch.manual_seed(0)\nnet = Net()\nx = torch.randn(2, 4)\n"
             f"with torch.autocast('{dev}', dtype=torch.bfloat16):\n    out = net(x)\nprint(out.dtype)\n"
         ),
+        "lambda_in_bf16_region": (
+            f"{_MODEL}make = lambda: {call}\nwith torch.autocast('{dev}', dtype=torch.bfloat16):\n    with make():\n"
+            f"        y = model(x)\n        {_REPORT_AUTOCAST}\n"
+        ),
+        "conditional_in_fp16_region": (
+            f"import contextlib\n{_MODEL}with torch.autocast('{dev}', dtype=torch.float16):\n"
+            f"    ctx = {call} if x.numel() else contextlib.nullcontext()\n    with ctx:\n        y = model(x)\n        {_REPORT_AUTOCAST}\n"
+        ),
         "decorator_in_fp16_region": (
             f"{_MODEL}@{call}\ndef run(x):\n    y = model(x)\n    {_REPORT_AUTOCAST}\n    return y\n\n"
             f"with torch.autocast('{dev}', dtype=torch.float16):\n    print(run(x).dtype)\nprint(run(x).dtype)\n"
@@ -514,6 +528,7 @@ def _autocast_contexts(call: str, dev: str) -> dict[str, str]:
 def _scaler_contexts(call: str, dev: str) -> dict[str, str]:
     return {
         "plain": f"s = {call}\n{_REPORT_SCALER}\n",
+        "default_argument": f"def make(factory={call.split('(')[0]}):\n    return factory{call[len(call.split('(')[0]):]}\n\ns = make()\n{_REPORT_SCALER}\n",
         "in_function_in_bf16_region": (
             f"def make():\n    return {call}\n\nwith torch.autocast('cpu', dtype=torch.bfloat16):\n    s = make()\n{_REPORT_SCALER}\n"
         ),
@@ -537,7 +552,7 @@ def _single_file_variants() -> list[Case]:
                 imports, expr = SPELLINGS[spelling](dev, name)
                 call = expr + arg_table[args]
                 for context, program in contexts(call, dev).items():
-                    if context != "plain" and args not in ("noargs", "positional", "kwargs"):
+                    if context != "plain" and args not in ("noargs", "positional", "kwargs", "dtype_none"):
                         continue
                     out.append(_single("AMP401", context, spelling, dev, name, args, program, imports, _OPTS[name]))
     # custom_fwd / custom_bwd: a Function whose forward and backward the decorators wrap, run
