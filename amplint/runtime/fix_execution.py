@@ -63,7 +63,6 @@ class Case:
     entries: tuple[str, ...]  # scripts or notebooks run, in order
     select: tuple[str, ...] = ()  # extend the default selection (a fixture's own rule)
     target_torch: str | None = None
-    note: str = ""  # what the case is about, for a reader of a failure
 
     @property
     def file_map(self) -> dict[str, str]:
@@ -253,7 +252,6 @@ class Outcome:
     case: Case
     trees: list[Tree]
     differences: list[tuple[str, str]] = field(default_factory=list)  # (tree label, diff)
-    skipped: str = ""  # why nothing ran
 
     def report(self) -> str:
         parts = []
