@@ -702,11 +702,11 @@ def _one_line_variants() -> list[Case]:
                     "print('aux', globals().get('aux', torch.zeros(())).dtype)\n"
                     "print('grad', model.weight.grad.dtype)\n")
             out.append(Case(f"AMP201-one_line-{name}-{dtype}", (("train.py", head + body),), ("train.py",)))
-            if name == "scaled_then_forward":  # in a loop and a function, as training code has it
+            if name in ("scaled_then_forward", "forward_then_backward"):  # in a loop in a function, as training code has it
                 body = (f"def step():\n    for _ in range(2):\n        with torch.autocast('cpu', dtype=torch.{dtype}):\n"
                         f"            loss = model(x).float().sum()\n            {line}\n    return aux\n\n"
                         "print('aux', step().dtype)\n")
-                out.append(Case(f"AMP201-one_line-in_loop-{dtype}", (("train.py", head + body),), ("train.py",)))
+                out.append(Case(f"AMP201-one_line-in_loop-{name}-{dtype}", (("train.py", head + body),), ("train.py",)))
     return out
 
 
