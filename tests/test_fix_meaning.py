@@ -271,8 +271,13 @@ def test_git_apply_takes_the_diff_and_gets_what_fix_writes(tmp_path: Path) -> No
     [
         "from torch.cuda.amp import autocast as autocast\n",
         "from torch.cuda.amp import autocast\n__all__ = ['autocast']\nwith autocast():\n    pass\n",
+        "import torch\nfrom torch.cuda.amp import autocast\n__all__ = ['auto' + 'cast']\nwith autocast():\n    pass\n",
+        "import torch\nfrom torch.cuda.amp import autocast\n__all__ = []\n__all__ += ['autocast']\nwith autocast():\n    pass\n",
+        "import torch\nfrom torch.cuda.amp import autocast\n__all__ = []\n__all__.append('autocast')\nwith autocast():\n    pass\n",
+        "import torch\nfrom torch.cuda.amp import autocast\n__all__ = ['f']\n__all__.extend(['autocast'])\nwith autocast():\n    pass\n",
     ],
-    ids=["redundant-alias", "dunder-all"],
+    ids=["redundant-alias", "dunder-all", "dunder-all-computed", "dunder-all-augmented", "dunder-all-appended",
+         "dunder-all-extended"],
 )
 def test_a_re_exported_import_is_not_renamed(source: str) -> None:
     """Importers of this module call `autocast(enabled)`: `torch.amp.autocast` takes the device first."""
@@ -317,4 +322,9 @@ def test_an_import_a_string_looks_up_is_not_renamed(lookup: str) -> None:
 
 def test_a_string_naming_the_class_without_a_lookup_keeps_the_fix() -> None:
     source = "import torch\nfrom torch.cuda.amp import GradScaler\nprint('GradScaler on')\nx = GradScaler(2.0)\n"
+    assert fixes_of(source)[1] == (4, 'x = GradScaler("cuda", 2.0)')
+
+
+def test_a_dunder_all_that_names_other_things_keeps_the_fix() -> None:
+    source = "import torch\nfrom torch.cuda.amp import GradScaler\n__all__ = ['make']\nx = GradScaler(2.0)\n"
     assert fixes_of(source)[1] == (4, 'x = GradScaler("cuda", 2.0)')

@@ -264,13 +264,26 @@ class Deprecations:
         importers a function whose first parameter is the device."""
         out = set()
         for value in self.model.module_scope.assignments.get("__all__", []):
-            if isinstance(value, (cst.List, cst.Tuple)):
-                out |= {e.value.evaluated_value for e in value.elements if isinstance(e.value, cst.SimpleString)}
+            if isinstance(value, (cst.List, cst.Tuple)) and all(isinstance(e.value, cst.SimpleString) for e in value.elements):
+                out |= {e.value.evaluated_value for e in value.elements}
+            else:
+                out |= _MODERN_NAMES | self._every_local_name  # `__all__ = ["Grad" + "Scaler"]`: any name
+        if "__all__" in self.model.module_scope.assignments:
+            counter = _NameCounter("__all__")
+            walk(self.model.module, counter)
+            if counter.count > len(self.model.module_scope.assignments["__all__"]):
+                # `__all__ += [...]`, `__all__.append(...)`, `__all__.extend(...)`: any name
+                out |= _MODERN_NAMES | self._every_local_name
         for node, _ in self.model.import_froms:
             if not isinstance(node.names, cst.ImportStar):
                 out |= {dotted(a.name) for a in node.names
                         if a.asname is not None and isinstance(a.asname.name, cst.Name) and a.asname.name.value == dotted(a.name)}
         return out
+
+    @cached_property
+    def _every_local_name(self) -> set[str]:
+        """Every name an import of this module binds."""
+        return {local for local, _ in self.model.imports.items()}
 
     def _locals_bound_to_modern(self) -> set[str]:
         """Local names some import binds to a modern AMP name (`from torch.amp import GradScaler`)."""
@@ -549,6 +562,17 @@ class Deprecations:
         if isinstance(stmt, cst.Import) and len(stmt.names) == 1 and dotted(stmt.names[0].name) in _DEPRECATED_MODULES:
             return stmt.with_changes(names=[stmt.names[0].with_changes(name=cst.parse_expression("torch.amp"))])
         return None
+
+
+class _NameCounter(cst.CSTVisitor):
+    """How many times a name is written."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.count = 0
+
+    def visit_Name(self, node: cst.Name) -> None:
+        self.count += node.value == self.name
 
 
 class _StringFinder(cst.CSTVisitor):
