@@ -366,12 +366,12 @@ def fix(nb: Notebook, lint, *, unsafe: bool = False):
     if outcome.source == nb.module:
         return outcome, None, []
     if not nb.writable:
-        outcome.applied = []
+        outcome.applied, outcome.remaining = [], check(nb, lint)  # nothing was fixed: every finding stays
         return outcome, None, ["fix not written: nbformat < 4 notebooks are checked, not rewritten (upgrade it in Jupyter)"]
     try:
         text, warnings = nb.with_module(outcome.source)
     except NotebookError as exc:
-        outcome.applied = []
+        outcome.applied, outcome.remaining = [], check(nb, lint)  # nothing was fixed: every finding stays
         return outcome, None, [f"fix not written: {exc}"]
     return outcome, text, warnings
 

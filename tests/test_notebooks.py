@@ -317,3 +317,28 @@ def test_the_cli_names_the_cell_whose_source_holds_a_number(tmp_path: Path) -> N
     assert proc.returncode == 2
     assert f"nb.ipynb:1:1: error: {CELL_ERROR}" in proc.stdout + proc.stderr
     assert "internal error" not in proc.stdout + proc.stderr and "All checks passed" not in proc.stdout
+
+
+UNWRITABLE_NOTEBOOKS = {
+    "invalid once written": {"cells": [{"cell_type": "code", "source": ["import torch\n", DEPRECATED + "\n"], "metadata": {},
+                                        "outputs": [], "execution_count": None}],
+                             "metadata": {"kernelspec": {"name": "python3", "language": "python"}},
+                             "nbformat": 4, "nbformat_minor": 5},
+    "nbformat 3": {"worksheets": [{"cells": [{"cell_type": "code", "language": "python", "metadata": {}, "outputs": [],
+                                              "input": ["import torch\n", DEPRECATED + "\n"]}]}],
+                   "metadata": {}, "nbformat": 3, "nbformat_minor": 0},
+}
+
+
+@pytest.mark.parametrize("raw", UNWRITABLE_NOTEBOOKS.values(), ids=UNWRITABLE_NOTEBOOKS.keys())
+def test_a_notebook_fix_that_is_not_written_leaves_its_findings_reported(tmp_path: Path, raw) -> None:
+    """`--fix` refused to write the notebook, then said "All checks passed!" and exited 0:
+    the findings it did not fix are still there."""
+    path = tmp_path / "nb.ipynb"
+    path.write_text(json.dumps(raw))
+    before = path.read_bytes()
+    proc = amplint("check", "--isolated", "--no-cache", "--fix", "--select", "AMP401", str(path), cwd=tmp_path)
+    assert path.read_bytes() == before
+    assert "fix not written" in proc.stderr
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "All checks passed" not in proc.stdout and "AMP401" in proc.stdout
