@@ -281,6 +281,7 @@ def _fix_in_place(path: Path, src: sources.SourceFile, config: Config, unsafe: b
         except OSError as exc:  # disk full, read-only directory: the old file is intact
             result.warnings.append(f"fix not written: {exc.strerror or exc}")
             result.fixed.applied = []
+            result.diagnostics = check_source(src.text, rel, config, crashes=[])  # every finding stays
             return
         if replaced:
             result.written = True
@@ -290,9 +291,11 @@ def _fix_in_place(path: Path, src: sources.SourceFile, config: Config, unsafe: b
         except sources.UnreadableSource as exc:
             result.warnings.append(f"fix not written: {str(exc).split(': ', 1)[-1]}")
             result.fixed.applied = []
+            result.diagnostics = check_source(src.text, rel, config, crashes=[])  # the last text read: nothing fixed
             return
     result.warnings.append(f"fix not written: the file kept changing while it was being fixed ({FIX_ATTEMPTS} tries)")
     result.fixed.applied = []
+    result.diagnostics = check_source(src.text, rel, config, crashes=[])  # the last text read: nothing fixed
 
 
 def _check_notebook(path: Path, src: sources.SourceFile, config: Config, *, fix: bool, unsafe: bool, diff: bool,

@@ -116,6 +116,26 @@ def test_a_failed_write_leaves_the_old_file(tmp_path: Path, monkeypatch) -> None
     assert [p.name for p in tmp_path.iterdir()] == ["a.py"]
 
 
+def test_a_fix_that_is_not_written_leaves_its_findings_reported(tmp_path: Path, monkeypatch) -> None:
+    """A full disk, or a file that kept changing: nothing was fixed, so the run must not say
+    "All checks passed!" and exit 0 (the unfixed finding was reported as fixed)."""
+    target = tmp_path / "a.py"
+    target.write_text(DEPRECATED)
+
+    def disk_full(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", disk_full)
+    (file,) = fix_dir(target).files
+    assert [d.code for d in file.diagnostics] == ["AMP401"] and not file.fixed.applied
+    monkeypatch.undo()
+    monkeypatch.setattr(sources, "replace_if_unchanged", lambda *a, **k: False)  # changed under us, every try
+    (file,) = fix_dir(target).files
+    assert file.warnings[-1].startswith("fix not written: the file kept changing")
+    assert [d.code for d in file.diagnostics] == ["AMP401"] and not file.fixed.applied
+    assert target.read_text() == DEPRECATED
+
+
 # --- what is never written ----------------------------------------------------------------------
 
 
