@@ -225,3 +225,45 @@ def test_sharded_and_consolidated_fsdp_checkpoints_are_checkpoint_writes(write) 
         {write}
     """
     assert _lines(src) == [14]
+
+
+ENGINE = """
+import torch
+
+def train(model, optimizer, batches):
+    scaler = torch.amp.GradScaler("cuda"{enabled})
+    for x in batches:
+        scaler.scale(model(x).mean()).backward()
+        scaler.step(optimizer)
+        scaler.update()
+"""
+
+MAIN = """
+import torch
+import misc
+from engine import train
+model = torch.nn.Linear(8, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+train(model, optimizer, [])
+misc.save_on_master({payload}, "ckpt.pth")
+"""
+
+
+@pytest.mark.parametrize(
+    "enabled, payload, reported",  # NB: a scaler disabled inside the engine still counts (scaler_protocol keys)
+    [
+        ("", "{'model': model.state_dict(), 'optimizer': optimizer.state_dict()}", True),
+        ("", "model.state_dict()", False),  # a bare export of weights
+    ],
+)
+def test_a_scaler_stepped_inside_the_engine_counts_and_a_writer_forwarding_args_is_read_through(
+    tmp_path, enabled, payload, reported
+) -> None:
+    project = _project(tmp_path, {
+        "engine.py": ENGINE.format(enabled=enabled),
+        "misc.py": "import torch\n\ndef save_on_master(*args, **kwargs):\n    torch.save(*args, **kwargs)\n",
+        "main.py": MAIN.format(payload=payload),
+    })
+    assert _found(project) == ([("main.py", 7)] if reported else [])
+    project_index.reset_shared()
+    assert _found(project, ["main.py"]) == ([("main.py", 7)] if reported else [])

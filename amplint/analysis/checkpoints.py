@@ -186,16 +186,32 @@ class Checkpoints:
         what its arguments hold)."""
         if event.qualname == BY_NAME:
             return Payload(frozenset(self._arguments(event.node, event.scope)))
+        forwarded = self._forwarded(event)
+        if forwarded is not None:
+            return Payload(frozenset(self._describe(forwarded, self._caller_scope(event), 1)))
         expr = _payload_arg(event.node)
         parts = self._describe(expr, event.scope, 0, event)
         return Payload(frozenset(parts))
+
+    def _forwarded(self, event) -> cst.BaseExpression | None:
+        """The caller's first positional argument, when the write inside a helper forwards
+        the helper's `*args` (`def save_on_master(*args, **kwargs): torch.save(*args, **kwargs)`)."""
+        if not event.inlined or len(event.via) != 1 or not event.node.args:
+            return None
+        first = event.node.args[0]
+        fn = event.scope.node
+        if first.star != "*" or not isinstance(fn, cst.FunctionDef) or not isinstance(fn.params.star_arg, cst.Param):
+            return None
+        if not isinstance(first.value, cst.Name) or first.value.value != fn.params.star_arg.name.value or fn.params.params:
+            return None
+        return call_arg(event.anchor, 0, None)
 
     def handed_in(self, event) -> bool:
         """The payload a write inside a helper writes is one of the helper's parameters,
         whole (`def save_checkpoint(state, path): torch.save(state, path)`): the caller
         built it, and the caller is where the scaler is missing.  A payload the helper
         builds (from its parameters, its object's attributes) is the helper's own."""
-        if event.qualname == BY_NAME:
+        if event.qualname == BY_NAME or self._forwarded(event) is not None:
             return True
         scope = event.scope
         expr = _payload_arg(event.node)

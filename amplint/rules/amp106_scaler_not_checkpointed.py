@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 
 import libcst as cst
 
@@ -24,7 +25,10 @@ class ScalerNotCheckpointed(Rule):
     `Checkpointer` object's method, a function nested in `main()`) that builds the
     payload from its parameters or attributes is reported once, at its own write,
     when a module that calls it trains with an enabled scaler; a payload built by the
-    caller and handed to a helper that only writes it is reported at that call. It also flags
+    caller and handed to a helper that only writes it is reported at that call (also
+    through a writer that forwards `*args`: `save_on_master(*args, **kwargs)`). A
+    scaler stepped only inside the functions the module calls (`engine.train_one_epoch`)
+    counts as used. It also flags
     `optimizer.load_state_dict(...)` in a module that never restores a scaler with
     `scaler.load_state_dict(...)`. A module that saves or restores a scaler's state
     itself (a Trainer whose scaler steps inside a library, `self.accelerator.scaler`)
@@ -98,8 +102,11 @@ class ScalerNotCheckpointed(Rule):
     # A module that writes a checkpoint and names no scaler may hold the helper that a
     # module using a scaler calls (utils.py's `save_checkpoint`): the scaler is then in an
     # importer.  Only such a module looks upward.
-    and_requires_any = ((*SCALER_TOKENS, "torch.save", "save_state_dict", "dcp.save"),)
+    # A module that saves and names no scaler may also step one only inside the functions it
+    # calls (`engine.train_one_epoch`): the scaler is then in the code it imports.
+    and_requires_any = ((*SCALER_TOKENS, re.compile(r"\bsave(?:_on_master|_checkpoint|_ckpt|_state_dict|_state)?[\s\\]*\("), "dcp.save"),)
     importer_tokens = (0,)
+    imported_tokens = (0,)
     elsewhere_tokens = {0: ("scaler",)}
 
     def check(self) -> None:
