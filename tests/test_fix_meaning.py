@@ -312,10 +312,13 @@ def test_a_module_level_torch_import_still_gives_the_dtype_fix() -> None:
 @pytest.mark.parametrize(
     "lookup",
     ["exec('s = GradScaler(4.0)')", "s = eval('GradScaler(4.0)')", "s = globals()['GradScaler'](4.0)",
-     "s = getattr(sys.modules[__name__], 'GradScaler')(4.0)", "s = vars()['GradScaler'](4.0)"],
+     "s = getattr(sys.modules[__name__], 'GradScaler')(4.0)", "s = vars()['GradScaler'](4.0)",
+     "get_ipython().run_line_magic('time', 's = GradScaler(4.0)')",
+     "get_ipython().run_cell_magic('timeit', '', 's = GradScaler(4.0)\\n')"],
 )
 def test_an_import_a_string_looks_up_is_not_renamed(lookup: str) -> None:
-    """The string's use calls the name the legacy way: after the rename it built a scaler on device 4.0."""
+    """The string's use calls the name the legacy way: after the rename it built a scaler on device 4.0.
+    A script nbconvert or jupytext exported writes `%time ...` as `get_ipython().run_line_magic(...)`."""
     source = f"import sys\nimport torch\nfrom torch.cuda.amp import GradScaler\n{lookup}\nx = GradScaler(2.0)\n"
     assert all(d.fix is None for d in check_source(source, "t.py", select=["AMP401"]))
 

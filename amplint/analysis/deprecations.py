@@ -55,6 +55,9 @@ _EVERY_MODERN_DEVICE = frozenset((d.new, d.device) for d in DEPRECATIONS.values(
 _IMPORT_HOPS = 4
 # Calls that run code or look a name up from a string.
 _DYNAMIC_LOOKUPS = frozenset({"exec", "eval", "compile", "globals", "locals", "vars", "getattr", "__import__"})
+# IPython's methods that run a string as code (what `%time ...`, `%%timeit` and `!cmd {x}`
+# become in a script exported by nbconvert or jupytext: `get_ipython().run_line_magic(...)`).
+_IPYTHON_RUNS = frozenset({"run_line_magic", "run_cell_magic", "run_cell", "system", "getoutput", "ex", "ev", "magic"})
 _STAR_IMPORT = re.compile(r"\bimport\s*\*")
 _NAMED_NOT_CALLED = re.compile(r"(?:gradscaler|autocast)\b(?!\s*\()")
 
@@ -357,7 +360,7 @@ class Deprecations:
         (`exec`, `eval`, `globals()[...]`, `getattr(sys.modules[__name__], ...)`): that use
         calls the renamed import the legacy way, unseen by the fix."""
         model = self.model
-        if not (any(dotted(site.node.func) in _DYNAMIC_LOOKUPS for site in model.calls)
+        if not (any(_runs_a_string(site.node.func) for site in model.calls)
                 or any(r.text.startswith("sys.modules") or r.text.endswith(".__dict__") for r in model.references)):
             return False
         words = re.compile("|".join(rf"\b{re.escape(name)}\b" for name in sorted(locals_)))
@@ -562,6 +565,13 @@ class Deprecations:
         if isinstance(stmt, cst.Import) and len(stmt.names) == 1 and dotted(stmt.names[0].name) in _DEPRECATED_MODULES:
             return stmt.with_changes(names=[stmt.names[0].with_changes(name=cst.parse_expression("torch.amp"))])
         return None
+
+
+def _runs_a_string(func: cst.BaseExpression) -> bool:
+    """`exec`, `eval`, `globals`, ... or `get_ipython().run_line_magic`: a call that runs or looks up code by name."""
+    if isinstance(func, cst.Attribute) and func.attr.value in _IPYTHON_RUNS:
+        return True
+    return dotted(func) in _DYNAMIC_LOOKUPS
 
 
 class _NameCounter(cst.CSTVisitor):
