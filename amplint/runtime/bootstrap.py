@@ -87,6 +87,13 @@ class Session:
         self.probes: list[Any] = []
         self.finished = False
         self._dies_by_sigint = False  # the script ended in an unhandled KeyboardInterrupt
+        # A marker while this process runs: verify ends, after the command, what still runs of it
+        # outside its process group (`start_new_session` children), so nothing prints after it.
+        self._alive: str | None = os.path.join(self.out, f"alive-{self.pid}")
+        try:
+            open(self._alive, "w").close()
+        except OSError:
+            self._alive = None
         self.sink.meta.update(
             pid=self.pid,
             argv=list(sys.argv),
@@ -283,6 +290,11 @@ class Session:
         )
         if self.is_script or self.sink.step > 0 or (self.sink.records and not self.forked):
             self.sink.flush(force=True)
+        if getattr(self, "_alive", None) and not self.forked:
+            try:
+                os.unlink(self._alive)
+            except OSError:
+                pass
         if self._dies_by_sigint:
             _rearm_exit_by_sigint()
 

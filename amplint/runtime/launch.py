@@ -133,6 +133,7 @@ def run_instrumented(
         ending = supervisor.wait()
     finally:
         stop.set()
+    stragglers = end_stragglers(out_dir) if ending.reason is not None else []
     outcome = collect(out_dir, command, ending.returncode, device)
     outcome.wall_s = time.monotonic() - start
     outcome.timed_out = ending.timed_out
@@ -142,11 +143,61 @@ def run_instrumented(
         outcome.ended = f"timed out after {timeout:g} s ({outcome.ended})"
     elif outcome.interrupted_by:
         outcome.ended = f"{outcome.interrupted_by} sent to verify ({outcome.ended})"
-    if ending.killed_leftovers:
+    if ending.killed_leftovers or stragglers:
         outcome.errors.append("processes still running after the command ended were killed")
     if on_progress is not None:
         on_progress(outcome.steps)
     return outcome
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a zombie has ended: only its parent's wait is missing
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as fh:
+            return fh.read().rsplit(")", 1)[-1].split()[0] != "Z"
+    except OSError:
+        return True
+
+
+def end_stragglers(out_dir: Path, grace: float = 2.0) -> list[int]:
+    """End the command's Python processes that still run after it was ended (timeout, signal).
+
+    The process group covers what the command starts, except what starts a session of its own
+    (`start_new_session=True`, as torch elastic does for binary entry points): such a process
+    outlived verify and printed its KeyboardInterrupt traceback after verify had exited.  Every
+    instrumented process leaves an `alive-PID` marker in `out_dir` while it runs; each one still
+    running gets SIGINT (what the group got), then SIGTERM, then SIGKILL, `grace` seconds apart.
+    Returns the pids signalled."""
+    pids = []
+    for marker in Path(out_dir).glob("alive-*"):
+        try:
+            pid = int(marker.name.split("-", 1)[1])
+        except ValueError:
+            continue
+        if pid != os.getpid() and _running(pid):
+            pids.append(pid)
+    signalled: list[int] = []
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGKILL):
+        if pids:
+            for pid in pids:
+                try:
+                    os.kill(pid, sig)
+                except (ProcessLookupError, PermissionError):
+                    continue
+                if pid not in signalled:
+                    signalled.append(pid)
+        deadline = time.monotonic() + grace
+        while pids and time.monotonic() < deadline:
+            time.sleep(0.05)
+            pids = [p for p in pids if _running(p)]
+        if not pids:
+            break
+    return signalled
 
 
 def _poll(out_dir: Path, on_progress, stop: threading.Event) -> None:
