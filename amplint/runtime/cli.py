@@ -287,6 +287,21 @@ def evidence_line(ev: dict, width: int = 110) -> str:
     return text if len(text) <= width else text[: width - 3] + "..."
 
 
+def evidence_lines(ev: dict, width: int = 100, first: str = "") -> list[str]:
+    """Every `key=value` of the evidence, whole, in lines of about `width` characters (the table
+    wraps them: a cut-off row hid the very figures a verdict rests on)."""
+    items = [f"{k}={_fmt(v)}" for k, v in ev.items() if k not in ("scale_history", "zero_grad_share_note")]
+    lines, current = [], first
+    for item in items:
+        if current and len(current) + 1 + len(item) > width:
+            lines.append(current)
+            current = item
+        else:
+            current = f"{current} {item}" if current else item
+    lines.append(current)
+    return lines
+
+
 def render_table(report: dict, findings, runtime) -> str:
     where = "CPU emulation of a CUDA run" if report["emulated"] else report["device"]
     lines = [f"amplint verify: {len(findings)} static finding(s) on the agenda, {where}, {report['steps']} step(s); {report['ended']}"]
@@ -300,19 +315,23 @@ def render_table(report: dict, findings, runtime) -> str:
         lines.append(mp["summary"] if not mp["ran"] else f"mixed precision: {mp['summary']}")
     rows, hints = [], {}
     for f in findings:
-        detail = evidence_line(f.evidence) if f.status == "confirmed" else f.why
-        rows.append((f.code, f"{_rel(f.filename)}:{f.line}", STATUS_LABEL[f.status], detail))
+        detail = evidence_lines(f.evidence) if f.status == "confirmed" else [f.why]
+        rows.append((f.code, f"{_rel(f.filename)}:{f.line}", STATUS_LABEL[f.status], detail[0]))
+        if detail[1:]:
+            hints[len(rows) - 1] = detail[1:]
     for r in runtime:
-        rows.append((r.code, f"{_rel(r.filename)}:{r.line}", STATUS_LABEL[r.status], f"{r.message}; {evidence_line(r.evidence, 70)}"))
-        if r.hint:
-            hints[len(rows) - 1] = r.hint
+        detail = evidence_lines(r.evidence, first=f"{r.message};")
+        rows.append((r.code, f"{_rel(r.filename)}:{r.line}", STATUS_LABEL[r.status], detail[0]))
+        more = detail[1:] + [f"hint: {r.hint}"] * bool(r.hint)
+        if more:
+            hints[len(rows) - 1] = more
     if rows:
         w = [max(len(r[i]) for r in rows) for i in range(3)]
         lines.append(f"{'code':<{w[0]}}  {'location':<{w[1]}}  {'status':<{w[2]}}  detail")
         for i, r in enumerate(rows):
             lines.append(f"{r[0]:<{w[0]}}  {r[1]:<{w[1]}}  {r[2]:<{w[2]}}  {r[3]}")
-            if i in hints:
-                lines.append(f"{'':<{w[0]}}  {'':<{w[1]}}  {'':<{w[2]}}  hint: {hints[i]}")
+            for more in hints.get(i, []):
+                lines.append(f"{'':<{w[0]}}  {'':<{w[1]}}  {'':<{w[2]}}  {more}")
     if report["emulated"]:
         lines.append("note: CPU emulation; CPU autocast casts differently from CUDA (see the report's notes)")
         lines += [f"note: {n}" for n in report["notes"][1:]]

@@ -13,9 +13,11 @@ Every verdict carries `reason`, a slug from `REASONS`, and `why`, one sentence f
 AMP401 also confirms an import line when torch warned about the same symbol elsewhere in the file.
 
 Observations with no static diagnostic are runtime findings: AMP9xx by design; any other code was
-found at run time although `check` did not report it (a miss to report, or a line whose finding is
-suppressed with `# noqa`, which verify honours: such a finding is listed as suppressed and does not
-count).
+found at run time although `check` did not report it: a miss to report (`missed-by-check`) when the
+autocast and GradScaler arguments that decide it are written in the source, `run-settings` when one
+is a value the script sets when it runs (`dtype=args.dtype`), which `check` does not evaluate; or a
+line whose finding is suppressed with `# noqa`, which verify honours: such a finding is listed as
+suppressed and does not count.  Each runtime finding has a `why` too.
 """
 
 from __future__ import annotations
@@ -78,12 +80,13 @@ class RuntimeFinding:
     message: str
     evidence: dict[str, Any] = field(default_factory=dict)
     status: str = "found"  # found | suppressed (a `# noqa` for this code on that line)
-    reason: str = "runtime-only"  # runtime-only (AMP9xx) | missed-by-check | noqa
+    reason: str = "runtime-only"  # runtime-only (AMP9xx) | missed-by-check | run-settings | noqa
     hint: str = ""
+    why: str = ""
 
     def as_json(self) -> dict[str, Any]:
         out = {"code": self.code, "filename": self.filename, "line": self.line, "message": self.message,
-               "status": self.status, "reason": self.reason, "evidence": self.evidence}
+               "status": self.status, "reason": self.reason, "why": self.why, "evidence": self.evidence}
         if self.hint:
             out["hint"] = self.hint
         return out
@@ -111,6 +114,8 @@ class RunFacts:
     reduced_parameters: dict = field(default_factory=dict)  # {dtype: optimizer parameters}
     reduced_casts: dict = field(default_factory=dict)  # {dtype: module/parameter casts}
     reduced_activations: dict = field(default_factory=dict)  # {dtype: first module class}
+    autocast_enabled_at: list = field(default_factory=list)  # [file, line, end_line] of enabled regions
+    scalers_enabled_at: list = field(default_factory=list)  # ... of enabled GradScalers' construction
 
     @classmethod
     def from_processes(cls, processes: list[dict[str, Any]], *, emulated: bool = False, steps: int = 0, ended: str = "") -> "RunFacts":
@@ -133,6 +138,8 @@ class RunFacts:
             reduced = amp.get("reduced") or {}
             _add_counts(facts.reduced_parameters, reduced.get("parameters") or {})
             _add_counts(facts.reduced_casts, reduced.get("casts") or {})
+            facts.autocast_enabled_at += [x for x in a.get("enabled_at", []) if x not in facts.autocast_enabled_at]
+            facts.scalers_enabled_at += [x for x in s.get("enabled_at", []) if x not in facts.scalers_enabled_at]
             for dtype, module in (reduced.get("activations") or {}).items():
                 facts.reduced_activations.setdefault(dtype, module)
             modes.add(p.get("reach_mode", "calls"))
@@ -293,7 +300,6 @@ def correlate(diagnostics, observations: list[dict], reached: set[tuple[str, int
     facts = facts or RunFacts()
     findings: list[Finding] = []
     used: set[int] = set()
-    reached_files = {f for f, _, _ in reached}
     for d in diagnostics:
         file = _real(d.path)
         line, end = d.span.line, max(d.span.end_line, d.span.line)
@@ -313,11 +319,11 @@ def correlate(diagnostics, observations: list[dict], reached: set[tuple[str, int
                 reason = "observed-in-call" if reason == "observed" else reason
             findings.append(Finding(d.code, d.path, line, "confirmed", ev, d.message, reason, _why(reason, where=where)))
             continue
+        # NB: per line for every code: an AMP401 in a function the run never called did not run
+        # because another line of its file did (the import line is on the agenda and is tracked).
         ran = any(f == file and a <= end and line <= b for f, a, b in reached)
-        if d.code == "AMP401" and file in reached_files:
-            ran = True  # imports run with the module; a warning would have come from its call
         findings.append(_unconfirmed(d, file, line, end, ran, probes, facts))
-    runtime = _runtime_findings(observations, used, findings, noqa)
+    runtime = _runtime_findings(observations, used, findings, noqa, facts)
     return findings, _merge_ranks(runtime)
 
 
@@ -367,7 +373,8 @@ class NoqaLookup:
         return code in codes or ALL in codes
 
 
-def _runtime_findings(observations: list[dict], used: set[int], findings: list[Finding], noqa: NoqaLookup | None) -> list[RuntimeFinding]:
+def _runtime_findings(observations: list[dict], used: set[int], findings: list[Finding], noqa: NoqaLookup | None,
+                      facts: RunFacts | None = None) -> list[RuntimeFinding]:
     runtime: list[RuntimeFinding] = []
     for i, o in enumerate(observations):
         if i in used:
@@ -384,18 +391,103 @@ def _runtime_findings(observations: list[dict], used: set[int], findings: list[F
             ev["rank"] = o["rank"]
         ev["times_seen"] = o.get("count", 1)
         where = f"{_rel(o['file'])}:{o['line']}"
+        seen = _seen(o)
         if noqa is not None and o["line"] and noqa.suppressed(o["file"], o["line"], code):
             msg = f"{code} {_short(code, o)}; suppressed by `# noqa` on that line"
-            runtime.append(RuntimeFinding(code, o["file"], o["line"], msg, ev, "suppressed", "noqa"))
+            why = f"{seen}; a `# noqa` for {code} on that line accepts it, so it does not count"
+            runtime.append(RuntimeFinding(code, o["file"], o["line"], msg, ev, "suppressed", "noqa", why=why))
         elif code in RUNTIME_ONLY:
             hint = f"to accept it here, add `# noqa: {code}` to {where}"
-            runtime.append(RuntimeFinding(code, o["file"], o["line"], runtime_message(o), ev, hint=hint))
+            runtime.append(RuntimeFinding(code, o["file"], o["line"], runtime_message(o), ev, hint=hint, why=seen))
+        elif (setting := _run_setting(code, facts)) is not None:
+            expr, at = setting
+            msg = f"{code} found at run time; it depends on a value the script sets when it runs"
+            why = (f"{seen}; whether it happens depends on `{expr}` at {at}, a value the static check "
+                   f"does not evaluate, so `check` could not report it")
+            hint = f"to accept it here, add `# noqa: {code}` to {where}"
+            runtime.append(RuntimeFinding(code, o["file"], o["line"], msg, ev, reason="run-settings", hint=hint, why=why))
         else:
             msg = f"{code} found at run time; `check` did not report it"
+            why = (f"{seen}; no value set at run time decides it (the autocast and GradScaler arguments are "
+                   f"written in the source), so `check` missed it")
             hint = (f"if it is a real problem, please report the miss to amplint with this line; "
                     f"to accept it here, add `# noqa: {code}` to {where}")
-            runtime.append(RuntimeFinding(code, o["file"], o["line"], msg, ev, reason="missed-by-check", hint=hint))
+            runtime.append(RuntimeFinding(code, o["file"], o["line"], msg, ev, reason="missed-by-check", hint=hint, why=why))
     return runtime
+
+
+def _seen(o: dict) -> str:
+    """What the probe saw, in words, for a runtime finding's `why`."""
+    if o["code"] in RUNTIME_ONLY:
+        return runtime_message(o)
+    n = o.get("count", 1)
+    return f"the {o['code']} probe saw it at this line" + (f" ({n} times)" if n > 1 else "")
+
+
+# The arguments of the calls that decide whether mixed precision is on and in which dtype:
+# {call name suffix: (positional indexes, keywords)}.
+_DECIDING = {
+    "autocast": ((0, 1), ("device_type", "dtype", "enabled")),
+    "GradScaler": ((0, 1), ("device", "enabled", "init_scale")),
+}
+
+
+def _run_setting(code: str, facts: RunFacts | None) -> tuple[str, str] | None:
+    """(expression, "file:line") of the first autocast or GradScaler call of this run whose
+    precision-deciding argument is not written in the source (`dtype=args.dtype`, `enabled=amp`),
+    for a code whose problem depends on them (AMP1xx: the scaler; AMP2xx: autocast and the
+    scaler), else None: the finding then came from the source alone, and its miss is real."""
+    if facts is None or not code.startswith(("AMP1", "AMP2")):
+        return None
+    sites = list(facts.scalers_enabled_at)
+    if code.startswith("AMP2"):
+        sites = list(facts.autocast_enabled_at) + sites
+    for file, line, _end in sites:
+        expr = _dynamic_argument(file, line)
+        if expr is not None:
+            return expr, f"{_rel(file)}:{line}"
+    return None
+
+
+_TREES: dict[str, Any] = {}
+
+
+def _dynamic_argument(file: str, line: int) -> str | None:
+    import ast
+
+    if file not in _TREES:
+        try:
+            with open(file, encoding="utf-8", errors="replace") as fh:
+                _TREES[file] = ast.parse(fh.read())
+        except (OSError, SyntaxError, ValueError):
+            _TREES[file] = None
+    tree = _TREES[file]
+    if tree is None:
+        return None
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call) or not node.lineno <= line <= (node.end_lineno or node.lineno):
+            continue
+        name = ast.unparse(node.func).rsplit(".", 1)[-1]
+        if name not in _DECIDING:
+            continue
+        positions, keywords = _DECIDING[name]
+        values = [a for i, a in enumerate(node.args) if i in positions]
+        values += [k.value for k in node.keywords if k.arg in keywords]
+        for v in values:
+            if not _literal(v):
+                return ast.unparse(v)
+    return None
+
+
+def _literal(node) -> bool:
+    """A value written in the source: a constant, or a dotted name of torch's (`torch.float16`)."""
+    import ast
+
+    if isinstance(node, ast.Constant):
+        return True
+    while isinstance(node, ast.Attribute):
+        node = node.value
+    return isinstance(node, ast.Name) and node.id == "torch"
 
 
 def _short(code: str, o: dict) -> str:

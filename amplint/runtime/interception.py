@@ -89,9 +89,9 @@ class AmpFacts:
 
     def __init__(self) -> None:
         self.scalers = {"built": 0, "enabled": 0, "disabled_by_script": 0, "disabled_by_torch": 0, "disabled_at": [],
-                        "steps": 0, "skipped": 0}
+                        "enabled_at": [], "steps": 0, "skipped": 0}
         # regions: {"cpu float16": n} entered enabled, per device and dtype
-        self.autocast = {"entered": 0, "enabled": 0, "dtypes": {}, "regions": {}, "disabled_at": []}
+        self.autocast = {"entered": 0, "enabled": 0, "dtypes": {}, "regions": {}, "disabled_at": [], "enabled_at": []}
         # reduced precision outside autocast: optimizer parameters {dtype: n} (at each optimizer's
         # first step), module casts {dtype: n}, module outputs {dtype: first module class}
         self.reduced = {"parameters": {}, "casts": {}, "activations": {}}
@@ -109,6 +109,8 @@ class AmpFacts:
         s["built"] += 1
         if enabled:
             s["enabled"] += 1
+            if site is not None and len(s["enabled_at"]) < self._MAX_SITES and site.as_list() not in s["enabled_at"]:
+                s["enabled_at"].append(site.as_list())
             return
         s["disabled_by_script" if not asked else "disabled_by_torch"] += 1
         if site is not None and len(s["disabled_at"]) < self._MAX_SITES:
@@ -123,6 +125,8 @@ class AmpFacts:
             a["dtypes"][name] = a["dtypes"].get(name, 0) + 1
             region = f"{device} {name}"
             a["regions"][region] = a["regions"].get(region, 0) + 1
+            if site is not None and len(a["enabled_at"]) < self._MAX_SITES and site.as_list() not in a["enabled_at"]:
+                a["enabled_at"].append(site.as_list())
         elif site is not None and len(a["disabled_at"]) < self._MAX_SITES and site.as_list() not in a["disabled_at"]:
             a["disabled_at"].append(site.as_list())
 

@@ -7,7 +7,9 @@ import torch
 from amplint.runtime import torch_state
 from amplint.runtime.probes._base import Probe
 
-_PROBE_SCALE = 2.0**16  # GradScaler's default init_scale: what a scaler would have multiplied by
+# GradScaler's default init_scale (what a scaler would have multiplied by), then lower scales, as
+# its backoff would reach, for gradients that overflow at 65536.
+_PROBE_SCALES = (2.0**16, 2.0**12, 2.0**8, 2.0**4, 2.0)
 _MEASURED_BACKWARDS = 1  # two extra backward passes each; the first step says enough
 
 
@@ -16,14 +18,19 @@ class Fp16AutocastWithoutScalerProbe(Probe):
     scaled, then an optimizer step: recorded at the autocast `with`.
 
     Evidence of underflow proper: before the first such backward, the gradients of the same loss
-    are computed twice more with `torch.autograd.grad` (same graph, `retain_graph=True`, nothing
+    are computed again with `torch.autograd.grad` (same graph, `retain_graph=True`, nothing
     written to `.grad`): as is, and multiplied by 65536 (GradScaler's default scale).
     `underflow_share` is the share of gradient elements that are exactly zero as is but finite and
     non-zero when scaled: gradients float16 flushed to zero that a scaler would have kept.
     Elements zero both ways (a dead ReLU, a zero-initialised weight) are `structural_zero_share`,
-    not underflow.  NB: not measured under torch.distributed (an extra backward through DDP would
-    disturb its reducer) or when the loss is not a scalar; `zero_grad_share` is then the only
-    figure and says so."""
+    not underflow.  Overflow is measured on its own: where the scaled gradients overflow (inf/NaN,
+    `overflow_share_at_scale`), a scaled element says nothing about underflow, so the scale is
+    lowered (2**12, 2**8, 2**4, 2, as GradScaler's backoff would) until no element overflows, and
+    the underflow is measured there (`probe_scale`).  The figures then add up:
+    `zero_share_as_is` = `underflow_share` + `structural_zero_share`.  When even x2 overflows,
+    underflow is not measured and `why_not` says so.  NB: not measured under torch.distributed
+    (an extra backward through DDP would disturb its reducer) or when the loss is not a scalar;
+    `zero_grad_share` is then the only figure and says so."""
 
     code = "AMP203"
 
@@ -74,25 +81,38 @@ class Fp16AutocastWithoutScalerProbe(Probe):
             return {"underflow_measured": False, "why_not": "no optimizer built yet"}
         grad = getattr(torch.autograd.grad, "__amplint_original__", torch.autograd.grad)
         plain = grad(loss, params, retain_graph=True, allow_unused=True)
-        scaled = grad(loss * _PROBE_SCALE, params, retain_graph=True, allow_unused=True)
-        total = underflow = structural = 0
-        with torch.no_grad():
-            for a, b in zip(plain, scaled):
-                if a is None or b is None:
-                    continue
-                zero = a == 0
-                kept = torch.isfinite(b) & (b != 0)
-                total += a.numel()
-                underflow += int((zero & kept).sum())
-                structural += int((zero & (b == 0)).sum())
-        if not total:
+        pairs = [(a, p) for a, p in zip(plain, params) if a is not None]
+        if not pairs:
             return {"underflow_measured": False, "why_not": "no parameter received a gradient"}
-        return {
-            "underflow_measured": True,
-            "underflow_share": round(underflow / total, 4),
-            "structural_zero_share": round(structural / total, 4),
-            "probe_scale": _PROBE_SCALE,
-        }
+        with torch.no_grad():
+            total = sum(a.numel() for a, _ in pairs)
+            zero_as_is = sum(int((a == 0).sum()) for a, _ in pairs)
+            bad_as_is = sum(int((~torch.isfinite(a)).sum()) for a, _ in pairs)
+        out: dict = {"zero_share_as_is": round(zero_as_is / total, 4), "overflow_share_as_is": round(bad_as_is / total, 4)}
+        overflowed: dict[str, float] = {}
+        for scale in _PROBE_SCALES:
+            scaled = grad(loss * scale, [p for _, p in pairs], retain_graph=True, allow_unused=True)
+            with torch.no_grad():
+                # elements finite as is that the scale pushed out of range (inf, or NaN from inf - inf)
+                bad = sum(int((~torch.isfinite(b) & torch.isfinite(a)).sum()) for (a, _), b in zip(pairs, scaled) if b is not None)
+                if bad:
+                    overflowed[f"{scale:g}"] = round(bad / total, 4)
+                    continue
+                underflow = structural = 0
+                for (a, _), b in zip(pairs, scaled):
+                    zero = a == 0
+                    b = torch.zeros_like(a) if b is None else b
+                    underflow += int((zero & (b != 0) & torch.isfinite(b)).sum())
+                    structural += int((zero & (b == 0)).sum())
+            if overflowed:
+                out["overflow_share_at_scale"] = overflowed
+            out.update(underflow_measured=True, underflow_share=round(underflow / total, 4),
+                       structural_zero_share=round(structural / total, 4), probe_scale=scale)
+            return out
+        out["overflow_share_at_scale"] = overflowed
+        out.update(underflow_measured=False,
+                   why_not=f"the gradients overflow float16 even multiplied by {_PROBE_SCALES[-1]:g}: underflow cannot be told from overflow")
+        return out
 
     def _step(self, opt, in_scaler):
         if self.pending is None:
