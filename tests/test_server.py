@@ -16,6 +16,8 @@ pytest.importorskip("pygls")
 from lsprotocol import types  # noqa: E402
 from pygls.lsp.client import LanguageClient  # noqa: E402
 
+from amplint.positions import split_lines  # noqa: E402
+
 TRAIN = """\
 import torch
 
@@ -88,8 +90,9 @@ def session():
 
 
 def apply(text: str, edits: list[types.TextEdit]) -> str:
-    """Apply LSP text edits (UTF-16 columns, as negotiated by default) to `text`."""
-    lines = text.splitlines(keepends=True)
+    """Apply LSP text edits (UTF-16 columns, as negotiated by default) to `text`; lines end
+    at \n, \r\n or \r only, as the LSP specification says."""
+    lines = split_lines(text)
 
     def offset(p: types.Position) -> int:
         if p.line >= len(lines):
@@ -104,7 +107,7 @@ def apply(text: str, edits: list[types.TextEdit]) -> str:
 
     for e in sorted(edits, key=lambda e: (e.range.start.line, e.range.start.character), reverse=True):
         text = text[: offset(e.range.start)] + e.new_text + text[offset(e.range.end):]
-        lines = text.splitlines(keepends=True)
+        lines = split_lines(text)
     return text
 
 
@@ -193,6 +196,20 @@ def test_columns_are_utf16_units_after_astral_characters(session, tmp_path: Path
     (fix, _) = session.code_actions(uri, d.range, only=["quickfix"])
     assert apply(text, fix.edit.changes[uri]) == 'import torch\ns = "🔥"; t = torch.amp.GradScaler("cuda")\n'
 
+
+
+@pytest.mark.parametrize("separator", ["\x0c", "\u2028", "\x1c", "\x85", "\x0b"])
+def test_fix_all_lands_on_the_finding_after_a_character_splitlines_breaks_at(session, tmp_path: Path,
+                                                                             separator: str) -> None:
+    """A form feed or \u2028 ends no line in LSP: fix-all counted one and replaced the line
+    after the finding's (past the end here), leaving the deprecated call and adding a copy."""
+    text = f"import torch\n# page{separator}break\nx = 1\ns = torch.cuda.amp.GradScaler()\ny = 2\n"
+    uri = session.open(tmp_path / "ff.py", text)
+    session.diagnostics(uri)
+    (fix_all,) = session.code_actions(uri, rng(0, 0), only=["source.fixAll"])
+    (edit,) = fix_all.edit.changes[uri]
+    assert (edit.range.start.line, edit.range.end.line) == (3, 4)
+    assert apply(text, [edit]) == text.replace("torch.cuda.amp.GradScaler()", 'torch.amp.GradScaler("cuda")')
 
 
 def test_other_languages_and_notebook_cells_are_left_alone(session, tmp_path: Path) -> None:
@@ -304,3 +321,4 @@ def test_the_server_answers_again_after_a_message_whose_content_length_was_wrong
         if server.proc.poll() is None:
             server.proc.kill()
             server.proc.wait()
+

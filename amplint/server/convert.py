@@ -9,6 +9,7 @@ from lsprotocol import types
 
 from amplint.diagnostics import Diagnostic, Edit, to_lsp
 from amplint.output import rule_url
+from amplint.positions import split_lines
 
 SOURCE = "amplint"
 
@@ -47,8 +48,10 @@ def text_edits(edits: Sequence[Edit], lines, codec) -> list[types.TextEdit]:
 
 def whole_text_edits(old: str, new: str, lines, codec) -> list[types.TextEdit]:
     """The few line-level edits that turn `old` into `new` (not one replace-all, which
-    moves the cursor and folds in most editors)."""
-    a, b = old.splitlines(keepends=True), new.splitlines(keepends=True)
+    moves the cursor and folds in most editors).  Lines end at \n, \r\n or \r only, as
+    in LSP and libcst: `str.splitlines` also breaks at a form feed, \x1c-\x1e, \x85 and
+    \u2028, which moved every edit after one of them down a line in the client."""
+    a, b = split_lines(old), split_lines(new)
     out = []
     for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(a=a, b=b, autojunk=False).get_opcodes():
         if tag == "equal":
