@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from amplint.project.index import ProjectIndex
 from amplint.project.text_imports import imported_files
 from amplint.project.text_index import attributes_used
@@ -197,3 +199,16 @@ def test_a_helper_parsed_whole_for_another_file_is_not_parsed_again_when_checked
     edited = helper.replace("clip(model)\n", "clip(model)  # edited\n")
     assert [d.code for d in engine.check_source(edited, path, config, project=index)] == ["AMP101"]
     assert parses == [path]
+
+
+@pytest.mark.parametrize("before", ["\x0c\n", "# page\x0cbreak\n", "S = 'a\u2028b'\n", "# a\x1cb\x85c\n"])
+def test_a_partial_parse_keeps_a_kept_function_whole_after_a_character_splitlines_breaks_at(before: str) -> None:
+    """The cut counted lines with str.splitlines: after a form feed every emptied range
+    started a line early, and `b` lost its `return x` while still parsing."""
+    from amplint.project.partial import partial_source
+
+    text = f"def a():\n    return 1\n{before}def b():\n    x = 1\n    return x\ndef c():\n    return 3\n"
+    cut = partial_source(text, {"b"})
+    assert "def b():\n    x = 1\n    return x\n" in cut
+    assert "return 1" not in cut and "return 3" not in cut
+    assert len(cut.split("\n")) == len(text.split("\n"))

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 
+from amplint.positions import split_lines
 from amplint.sources import replace_strings_and_comments
 
 _BRACKETS = re.compile(r"[(\[{]|[)\]}]")
@@ -107,7 +108,9 @@ def partial_source(text: str, keep: set[str]) -> str | None:
     found = definitions(text)
     if found is None:
         return None
-    lines = text.splitlines(keepends=True)
+    # NB: lines end at \n or \r\n only, as in `_code_lines`: str.splitlines also breaks
+    # at a form feed or \u2028, and every cut after one emptied the line above its own
+    lines = split_lines(text)
     partial_classes: dict[str, set[str]] = {}
     for entry in keep:
         cls, _, method = entry.partition(".")
