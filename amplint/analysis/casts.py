@@ -132,9 +132,20 @@ class Casts:
             if target is None:
                 continue
             text, tscope = target
-            key = self.b.key(cst.parse_expression(text), tscope)
-            found.append(ModuleCast(call, scope, text, key, dtypes & frozenset({"float16", "bfloat16"}), spelling, trainable))
+            # `for m in (text_encoder, text_encoder_2): m.to(dtype)`: each module of the tuple.
+            names = self._literal_loops.get((id(call), text)) or (text,)
+            for text in names:
+                key = self.b.key(cst.parse_expression(text), tscope)
+                found.append(ModuleCast(call, scope, text, key, dtypes & frozenset({"float16", "bfloat16"}), spelling, trainable))
         return found
+
+    @cached_property
+    def _literal_loops(self) -> dict[tuple[int, str], tuple[str, ...]]:
+        """(id(call), loop variable) -> the dotted names a `for` over a literal tuple or list
+        binds to it, for each call inside that loop's body."""
+        collector = _LiteralLoops()
+        walk(self.model.module, collector)
+        return collector.found
 
     @cached_property
     def _parameter_data_casts(self) -> dict[int, tuple[str, bool | None]]:
@@ -167,7 +178,15 @@ class Casts:
         if text is not None and func.attr.value != "from_pretrained":
             return text, scope
         # `model = Net().half()`, `unet = UNet.from_pretrained(..., torch_dtype=...)`
-        return self.assigned_from.get(id(call))
+        assigned = self.assigned_from.get(id(call))
+        if assigned is not None:
+            return assigned
+        # `model.cuda().bfloat16()` as a statement: the module-returning methods give back
+        # `model` itself.
+        while isinstance(receiver, cst.Call) and isinstance(receiver.func, cst.Attribute) and receiver.func.attr.value in MODULE_RETURNING:
+            receiver = receiver.func.value
+        text = dotted(receiver) if receiver is not func.value else None
+        return (text, scope) if text is not None else None
 
     # --- is the module trained? ----------------------------------------------------------
     @cached_property
@@ -179,11 +198,36 @@ class Casts:
             if not self._builds_optimizer(call, scope):
                 continue
             keys: set[str] = set()
+            mentions: list[tuple[str, tuple]] = []
+            here = self._guards(call, scope)
             for arg in call.args:
                 for name_expr in _dotted_names(arg.value):
-                    keys |= self._keys_through(name_expr, scope, depth=0, origin=scope)
+                    for key, facts in self._keys_through(name_expr, scope, depth=0, origin=scope, facts=here):
+                        keys.add(key)
+                        mentions.append((key, facts))
             out.append((call, keys))
             self.scope_of_optimizer[id(call)] = scope
+            self.optimizer_mentions[id(call)] = mentions
+        return out
+
+    @cached_property
+    def optimizer_mentions(self) -> dict[int, list[tuple[str, tuple]]]:
+        """id(optimizer construction) -> (key, facts) for each module it may optimize, with
+        what the conditions say where that module joins its parameters (`params +=
+        list(text_encoder.parameters())` under `if args.train_text_encoder:`); filled with
+        optimizer_inputs."""
+        return {}
+
+    def _guards(self, node: cst.CSTNode, scope) -> tuple:
+        """The condition facts (analysis/conditions.py) that hold where `node` runs in its
+        function (or module) body."""
+        from amplint.analysis.conditions import facts, guarding_tests
+
+        model = scope.model if scope.model is not None else self.model
+        tests = guarding_tests(scope.node, node) or ()
+        out: tuple = ()
+        for test, truth in tests:
+            out += facts(test, model.module.code_for_node, truth)
         return out
 
     @cached_property
@@ -255,13 +299,17 @@ class Casts:
                 found.append(method)
         return found
 
-    def _keys_through(self, expr: cst.BaseExpression, scope, depth: int, origin=None) -> set[str]:
-        keys: set[str] = set()
+    def _keys_through(self, expr: cst.BaseExpression, scope, depth: int, origin=None, facts: tuple = ()) -> list[tuple[str, tuple]]:
+        """The keys of the modules `expr` may hold parameters of, each with the condition
+        facts along the assignments that brought it in (in the optimizer's own scope)."""
+        keys: list[tuple[str, tuple]] = []
+        node = expr
         if isinstance(expr, cst.Attribute) and expr.attr.value in _PARAMETER_ACCESSORS:
             expr = expr.value  # `self.parameters()` inside a method: the whole instance
         key = self.b.key(expr, scope)
         if key is not None:
-            keys.add(key)
+            here = facts + self._guards(node, scope) if scope is origin and depth else facts
+            keys.append((key, here))
         if depth < 2 and isinstance(expr, (cst.Name, cst.Attribute)):
             for value, vscope in self.b.values.assigned(expr, scope):
                 for inner in _dotted_names(value):
@@ -269,7 +317,7 @@ class Casts:
                         # `self.model = model` in `evaluate()`: that method's local is not
                         # the module the optimizer is built from in `train()`.
                         continue
-                    keys |= self._keys_through(inner, vscope, depth + 1, origin)
+                    keys += self._keys_through(inner, vscope, depth + 1, origin, facts)
         return keys
 
     def is_trained(self, cast: ModuleCast) -> bool:
@@ -285,11 +333,45 @@ class Casts:
             return True  # a trainer built here trains it, also after other training here
         if self._after_training(cast):
             return False
-        for _, keys in self.optimizer_inputs:
-            for k in keys:
+        from amplint.analysis.conditions import consistent
+
+        guards = None
+        for call, _ in self.optimizer_inputs:
+            for k, facts in self.optimizer_mentions.get(id(call), ()):
                 if k == cast.key or cast.key.startswith(k + ".") or k.startswith(cast.key + "."):
-                    return True
+                    if guards is None:
+                        guards = self._guards(cast.call, cast.scope)
+                    # `if not args.train_text_encoder: text_encoder.to(weight_dtype)` and its
+                    # parameters optimized only `if args.train_text_encoder`: never both.
+                    if consistent(guards, facts) and not self._fresh_after(cast, call):
+                        return True
         return self.trainer_of(cast) is not None
+
+    @cached_property
+    def _call_order(self) -> dict[int, int]:
+        return {id(site.node): i for i, site in enumerate(self.model.calls)}
+
+    def _fresh_after(self, cast: ModuleCast, optimizer: cst.Call) -> bool:
+        """The cast object is built after `optimizer` in the same function: `text_encoder =
+        CLIPTextModel.from_pretrained(..., torch_dtype=weight_dtype)` reloaded for a
+        validation pipeline is another object than the one the optimizer holds."""
+        if self.scope_of_optimizer.get(id(optimizer)) is not cast.scope:
+            return False
+        order = self._call_order
+        at = order.get(id(cast.call))
+        if at is None:
+            return False
+        binding = None
+        if self.assigned_from.get(id(cast.call), (None,))[0] == cast.target_text:
+            binding = at  # `x = Cls.from_pretrained(..., torch_dtype=...)`: built by the cast
+        else:
+            for value in cast.scope.assignments.get(cast.target_text, []):
+                for branch in value_branches(value):
+                    i = order.get(id(branch))
+                    if isinstance(branch, cst.Call) and i is not None and i < at and (binding is None or i > binding):
+                        binding = i
+        opt_at = order.get(id(optimizer))
+        return binding is not None and opt_at is not None and opt_at < binding
 
     def trainer_of(self, cast: ModuleCast) -> str | None:
         """Why a trainer of another package trains the cast module (a note), else None."""
@@ -300,9 +382,11 @@ class Casts:
     def _after_training(self, cast: ModuleCast) -> bool:
         """`model.half()` for an fp16 export once the function's training is over.
 
-        True when the cast is a statement of the function's own body (not in a loop or
-        branch), the function trains before it (backward or an optimizer step, also via an
-        inlined helper) and nothing trains from that statement on.
+        True when the cast is in a statement of the function's own body that comes after
+        every training event of the function (backward or an optimizer step, also via an
+        inlined helper) and holds none: `if args.save_precision: model.to(save_dtype)`
+        before `save_pretrained` once the loop is over.  A cast inside the training loop
+        is not after it.
         """
         from amplint.analysis.steps import Kind
 
@@ -316,7 +400,7 @@ class Casts:
             for call in _calls_in(stmt):
                 index[id(call)] = (i, stmt)
         at = index.get(id(cast.call))
-        if at is None or not isinstance(at[1], cst.SimpleStatementLine):
+        if at is None or isinstance(at[1], (cst.For, cst.While, cst.FunctionDef, cst.ClassDef)):
             return False
         graph = self.model.steps.graph(scope)
         training = [e for e in graph.of_kind(Kind.BACKWARD, Kind.OPT_STEP, Kind.SCALER_STEP)]
@@ -396,6 +480,32 @@ def _chained_receiver(node: cst.BaseExpression) -> cst.Call | None:
     ):
         return node.func.value
     return None
+
+
+class _LiteralLoops(cst.CSTVisitor):
+    """Calls inside `for name in (a, b.c):` whose loop variable stands for those names."""
+
+    def __init__(self) -> None:
+        self.found: dict[tuple[int, str], tuple[str, ...]] = {}
+        self.loops: list[tuple[str, tuple[str, ...]]] = []
+        self._pushed: set[int] = set()
+
+    def visit_For(self, node: cst.For) -> None:
+        it = node.iter
+        if isinstance(node.target, cst.Name) and isinstance(it, (cst.Tuple, cst.List)) and it.elements:
+            names = tuple(dotted(el.value) for el in it.elements if not isinstance(el, cst.StarredElement))
+            if len(names) == len(it.elements) and all(names):
+                self.loops.append((node.target.value, names))  # type: ignore[arg-type]
+                self._pushed.add(id(node))
+
+    def leave_For(self, original_node: cst.For) -> None:
+        if id(original_node) in self._pushed:
+            self._pushed.discard(id(original_node))
+            self.loops.pop()
+
+    def visit_Call(self, node: cst.Call) -> None:
+        for name, names in self.loops:
+            self.found[(id(node), name)] = names
 
 
 class _ParameterLoops(cst.CSTVisitor):

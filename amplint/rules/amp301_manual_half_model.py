@@ -63,9 +63,14 @@ class ManualHalfModel(Rule):
 
     def check(self) -> None:
         casts = self.model.casts
+        trained: dict[int, list] = {}  # one finding per cast call (`for m in (a, b): m.half()`)
         for cast in casts.module_casts:
             if casts.is_trained(cast):
-                dtype = "float16" if "float16" in cast.dtypes else "bfloat16"
-                trainer = casts.trainer_of(cast)
-                notes = (trainer,) if trainer is not None else ()
-                self.report(cast.call, target=cast.target_text, dtype=dtype, spelling=cast.spelling, notes=notes)
+                trained.setdefault(id(cast.call), []).append(cast)
+        for group in trained.values():
+            cast = group[0]
+            dtype = "float16" if "float16" in cast.dtypes else "bfloat16"
+            trainer = casts.trainer_of(cast)
+            notes = (trainer,) if trainer is not None else ()
+            target = "`, `".join(dict.fromkeys(c.target_text for c in group))
+            self.report(cast.call, target=target, dtype=dtype, spelling=cast.spelling, notes=notes)
