@@ -9,6 +9,7 @@ optimizer: the optimizer then holds fp16 master weights.
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
 from functools import cached_property
@@ -320,9 +321,57 @@ class Casts:
                     keys += self._keys_through(inner, vscope, depth + 1, origin, facts)
         return keys
 
-    def is_trained(self, cast: ModuleCast) -> bool:
+    def is_trained(self, cast: ModuleCast, depth: int = 0) -> bool:
         """Some optimizer receives parameters of the cast module (or of its parent), or a
-        known trainer class trains it (analysis/trainers.py)."""
+        known trainer class trains it (analysis/trainers.py), here or, for a module a
+        function returns or is handed (`def make_net(): net.half(); return net`), where
+        its callers (in this module or in modules that import it) train what they get."""
+        if self._trained_here(cast):
+            return True
+        return depth < _MAX_CALLER_DEPTH and any(self._caller_trains(site, cast, depth) for site in self._caller_casts(cast))
+
+    def _caller_casts(self, cast: ModuleCast) -> list:
+        """The module of `cast` as the callers of its function see it: (caller model, cast
+        naming what the call returns or the argument it passes for the module)."""
+        from amplint.analysis.bindings import returned_values
+
+        scope = cast.scope
+        fn = scope.node
+        if not isinstance(fn, cst.FunctionDef) or scope.cls is not None or self._after_training(cast):
+            return []
+        head, _, rest = cast.target_text.partition(".")
+        returned = param = None
+        if head in scope.params:
+            param = head
+        elif not rest and any(dotted(v) == head or v is cast.call for v in returned_values(fn)):
+            returned = True
+        if param is None and returned is None:
+            return []
+        found = []
+        for model, site in _callers_of(scope):
+            if param is not None:
+                from amplint.analysis.scaler_protocol import argument_for
+
+                arg = argument_for(site.node, scope, param)
+                text = dotted(arg) if arg is not None else None
+                if text is None:
+                    continue
+                target = (text + (f".{rest}" if rest else ""), site.scope)
+            else:
+                target = model.casts.assigned_from.get(id(site.node))
+                if target is None:
+                    continue
+            text, tscope = target
+            key = model.bindings.key(cst.parse_expression(text), tscope)
+            found.append((model, ModuleCast(site.node, site.scope, text, key, cast.dtypes, cast.spelling, cast.trainable)))
+        return found
+
+    @staticmethod
+    def _caller_trains(found, cast: ModuleCast, depth: int) -> bool:
+        model, seen = found
+        return model.casts.is_trained(seen, depth + 1)
+
+    def _trained_here(self, cast: ModuleCast) -> bool:
         from amplint.analysis.trainers import handed_to_trainer
 
         if self._upcast_after(cast):
@@ -453,6 +502,46 @@ class Casts:
                     if self.b.key(arg.value, site.scope) == cast.key:
                         return True
         return False
+
+
+# How many levels of callers a cast module is followed through (`make_net` <- `build` <- main).
+_MAX_CALLER_DEPTH = 2
+
+
+def _callers_of(scope) -> list:
+    """(model, call site) for each call that runs the plain function of `scope`: in its own
+    module, and in the project modules that import it and spell its name."""
+    from amplint.analysis.callees import resolve_call
+
+    model = scope.model
+    name = scope.node.name.value
+    here = os.path.abspath(model.path)
+    models = [model]
+    project = model.project
+    if project is not None:
+        for path in project.importers_among(model.path, lambda text: name.lower() in text):
+            other = project.model_at(path)
+            if other is not None and other is not model:
+                models.append(other)
+    out = []
+    for m in models:
+        for site in m.calls:
+            func = site.node.func
+            called = func.attr.value if isinstance(func, cst.Attribute) else func.value if isinstance(func, cst.Name) else None
+            if called != name:
+                continue
+            callee = resolve_call(site.node, site.scope, _CAST_VOCABULARY)
+            if callee is None:
+                continue
+            if callee.fn is scope.node or (
+                callee.fn.name.value == name and os.path.abspath(callee.model.path) == here and m is not model
+            ):
+                out.append((m, site))
+    return out
+
+
+# What a function of another module must mention to be read for a cast of its module.
+_CAST_VOCABULARY = frozenset({"half", "bfloat16", "float16", "dtype"})
 
 
 def _non_local(expr: cst.BaseExpression, scope) -> bool:

@@ -60,6 +60,9 @@ class ManualHalfModel(Rule):
     # looked up by a call, or a trainer that builds one (casts.TRAINING_TOKENS).
     requires_any = REDUCED_DTYPE_TOKENS
     and_requires_any = (TRAINING_TOKENS,)
+    # A model helper (`def make_net(): net.half(); return net`) is trained by the modules
+    # that import it: the optimizer may be spelled there only.
+    importer_tokens = (1,)
 
     def check(self) -> None:
         casts = self.model.casts
