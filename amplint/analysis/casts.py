@@ -348,7 +348,7 @@ class Casts:
         if param is None and returned is None:
             return []
         found = []
-        for model, site in _callers_of(scope):
+        for model, site in callers_of(scope):
             if param is not None:
                 from amplint.analysis.scaler_protocol import argument_for
 
@@ -508,9 +508,18 @@ class Casts:
 _MAX_CALLER_DEPTH = 2
 
 
-def _callers_of(scope) -> list:
+def callers_of(scope, elsewhere: bool = True) -> list:
     """(model, call site) for each call that runs the plain function of `scope`: in its own
-    module, and in the project modules that import it and spell its name."""
+    module, and (`elsewhere`) in the project modules that import it and spell its name."""
+    memo = scope.model.__dict__.setdefault("_amplint_callers_of", {})
+    key = (id(scope), elsewhere)
+    if key not in memo:
+        memo[key] = []  # a recursive call chain: not while it is being answered
+        memo[key] = _find_callers(scope, elsewhere)
+    return memo[key]
+
+
+def _find_callers(scope, elsewhere: bool) -> list:
     from amplint.analysis.callees import resolve_call
 
     model = scope.model
@@ -518,7 +527,7 @@ def _callers_of(scope) -> list:
     here = os.path.abspath(model.path)
     models = [model]
     project = model.project
-    if project is not None:
+    if project is not None and elsewhere:
         for path in project.importers_among(model.path, lambda text: name.lower() in text):
             other = project.model_at(path)
             if other is not None and other is not model:

@@ -7,9 +7,12 @@ through names, `x if c else y`, dict lookups and class attributes.  `None` means
 
 from __future__ import annotations
 
+from functools import cached_property
+
 import libcst as cst
 
 from amplint.analysis.names import dotted
+from amplint.analysis.walk import walk
 from amplint.analysis.torch_api import DTYPE_STRINGS, FULL_DTYPES, HALF_DTYPES
 
 _MAX_DEPTH = 6
@@ -128,9 +131,63 @@ class ValueResolver:
         if isinstance(expr, (cst.Name, cst.Attribute)):
             assigned = self.assigned(expr, scope)
             if not assigned:
+                if isinstance(expr, cst.Name):
+                    return self._unpacked_dtypes(expr.value, scope, depth) or self._parameter_dtypes(expr.value, scope, depth)
                 return None
             return _union(self.dtypes(value, vscope, depth + 1) for value, vscope in assigned)
         return None
+
+    def _unpacked_dtypes(self, name: str, scope, depth: int) -> frozenset[str] | None:
+        """`weight_dtype, save_dtype = prepare_dtype(args)`: the dtypes at that position of
+        the tuples the function returns (of this module or another of the project)."""
+        from amplint.analysis.bindings import returned_values
+        from amplint.analysis.callees import resolve_call
+
+        if depth >= _MAX_CALL_DEPTH:
+            return None
+        found = []
+        for value, index in self._unpackings.get((id(scope.node), name), ()):
+            if not isinstance(value, cst.Call):
+                continue
+            callee = resolve_call(value, scope, DTYPE_VOCABULARY)
+            if callee is None or callee.scope is None:
+                continue
+            for returned in returned_values(callee.fn):
+                if isinstance(returned, cst.Tuple) and index < len(returned.elements):
+                    element = returned.elements[index]
+                    if not isinstance(element, cst.StarredElement):
+                        found.append(callee.model.bindings.values.dtypes(element.value, callee.scope, depth + 2))
+        return _union(found) if found else None
+
+    @cached_property
+    def _unpackings(self) -> dict[tuple[int, str], list[tuple[cst.BaseExpression, int]]]:
+        """(id(function or module node), name) -> (value, position) of each `a, b = value`."""
+        collector = _Unpackings(self.model.module)
+        walk(self.model.module, collector)
+        return collector.found
+
+    def _parameter_dtypes(self, name: str, scope, depth: int) -> frozenset[str] | None:
+        """A parameter of a plain function: its default and what its callers pass for it
+        (`train(model, device, model_dtype)` called with the dtype chosen from an option).
+        Callers in other modules are looked for only for a parameter named as a dtype."""
+        from amplint.analysis.scaler_protocol import argument_for
+
+        fn = scope.node
+        if not isinstance(fn, cst.FunctionDef) or name not in scope.params or scope.cls is not None or depth >= _MAX_CALL_DEPTH:
+            return None
+        found = []
+        for param in (*fn.params.params, *fn.params.kwonly_params, *fn.params.posonly_params):
+            if param.name.value == name and param.default is not None:
+                found.append(self.dtypes(param.default, scope, depth + 1))
+        lowered = name.lower()
+        elsewhere = any(w in lowered for w in (*_DTYPE_OPTION_WORDS, "fp16", "bf16", "half"))
+        from amplint.analysis.casts import callers_of
+
+        for model, site in callers_of(scope, elsewhere):
+            arg = argument_for(site.node, scope, name)
+            if arg is not None:
+                found.append(model.bindings.values.dtypes(arg, site.scope, depth + 2))
+        return _union(found) if found else None
 
     def _dict_values(self, target: cst.BaseExpression, scope, depth: int) -> frozenset[str] | None:
         """The dtypes among the values of the dict `target` is (or names: a module-level map,
@@ -218,3 +275,26 @@ class ValueResolver:
         if isinstance(expr, cst.Integer):
             return expr.evaluated_value != 0
         return None
+
+
+class _Unpackings(cst.CSTVisitor):
+    """`a, b = value` with plain names, keyed by the function (or module) it is written in."""
+
+    def __init__(self, module: cst.Module) -> None:
+        self.found: dict[tuple[int, str], list[tuple[cst.BaseExpression, int]]] = {}
+        self.owners: list[cst.CSTNode] = [module]
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        self.owners.append(node)
+
+    def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:
+        self.owners.pop()
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        for t in node.targets:
+            if isinstance(t.target, (cst.Tuple, cst.List)):
+                for i, el in enumerate(t.target.elements):
+                    if isinstance(el, cst.StarredElement):
+                        break
+                    if isinstance(el.value, cst.Name):
+                        self.found.setdefault((id(self.owners[-1]), el.value.value), []).append((node.value, i))

@@ -58,7 +58,9 @@ class ManualHalfModel(Rule):
     # Pre-filter: a reduced dtype is spelled (REDUCED_DTYPE_TOKENS); the module must reach an
     # optimizer: OPTIMIZER_PACKAGES, a `create_optimizer`-like helper, an optimizer class
     # looked up by a call, or a trainer that builds one (casts.TRAINING_TOKENS).
-    requires_any = REDUCED_DTYPE_TOKENS
+    # ... or a dtype handed in (`def build_model(device, model_dtype): model.to(device,
+    # dtype=model_dtype)`, the dtype chosen from an option by the module that calls it).
+    requires_any = (*REDUCED_DTYPE_TOKENS, "dtype")
     and_requires_any = (TRAINING_TOKENS,)
     # A model helper (`def make_net(): net.half(); return net`) is trained by the modules
     # that import it: the optimizer may be spelled there only.
