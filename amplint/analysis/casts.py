@@ -112,7 +112,7 @@ class Casts:
                 for kw in _FROM_PRETRAINED_DTYPE_KWARGS:
                     expr = call_arg(call, None, kw)
                     if expr is not None:
-                        dtypes = self.b.values.dtypes(expr, scope)
+                        dtypes = self._dtypes(expr, scope)
                         spelling = f"from_pretrained({kw}=...)"
                         break
             if not dtypes or not (dtypes & {"float16", "bfloat16"}):
@@ -165,10 +165,15 @@ class Casts:
             exprs.append(kw)
         found: set[str] = set()
         for e in exprs:
-            got = self.b.values.dtypes(e, scope)
+            got = self._dtypes(e, scope)
             if got:
                 found |= got
         return frozenset(found) if found else None
+
+    def _dtypes(self, expr: cst.BaseExpression, scope) -> frozenset[str] | None:
+        """What `expr` may be, also a parameter from what the function's callers pass."""
+        values = self.b.values
+        return values.dtypes(expr, scope) or values.parameter_dtypes(expr, scope)
 
     def _target_of(self, call: cst.Call, scope) -> tuple[str, object] | None:
         """The name whose module changes: the receiver, or what a chained cast is assigned to."""

@@ -132,7 +132,7 @@ class ValueResolver:
             assigned = self.assigned(expr, scope)
             if not assigned:
                 if isinstance(expr, cst.Name):
-                    return self._unpacked_dtypes(expr.value, scope, depth) or self._parameter_dtypes(expr.value, scope, depth)
+                    return self._unpacked_dtypes(expr.value, scope, depth)
                 return None
             return _union(self.dtypes(value, vscope, depth + 1) for value, vscope in assigned)
         return None
@@ -166,10 +166,19 @@ class ValueResolver:
         walk(self.model.module, collector)
         return collector.found
 
+    def parameter_dtypes(self, expr: cst.BaseExpression | None, scope, depth: int = 0) -> frozenset[str] | None:
+        """The dtypes of a parameter of a plain function: its default and what its callers
+        pass for it (`train(model, device, model_dtype)` called with the dtype chosen from
+        an option).  Callers in other modules are looked for only for a parameter named as
+        a dtype.  None for anything else, or when nothing is known.  (Not part of `dtypes`:
+        a rule that judges a helper at its callers would see each caller's dtype twice.)"""
+        if scope.model is not None and scope.model is not self.model:  # a scope of another module
+            return scope.model.bindings.values.parameter_dtypes(expr, scope, depth)
+        if not isinstance(expr, cst.Name):
+            return None
+        return self._parameter_dtypes(expr.value, scope, depth)
+
     def _parameter_dtypes(self, name: str, scope, depth: int) -> frozenset[str] | None:
-        """A parameter of a plain function: its default and what its callers pass for it
-        (`train(model, device, model_dtype)` called with the dtype chosen from an option).
-        Callers in other modules are looked for only for a parameter named as a dtype."""
         from amplint.analysis.scaler_protocol import argument_for
 
         fn = scope.node
