@@ -400,3 +400,66 @@ def number_of(expr: cst.BaseExpression | None) -> float | None:
 def overflows_fp16(value: float | None) -> bool:
     return value is not None and value == value and abs(value) != float("inf") and abs(value) > FP16_MAX
 
+
+
+# --- conditions that select bfloat16 ---------------------------------------------------------
+
+_BF16_STRINGS = frozenset({"bf16", "bfloat16", "bf16-mixed", "bf16-true", "torch.bfloat16"})
+_FP16_STRINGS = frozenset({"fp16", "float16", "half", "16", "16-mixed", "fp16-mixed", "torch.float16"})
+
+
+def selects_bf16(test: cst.BaseExpression | None, model, truth: bool = True) -> bool:
+    """`test` evaluating to `truth` means the run is in bfloat16: a flag named for it
+    (`args.bf16`, `use_bfloat16`), a dtype or precision compared with bfloat16 (`amp_dtype
+    == torch.bfloat16`, `cfg.precision in ("bf16", "bf16-mixed")`), or compared unequal
+    with float16 where the choice is between the two (`amp_dtype != torch.float16`, when
+    `two_way`).  A call (`torch.cuda.is_bf16_supported()`) is the hardware's answer, not
+    the run's choice, and says nothing."""
+    if test is None:
+        return False
+    if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+        return selects_bf16(test.expression, model, not truth)
+    if isinstance(test, cst.BooleanOperation):
+        left, right = selects_bf16(test.left, model, truth), selects_bf16(test.right, model, truth)
+        both = isinstance(test.operator, cst.And) == truth  # `a and b` true: both hold
+        return (left or right) if both else (left and right)
+    if isinstance(test, (cst.Name, cst.Attribute)):
+        last = (dotted(test) or "").rsplit(".", 1)[-1].lower()
+        named = ("bf16" in last or "bfloat16" in last) and "fp16" not in last.replace("bf16", "")
+        return truth and named
+    if isinstance(test, cst.Comparison) and len(test.comparisons) == 1:
+        target = test.comparisons[0]
+        op = target.operator
+        sides = (_dtype_word(test.left, model), _dtype_word(target.comparator, model))
+        if isinstance(op, (cst.Equal, cst.Is)):
+            return truth and "bf16" in sides
+        if isinstance(op, (cst.NotEqual, cst.IsNot)):
+            return not truth and "bf16" in sides
+        if isinstance(op, cst.In) and isinstance(target.comparator, (cst.Tuple, cst.List, cst.Set)):
+            words = {_dtype_word(el.value, model) for el in target.comparator.elements}
+            return truth and words == {"bf16"}
+    return False
+
+
+def _dtype_word(expr: cst.BaseExpression, model) -> str | None:
+    """"bf16" or "fp16" for a literal that names one of them (a torch dtype, a string)."""
+    qual = model.qualify(expr) or ""
+    if qual in HALF_DTYPES:
+        return "bf16" if HALF_DTYPES[qual] == "bfloat16" else "fp16"
+    if isinstance(expr, cst.SimpleString) and isinstance(expr.evaluated_value, str):
+        text = expr.evaluated_value.lower()
+        return "bf16" if text in _BF16_STRINGS else "fp16" if text in _FP16_STRINGS else None
+    return None
+
+
+def scaler_only_for_bf16(call: cst.Call, scope, model) -> bool:
+    """A GradScaler that exists, or is enabled, only when the run is in bfloat16: its
+    `enabled=` selects bfloat16, or an `if` (or conditional expression) around its
+    construction does (`if args.bf16: return GradScaler()`), in the function that builds
+    it."""
+    from amplint.analysis.bindings import call_arg
+    from amplint.analysis.conditions import guarding_tests
+
+    if selects_bf16(call_arg(call, None, "enabled"), model):
+        return True
+    return any(selects_bf16(test, model, truth) for test, truth in guarding_tests(scope.node, call) or ())

@@ -5,7 +5,7 @@ from __future__ import annotations
 import libcst as cst
 
 from amplint.analysis.bindings import call_arg
-from amplint.analysis.precision import precision_of
+from amplint.analysis.precision import precision_of, scaler_only_for_bf16
 from amplint.analysis.torch_api import HALF_DTYPES
 from amplint.analysis.steps import Kind
 from amplint.prefilter import CodeWord
@@ -57,15 +57,22 @@ class ScalerWithBf16(Rule):
 
     def check(self) -> None:
         view = precision_of(self.model)
-        if view.autocast_dtypes != frozenset({"bfloat16"}) and not view.bf16_where_supported:
-            # No autocast, an unknown dtype, or a float16 path that needs the scaler (one
-            # that only older GPUs without bfloat16 take does not count).
-            return
+        dtypes = view.autocast_dtypes
+        # Every autocast is bfloat16 (a float16 path that only older GPUs without bfloat16
+        # take does not count) ...
+        always = dtypes == frozenset({"bfloat16"}) or view.bf16_where_supported
+        # ... or one may be, and the scaler exists or is enabled only when the run is in
+        # bfloat16 (`if args.bf16: scaler = GradScaler()`, `enabled=dtype == torch.bfloat16`).
+        sometimes = dtypes is None or "bfloat16" in dtypes
+        if not always and not sometimes:
+            return  # no autocast, or only float16 (or float32) ones
         for c in self.model.bindings.scaler_constructions:
             if c.enabled is False:
                 continue
+            if not always and not scaler_only_for_bf16(c.call, c.scope, self.model):
+                continue
             enabled = call_arg(c.call, None, "enabled")
-            if enabled is not None and self._tests_fp16(enabled, self.model):
+            if enabled is not None and not scaler_only_for_bf16(c.call, c.scope, self.model) and self._tests_fp16(enabled, self.model):
                 continue
             self.report(c.call)
         # Built by a helper of another module (`scaler = build_scaler(cfg)`): reported at
@@ -75,8 +82,11 @@ class ScalerWithBf16(Rule):
             for ev in graph.of_kind(Kind.SCALER_NEW):
                 if ev.scope.model is self.model or ev.enabled is False or id(ev.anchor) in reported:
                     continue
+                only_bf16 = scaler_only_for_bf16(ev.node, ev.scope, ev.scope.model)
+                if not always and not only_bf16:
+                    continue
                 enabled = call_arg(ev.node, None, "enabled")
-                if enabled is not None and self._tests_fp16(enabled, ev.scope.model):
+                if enabled is not None and not only_bf16 and self._tests_fp16(enabled, ev.scope.model):
                     continue
                 reported.add(id(ev.anchor))
                 self.report_event(ev)
