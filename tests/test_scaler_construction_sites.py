@@ -89,3 +89,43 @@ def main(args):
 )
 def test_a_scaler_only_for_bf16_runs_is_reported_where_bf16_autocast_may_run(body: str, dtype: str, found) -> None:
     assert lint("AMP204", SCALER_HELPER.format(body=body, dtype=dtype)) == found
+
+
+# --- AMP105: a scaler built by a function called once per epoch -----------------------------
+
+PER_EPOCH = """\
+import torch
+
+def train(model, optimizer, batches):
+    scaler = torch.amp.GradScaler("cuda")
+    for x in batches:
+        with torch.autocast("cuda", dtype=torch.float16):
+            loss = model(x).mean()
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+
+def main():
+    model = torch.nn.Linear(8, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    {loop}
+
+{entry}
+"""
+
+
+@pytest.mark.parametrize(
+    ("loop", "entry", "found"),
+    [
+        # per epoch, main() run from the __main__ guard or at module level: at the construction
+        ("for epoch in range(3):\n        train(model, optimizer, [])", 'if __name__ == "__main__":\n    main()', [4]),
+        ("for epoch in range(3):\n        train(model, optimizer, [])", "main()", [4]),
+        ("epoch = 0\n    while epoch < 3:\n        train(model, optimizer, [])\n        epoch += 1", "main()", [4]),
+        # main() itself called in a loop of runs: each run is independent
+        ("train(model, optimizer, [])", "for seed in range(3):\n    main()", []),
+        # once: one scaler
+        ("train(model, optimizer, [])", "main()", []),
+    ],
+)
+def test_a_scaler_built_by_a_function_called_per_epoch(loop: str, entry: str, found) -> None:
+    assert lint("AMP105", PER_EPOCH.format(loop=loop, entry=entry)) == found

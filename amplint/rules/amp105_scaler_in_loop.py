@@ -89,6 +89,11 @@ class ScalerInLoop(Rule):
                 if target and any(g.cond == target and not g.holds for g in proto.guards(ev)):
                     continue  # `if scaler is None: scaler = GradScaler()`: built once, lazily
                 loop = ev.loops[-1]
+                if ev.inlined and not _contains(loop.node, ev.anchor):
+                    # `main()` called at module level runs the epoch loop that calls
+                    # `train()`: reported at the call in the loop (main's own graph),
+                    # not at `main()`.
+                    continue
                 if self._independent_run(loop.node):
                     continue
                 if ev.inlined and self._builds_optimizer(ev.scope.node, ev.scope.model):
@@ -135,6 +140,21 @@ class ScalerInLoop(Rule):
         finder = _OptimizerFinder(model)
         node.visit(finder)
         return finder.found
+
+
+def _contains(root: cst.CSTNode, target: cst.CSTNode) -> bool:
+    """`target` is `root` or one of its descendants."""
+    found = False
+
+    class _Find(cst.CSTVisitor):
+        def on_visit(self, node: cst.CSTNode) -> bool:
+            nonlocal found
+            if node is target:
+                found = True
+            return not found
+
+    root.visit(_Find())
+    return found
 
 
 def _target_names(target: cst.BaseExpression) -> list[cst.BaseExpression]:
