@@ -112,7 +112,7 @@ class Casts:
                 for kw in _FROM_PRETRAINED_DTYPE_KWARGS:
                     expr = call_arg(call, None, kw)
                     if expr is not None:
-                        dtypes = self._dtypes(expr, scope)
+                        dtypes = self.b.values.dtypes(expr, scope) or self.b.values.parameter_dtypes(expr, scope)
                         spelling = f"from_pretrained({kw}=...)"
                         break
             if not dtypes or not (dtypes & {"float16", "bfloat16"}):
@@ -164,16 +164,28 @@ class Casts:
         if kw is not None:
             exprs.append(kw)
         found: set[str] = set()
+        receiver = call.func.value if isinstance(call.func, cst.Attribute) else None
+        while isinstance(receiver, cst.Call) and _chained_receiver(receiver) is not None:
+            receiver = _chained_receiver(receiver)
+        if isinstance(receiver, cst.Call):
+            receiver = None  # `Net().to(dtype)`: judged by what it is assigned to
         for e in exprs:
-            got = self._dtypes(e, scope)
+            got = self._dtypes(e, scope, receiver)
             if got:
                 found |= got
         return frozenset(found) if found else None
 
-    def _dtypes(self, expr: cst.BaseExpression, scope) -> frozenset[str] | None:
-        """What `expr` may be, also a parameter from what the function's callers pass."""
+    def _dtypes(self, expr: cst.BaseExpression, scope, receiver: cst.BaseExpression | None = None) -> frozenset[str] | None:
+        """What `expr` may be; for the cast of a module (`receiver`), also a parameter from
+        what the function's callers pass."""
         values = self.b.values
-        return values.dtypes(expr, scope) or values.parameter_dtypes(expr, scope)
+        found = values.dtypes(expr, scope)
+        if found or receiver is None:
+            return found
+        head = (dotted(receiver) or "").split(".")[0]
+        if not head or not isinstance(expr, cst.Name) or expr.value not in scope.params:
+            return found
+        return values.parameter_dtypes(expr, scope) if self._module_like(head, scope, receiver) else found
 
     def _target_of(self, call: cst.Call, scope) -> tuple[str, object] | None:
         """The name whose module changes: the receiver, or what a chained cast is assigned to."""
@@ -345,6 +357,8 @@ class Casts:
         if not isinstance(fn, cst.FunctionDef) or scope.cls is not None or self._after_training(cast):
             return []
         head, _, rest = cast.target_text.partition(".")
+        if not self._module_like(head, scope, cast.call):
+            return []  # `hidden_states.to(dtype)`: a tensor, whatever its callers do
         returned = param = None
         if head in scope.params:
             param = head
@@ -370,6 +384,28 @@ class Casts:
             key = model.bindings.key(cst.parse_expression(text), tscope)
             found.append((model, ModuleCast(site.node, site.scope, text, key, cast.dtypes, cast.spelling, cast.trainable)))
         return found
+
+    def _module_like(self, name: str, scope, call: cst.Call) -> bool:
+        """`name` holds a module, by what builds it (a class, `Net()`, `nn.Sequential(...)`,
+        `X.from_pretrained(...)`, a `build_model(...)`-like factory) or, for a parameter, by
+        its name (`model`, `net`, `text_encoder`).  Casts of tensors are far more common
+        than casts of modules; only modules are followed to the callers of a function."""
+        if name in scope.params:
+            return _names_a_module(name)
+        values = list(scope.assignments.get(name, []))
+        origin = self.assigned_from.get(id(call))
+        if origin is not None and origin[0] == name:
+            values.append(call)
+        for value in values:
+            for branch in value_branches(value):
+                node = branch
+                while _chained_receiver(node) is not None:
+                    node = _chained_receiver(node)
+                if isinstance(node, cst.Call):
+                    last = (dotted(node.func) or "").rsplit(".", 1)[-1]
+                    if last[:1].isupper() or last == "from_pretrained" or _names_a_module(last):
+                        return True
+        return False
 
     @staticmethod
     def _caller_trains(found, cast: ModuleCast, depth: int) -> bool:
@@ -509,6 +545,14 @@ class Casts:
         return False
 
 
+_MODULE_WORDS = ("model", "net", "module", "encoder", "decoder", "unet", "vae", "transformer", "backbone", "student")
+
+
+def _names_a_module(name: str) -> bool:
+    lowered = name.lower()
+    return any(word in lowered for word in _MODULE_WORDS) and "optim" not in lowered
+
+
 # How many levels of callers a cast module is followed through (`make_net` <- `build` <- main).
 _MAX_CALLER_DEPTH = 2
 
@@ -533,7 +577,10 @@ def _find_callers(scope, elsewhere: bool) -> list:
     models = [model]
     project = model.project
     if project is not None and elsewhere:
-        for path in project.importers_among(model.path, lambda text: name.lower() in text):
+        for path in project.importers(model.path, depth=1):
+            text = project.raw_text(path)
+            if text is None or name not in text:
+                continue
             other = project.model_at(path)
             if other is not None and other is not model:
                 models.append(other)

@@ -143,8 +143,8 @@ class ValueResolver:
         from amplint.analysis.bindings import returned_values
         from amplint.analysis.callees import resolve_call
 
-        if depth >= _MAX_CALL_DEPTH:
-            return None
+        if depth >= _MAX_CALL_DEPTH or scope.assignments.get(name) != []:
+            return None  # bound with a value, or not bound by an assignment (a parameter)
         found = []
         for value, index in self._unpackings.get((id(scope.node), name), ()):
             if not isinstance(value, cst.Call):

@@ -2,9 +2,25 @@
 
 from __future__ import annotations
 
+import re
+
 from amplint.analysis.casts import TRAINING_TOKENS
 from amplint.analysis.torch_api import REDUCED_DTYPE_TOKENS
 from amplint.rules._base import Rule
+
+
+_MODULE_TO_DTYPE = re.compile(
+    r"^[ \t]*(?:\w+[ \t]*=[ \t]*)?(?:\w+_)?(?:model|net|network|module|encoder|decoder|unet|vae|transformer|backbone)[ \t]*"
+    r"\.to\([^)\n]*dtype",
+    re.M,
+)
+
+
+_MODULE_CAST_LINE = re.compile(
+    r"^[ \t]*(?:\w+[ \t]*=[ \t]*)?(?:\w+_)?(?:model|net|network|module|encoder|decoder|unet|vae|transformer|backbone)[ \t]*"
+    r"\.(?:half\(\)|bfloat16\(\)|to\([^)\n]*(?:dtype|float16|half))",
+    re.M,
+)
 
 
 class ManualHalfModel(Rule):
@@ -58,13 +74,15 @@ class ManualHalfModel(Rule):
     # Pre-filter: a reduced dtype is spelled (REDUCED_DTYPE_TOKENS); the module must reach an
     # optimizer: OPTIMIZER_PACKAGES, a `create_optimizer`-like helper, an optimizer class
     # looked up by a call, or a trainer that builds one (casts.TRAINING_TOKENS).
-    # ... or a dtype handed in (`def build_model(device, model_dtype): model.to(device,
-    # dtype=model_dtype)`, the dtype chosen from an option by the module that calls it).
-    requires_any = (*REDUCED_DTYPE_TOKENS, "dtype")
-    and_requires_any = (TRAINING_TOKENS,)
-    # A model helper (`def make_net(): net.half(); return net`) is trained by the modules
-    # that import it: the optimizer may be spelled there only.
-    importer_tokens = (1,)
+    # ... or a module moved to a dtype handed in (`def build_model(device, model_dtype):
+    # model.to(device, dtype=model_dtype)`, chosen from an option by the module that calls
+    # it).  Not any "dtype": most model files spell one, and parsing them all is slow.
+    requires_any = (*REDUCED_DTYPE_TOKENS, _MODULE_TO_DTYPE)
+    # ... or casts a module-like name as a statement of its own (a model helper, `def
+    # make_net(): net.half(); return net`, trained by its callers in modules that import
+    # it: the optimizer may be spelled there only).  Not `importer_tokens`: every model
+    # file would be read for the optimizer some script of the project builds.
+    and_requires_any = ((*TRAINING_TOKENS, _MODULE_CAST_LINE),)
 
     def check(self) -> None:
         casts = self.model.casts
