@@ -20,8 +20,9 @@ class ScalerInLoop(Rule):
     """
     ## What it does
     Flags `GradScaler(...)` constructed inside a training loop: lexically in a loop
-    body, or in a same-module function (`train_one_epoch`) that is called from inside
-    a loop.
+    body, or in a function (`train_one_epoch`) that is called from inside a loop, at
+    the construction in the same module and at the call in the loop for a function of
+    another module.
 
     A loop over independent runs (cross-validation folds, seeds, experiments) that
     builds a new optimizer in the same iteration is not flagged: a fresh scaler per

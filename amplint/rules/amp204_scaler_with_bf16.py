@@ -20,7 +20,10 @@ class ScalerWithBf16(Rule):
     autocast's default, or a dtype picked by `torch.cuda.is_bf16_supported()`, which
     is bfloat16 on every GPU that supports it). A dtype option that can also be
     float16 keeps the scaler useful and is not reported, nor is a scaler whose
-    `enabled=` tests for float16.
+    `enabled=` tests for float16, unless the scaler exists or is enabled only in the
+    bfloat16 runs: built under a bf16 flag (`if args.bf16: return GradScaler()`, in a
+    helper of this or another module) or `enabled=amp_dtype == torch.bfloat16` (the
+    condition turned the wrong way round), where a bfloat16 autocast may run.
 
     ## Why is this bad?
     bfloat16 has float32's exponent range: gradients do not underflow, so there is

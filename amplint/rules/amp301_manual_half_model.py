@@ -38,6 +38,19 @@ class ManualHalfModel(Rule):
     through the project's own base classes) `self.model`, the model passed to
     `super().__init__(model=...)` and what an `unwrap...` helper yields for them.
 
+    The cast module is followed as an object, along its paths: `model.cuda().bfloat16()`
+    casts `model`, `for m in (text_encoder, text_encoder_2): m.to(weight_dtype)` each
+    encoder; a module cast in a helper that returns it or is handed it (`def make_net():
+    net.half(); return net`) is reported when a caller, in this module or one that
+    imports it, trains it, and a dtype handed to a function is what its callers pass
+    (`build_model(device, model_dtype)` with the dtype chosen from an option). Not
+    reported: a cast whose condition excludes the one under which the module's
+    parameters join the optimizer (`if not args.train_text_encoder:
+    text_encoder.to(weight_dtype)`, trained only `if args.train_text_encoder`), a cast
+    once the function's training statements are over (`model.to(save_dtype)` before
+    saving), and a cast of an object built after the optimizer (a copy re-loaded for a
+    validation pipeline).
+
     ## Why is this bad?
     Converting the whole model is not mixed precision: the optimizer then holds
     fp16/bf16 weights and state. Updates smaller than half a unit in the last place
