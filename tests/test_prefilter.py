@@ -562,12 +562,32 @@ def test_amp301_passes_a_trainer_or_an_optimizer_lookup_without_an_optimizer_nam
     """analysis/trainers.py and callees.classes_held train a model with no optimizer package
     or factory spelled in the module (trl's Trainer subclasses, espnet's lm.py)."""
     rule = registry.BY_CODE["AMP301"]
-    cast = "model = model.to(torch.bfloat16)\n"
-    assert not may_fire(cast + "print(model)\n", (rule,))
+    cast = "h = h.to(torch.bfloat16)\n"
+    assert not may_fire(cast + "print(h)\n", (rule,))
     assert not may_fire(cast + 'log("the trainer saves it")\n', (rule,))
     for training in ("class QLoRATrainer(BaseTrainer):\n    pass\n", "t = Trainer(model=model)\n",
                      "opt_class = dynamic_import_optimizer(args.opt)\n"):
         assert may_fire(cast + training, (rule,)), training
+
+
+@pytest.mark.parametrize(
+    ("cast", "passes"),
+    [
+        ("    net.half()\n", True),
+        ("    model = model.to(torch.bfloat16)\n", True),
+        ("    text_encoder.to(device, dtype=weight_dtype)\n", True),
+        ("    model.to(device, dtype=model_dtype)\n", True),  # no reduced dtype spelled: handed in
+        ("    hidden_states = hidden_states.to(torch.float16)\n", False),
+        ("    latent_model_input = latent_model_input.to(dtype)\n", False),
+        ("    self.vae.to(dtype=torch.float16)\n", False),
+        ("    x = x.to(model_dtype)\n", False),
+    ],
+)
+def test_amp301_reads_a_model_helper_that_casts_a_module_like_name_without_training(cast: str, passes: bool) -> None:
+    """A helper that casts the network it returns or is handed is judged where its callers,
+    in other modules, train it: its own module spells no optimizer."""
+    rule = registry.BY_CODE["AMP301"]
+    assert may_fire("import torch\n\ndef build(device, model_dtype):\n" + cast + "    return 1\n", (rule,)) is passes
 
 
 _DROPOUT_FUNCTION = (
