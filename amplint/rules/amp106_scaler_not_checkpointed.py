@@ -13,6 +13,12 @@ from amplint.analysis.steps import Kind
 from amplint.rules._base import Rule
 
 
+# A write (or a call of a writer) and a word of training state beside it: what a module
+# that names no scaler needs before its importers, or the code it calls, are looked at.
+_WRITE_WORDS = ("torch.save", "save_state_dict", "dcp.save", re.compile(r"\bsave(?:_on_master|_checkpoint|_ckpt|_state)[\s\\]*\("))
+_TRAINING_WORDS = ("optim", "epoch", "global_step")
+
+
 class ScalerNotCheckpointed(Rule):
     """
     ## What it does
@@ -104,7 +110,7 @@ class ScalerNotCheckpointed(Rule):
     # importer.  Only such a module looks upward.
     # A module that saves and names no scaler may also step one only inside the functions it
     # calls (`engine.train_one_epoch`): the scaler is then in the code it imports.
-    and_requires_any = ((*SCALER_TOKENS, re.compile(r"\bsave(?:_on_master|_checkpoint|_ckpt|_state_dict|_state)?[\s\\]*\("), "dcp.save"),)
+    and_requires_any = ((*SCALER_TOKENS, *((w, p) for w in _WRITE_WORDS for p in _TRAINING_WORDS)),)
     importer_tokens = (0,)
     imported_tokens = (0,)
     elsewhere_tokens = {0: ("scaler",)}
