@@ -226,13 +226,18 @@ def judge(
         first = skips["later_skips"][0]
         reason = f"GradScaler skipped {later} of {after} steps after calibrating"
     else:
-        reason = "within tolerance"
+        at = worst[0]
+        reason = ("within the allowed deviation" if at is None else
+                  f"within the allowed deviation: {worst[1]:.3g} <= {allowed[at]:.3g} allowed after {at} updates")
     return {
         "relative_deviation": smoothed,
         "raw_relative_deviation": raw,
         "allowed_deviation": allowed,
         "max_relative_deviation": worst[1],
         "max_at_step": worst[0],
+        # what was allowed where the deviation was largest, and what set it at each step
+        "allowed_at_max": None if worst[0] is None else allowed[worst[0]],
+        "allowed_from": [_allowed_from(a, tolerance, noise, j, shifted) for j, a in enumerate(allowed)],
         "first_step_beyond_tolerance": first,
         "diverged": first is not None,
         "reason": reason,
@@ -241,6 +246,15 @@ def judge(
         "batch_shift_allowance": shifted,
         **skips,
     }
+
+
+def _allowed_from(allowed: float, tolerance: float, noise: list[float], j: int, shifted: float) -> str:
+    """Which term set the allowed deviation at step j: "tolerance", "noise" or "batch-shift"."""
+    if allowed <= tolerance:
+        return "tolerance"
+    if shifted and allowed == shifted:
+        return "batch-shift"
+    return "noise"
 
 
 # --- plotting ----------------------------------------------------------------------------------
@@ -292,13 +306,19 @@ def plot(path: Path, series: dict[str, list[float]], verdicts: dict[str, dict[st
             first = verdict["first_step_beyond_tolerance"]
             if first is not None:
                 bottom.axvline(first, color=COLORS[name], ls=":", lw=1.2)
-                bottom.annotate(f"diverges after {first} updates", (first, tolerance), xytext=(4, 6),
+                at = verdict["allowed_deviation"][first] if first < len(verdict.get("allowed_deviation") or []) else tolerance
+                bottom.annotate(f"diverges after {first} updates", (first, at), xytext=(4, 6),
                                 textcoords="offset points", fontsize=8, color=COLORS[name])
         allowed = max((v.get("allowed_deviation") or [tolerance] for v in verdicts.values()), key=len, default=[tolerance])
-        if any(a > tolerance for a in allowed):
-            bottom.plot(range(len(allowed)), allowed, color="#d62728", ls=":", lw=1.0, label="allowed (fp32 and batch noise)")
-        bottom.axhline(tolerance, color="#d62728", ls="--", lw=1.0, label=f"tolerance {tolerance:g}")
+        # NB: the deviation that was applied, drawn where it lies: the tolerance alone was drawn
+        # while a wider envelope decided, and the envelope's line could fall off the axes.
+        bottom.plot(range(len(allowed)), allowed, color="#d62728", ls="--", lw=1.2,
+                    label="allowed deviation" + (" (tolerance, fp32 noise, batch shift)" if any(a > tolerance for a in allowed) else f" (tolerance {tolerance:g})"))
         bottom.set_yscale("log")
+        plotted = [max(d, 1e-7) for v in verdicts.values() for d in v["relative_deviation"] if _finite(d)]
+        shown = plotted + [a for a in allowed if _finite(a) and a > 0]
+        if shown:
+            bottom.set_ylim(min(shown) / 2, max(max(shown), cap) * 2)
         bottom.set_ylabel("relative deviation")
         bottom.set_xlabel("updates applied (GradScaler's skipped steps do not count)")
         bottom.legend(loc="lower right", fontsize=8)
@@ -563,8 +583,10 @@ def _noise(report: dict[str, Any], runs: dict[str, dict[str, Any]], window: int)
         report["noise"] = {"measured": False, "why": "the nudged fp32 run was identical (no optimizer step ran?)"}
         return None
     envelope = noise_envelope(ref, other["losses"], window=window)
-    report["noise"] = {"measured": True, "nudge": "every gradient x (1 + 2**-8 N(0,1)) before each step", "envelope": envelope, "factor": NOISE_FACTOR,
-                       "max": max(envelope, default=0.0)}
+    report["noise"] = {"measured": True,
+                       "nudge": "the fp32 run again, with g + 2**-8 * rms(g) * N(0, 1) added to every gradient g "
+                                "before each optimizer step (bfloat16's rounding unit; perturb.py)",
+                       "envelope": envelope, "factor": NOISE_FACTOR, "max": max(envelope, default=0.0)}
     return envelope
 
 
@@ -591,7 +613,7 @@ def _plot(args, report: dict[str, Any], verdicts: dict[str, dict[str, Any]]) -> 
     elif report.get("status") == "not-compared":
         title = f"{script}: not compared: mixed precision never ran"
     else:
-        title = f"{script}: within tolerance {args.tolerance:g}"
+        title = f"{script}: within the allowed deviation (tolerance {args.tolerance:g} or fp32's own noise)"
     series = {"fp32": runs["fp32"]["losses"], **{n: v["aligned_losses"] for n, v in verdicts.items()}}
     labels = {n: f"{LABELS[n]}; {v['updates_lost']} update(s) lost to skips" for n, v in verdicts.items() if v["updates_lost"]}
     plot(args.plot, series, verdicts, tolerance=args.tolerance, title=title, labels=labels,
@@ -620,14 +642,16 @@ def render(report: dict[str, Any]) -> str:
     noise = report.get("noise") or {} if report["comparisons"] else {}
     if noise.get("measured"):
         lines.append(f"  fp32 noise: fp32 with bf16-sized gradient noise deviates up to {noise['max']:.3g}; "
-                     f"allowed deviation is max(tolerance, {noise['factor']:g} x that envelope)")
+                     f"allowed deviation at each step is max(tolerance, {noise['factor']:g} x that envelope so far"
+                     f"{', batch shift after skipped steps' if any(v.get('batch_shift_allowance') for v in report['comparisons'].values()) else ''})"
+                     f"; per step in the report (allowed_deviation, allowed_from)")
     elif noise:
         lines.append(f"  fp32 noise: not measured ({noise['why']}); the tolerance alone applies")
     for name, v in report["comparisons"].items():
         run = report["runs"][name]
         worst = v["max_relative_deviation"]
         status = "FAILED" if v.get("failed") else "DIVERGED" if v["diverged"] else "ok"
-        at = "" if v["max_at_step"] is None else f" (after {v['max_at_step']} updates)"
+        at = "" if v["max_at_step"] is None else f" (after {v['max_at_step']} updates, {v['allowed_at_max']:.3g} allowed there)"
         lines.append(f"  {name:<10} {status:<8} max deviation {worst:.3g}{at}; {v['reason']}; run {run['ended']}")
         if v.get("lag"):
             lines.append(f"  {'':<10} {v['lag']}")

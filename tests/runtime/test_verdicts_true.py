@@ -135,3 +135,20 @@ def test_steps_counts_per_optimizer_and_says_so(verify_run, capfd):
     assert report["steps"] == 3 and report["ended"] == "stopped after 3 steps"
     # the discriminator (2 steps per iteration) reached 3 first: iteration 1 ended at its 2nd step
     assert "iteration 1: discriminator step" in out and "iteration 1: generator step" not in out
+
+
+def test_compare_says_what_was_allowed_at_each_step_and_what_set_it():
+    from amplint.runtime import compare
+
+    ref = [1.0 / (1 + 0.3 * k) for k in range(20)]
+    run = [r * (1.15 if k > 3 else 1.0) for k, r in enumerate(ref)]
+    v = compare.judge(ref, run, tolerance=0.1, noise=[0.0] * 5 + [0.08] * 15)
+    assert not v["diverged"]  # 0.15 beyond the tolerance, inside 2 x fp32's own noise
+    assert v["allowed_at_max"] == pytest.approx(0.16)
+    assert v["allowed_from"][:5] == ["tolerance"] * 5 and set(v["allowed_from"][5:]) == {"noise"}
+    assert f"<= 0.16 allowed after {v['max_at_step']} updates" in v["reason"]
+    report = {"emulated": True, "device": "cpu", "tolerance": 0.1, "window": 5, "runs": {"fp32": {"losses": ref},
+              "as_written": {"ended": "completed"}}, "comparisons": {"as_written": v},
+              "noise": {"measured": True, "max": 0.08, "factor": 2.0}}
+    text = compare.render(report)
+    assert "0.16 allowed there" in text and "within tolerance" not in text
