@@ -331,3 +331,19 @@ def test_a_string_naming_the_class_without_a_lookup_keeps_the_fix() -> None:
 def test_a_dunder_all_that_names_other_things_keeps_the_fix() -> None:
     source = "import torch\nfrom torch.cuda.amp import GradScaler\n__all__ = ['make']\nx = GradScaler(2.0)\n"
     assert fixes_of(source)[1] == (4, 'x = GradScaler("cuda", 2.0)')
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "import functools\nimport torch\n@functools.singledispatch\ndef f(x):\n    return 0\n"
+        "@f.register\ndef _(x: torch.cuda.amp.GradScaler):\n    return 1\ns = torch.cuda.amp.GradScaler(4.0)\n",
+        "import functools\nimport torch\nfrom torch.cuda.amp import GradScaler\n@functools.singledispatch\ndef f(x):\n"
+        "    return 0\n@f.register\ndef _(x: GradScaler):\n    return 1\ns = GradScaler(4.0)\n",
+    ],
+    ids=["full-path", "imported-name"],
+)
+def test_a_class_singledispatch_registers_keeps_its_constructions(source: str) -> None:
+    """`@f.register` reads the annotation and dispatches with an isinstance test: a
+    `torch.amp.GradScaler` is no `torch.cuda.amp.GradScaler`, so f() took the other branch."""
+    assert all(d.fix is None for d in check_source(source, "t.py", select=["AMP401"]))

@@ -323,7 +323,17 @@ class Deprecations:
         if ref.statement is not None or id(ref.node) in self._call_of_func:
             return False
         where = self._contexts.of(ref.node)
+        if where.annotation and id(ref.node) in self._dispatch_annotations:
+            return True  # `@f.register def _(x: GradScaler)`: singledispatch tests against it
         return not (where.annotation or where.decorator or where.binding or where.shadowed)
+
+    @cached_property
+    def _dispatch_annotations(self) -> set[int]:
+        """Ids of the names in the parameter annotations of functions decorated `@<x>.register`
+        (functools.singledispatch): dispatch runs an isinstance test against them."""
+        finder = _DispatchAnnotations()
+        walk(self.model.module, finder)
+        return finder.ids
 
     # --- what other modules of the project do with the names -------------------------------
     def _imported_elsewhere(self, locals_: set[str]) -> bool:
@@ -572,6 +582,31 @@ def _runs_a_string(func: cst.BaseExpression) -> bool:
     if isinstance(func, cst.Attribute) and func.attr.value in _IPYTHON_RUNS:
         return True
     return dotted(func) in _DYNAMIC_LOOKUPS
+
+
+class _DispatchAnnotations(cst.CSTVisitor):
+    def __init__(self) -> None:
+        self.ids: set[int] = set()
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        if not any((dotted(d.decorator) or "").endswith(".register") for d in node.decorators):
+            return
+        for param in (*node.params.posonly_params, *node.params.params, *node.params.kwonly_params):
+            if param.annotation is not None:
+                collector = _NamesIn()
+                walk(param.annotation, collector)
+                self.ids |= collector.ids
+
+
+class _NamesIn(cst.CSTVisitor):
+    def __init__(self) -> None:
+        self.ids: set[int] = set()
+
+    def visit_Name(self, node: cst.Name) -> None:
+        self.ids.add(id(node))
+
+    def visit_Attribute(self, node: cst.Attribute) -> None:
+        self.ids.add(id(node))
 
 
 class _NameCounter(cst.CSTVisitor):
