@@ -39,6 +39,8 @@ CATALOG: tuple[RuleEntry, ...] = (
     RuleEntry("AMP110", "scaler-state-not-in-state-dict", True, "amp110_scaler_state_not_in_state_dict", "ScalerStateNotInStateDict"),
     RuleEntry("AMP111", "scale-divided-after-unscale", True, "amp111_scale_divided_after_unscale", "ScaleDividedAfterUnscale", "preview"),
     RuleEntry("AMP112", "norm-of-scaled-gradients", True, "amp112_norm_of_scaled_gradients", "NormOfScaledGradients"),
+    RuleEntry("AMP113", "update-between-steps", True, "amp113_update_between_steps", "UpdateBetweenSteps", "preview"),
+    RuleEntry("AMP114", "scaled-autograd-grad", True, "amp114_scaled_autograd_grad", "ScaledAutogradGrad", "preview"),
     RuleEntry("AMP201", "backward-inside-autocast", True, "amp201_backward_inside_autocast", "BackwardInsideAutocast"),
     RuleEntry("AMP202", "step-inside-autocast", True, "amp202_step_inside_autocast", "StepInsideAutocast"),
     RuleEntry("AMP203", "fp16-autocast-without-scaler", True, "amp203_fp16_autocast_without_scaler", "Fp16AutocastWithoutScaler"),

@@ -16,6 +16,8 @@ from amplint.rules.amp109_unscale_step_mismatch import UnscaleStepMismatch
 from amplint.rules.amp110_scaler_state_not_in_state_dict import ScalerStateNotInStateDict
 from amplint.rules.amp111_scale_divided_after_unscale import ScaleDividedAfterUnscale
 from amplint.rules.amp112_norm_of_scaled_gradients import NormOfScaledGradients
+from amplint.rules.amp113_update_between_steps import UpdateBetweenSteps
+from amplint.rules.amp114_scaled_autograd_grad import ScaledAutogradGrad
 from amplint.rules.amp201_backward_inside_autocast import BackwardInsideAutocast
 from amplint.rules.amp202_step_inside_autocast import StepInsideAutocast
 from amplint.rules.amp203_fp16_autocast_without_scaler import Fp16AutocastWithoutScaler
@@ -47,6 +49,8 @@ ALL_RULES = (
     ScalerStateNotInStateDict,
     ScaleDividedAfterUnscale,
     NormOfScaledGradients,
+    UpdateBetweenSteps,
+    ScaledAutogradGrad,
     BackwardInsideAutocast,
     StepInsideAutocast,
     Fp16AutocastWithoutScaler,

@@ -45,6 +45,8 @@ EVIDENCE = {
     "AMP110": {"method", "live_scale"},
     "AMP111": {"scale", "stage", "norm_seen"},
     "AMP112": {"scale", "norm_seen", "norm_unscaled"},
+    "AMP113": {"stepped_before_update", "stepped_after_update", "scale_before_update", "scale_after_update"},
+    "AMP114": {"api", "scale"},
     "AMP201": {"autocast"},
     "AMP202": {"autocast"},
     "AMP203": {"autocast_dtype", "zero_grad_share"},

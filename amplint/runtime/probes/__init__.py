@@ -22,6 +22,8 @@ _MODULES = (
     "amp110_scaler_state_not_in_state_dict",
     "amp111_scale_divided_after_unscale",
     "amp112_norm_of_scaled_gradients",
+    "amp113_update_between_steps",
+    "amp114_scaled_autograd_grad",
     "amp201_backward_inside_autocast",
     "amp202_step_inside_autocast",
     "amp203_fp16_autocast_without_scaler",
@@ -45,10 +47,14 @@ NEEDS: dict[str, frozenset[str]] = {
     **{code: frozenset({"autocast"}) for code in ("AMP201", "AMP202", "AMP203")},
     "AMP204": frozenset({"scaler", "autocast"}),
     "AMP111": frozenset({"scaler"}),
+    "AMP113": frozenset({"scaler"}),
+    "AMP114": frozenset({"scaler"}),
 }
 # Probes that see a necessary condition, not the defect itself (AMP111 sees the scale read after
 # unscale_, not what it divides): they confirm a static finding at their line and report nothing alone.
-CONFIRMS_ONLY = frozenset({"AMP111"})
+# AMP113 sees an update between two optimizers' steps, which alternate iterations also give;
+# AMP114 sees scaled gradients returned, not whether the code divides them afterwards.
+CONFIRMS_ONLY = frozenset({"AMP111", "AMP113", "AMP114"})
 
 
 def probe_classes(nan_guard: bool = False) -> list[type]:
