@@ -165,9 +165,19 @@ def test_steps_in_one_method_without_a_loop_are_one_iteration() -> None:
             scaler.step(opt)
             scaler.update()
         """,
+        # a loop over the optimizers that steps only the one the model chose for this pass
+        """
+        for x in loader:
+            scaler.scale(model(x)["loss"]).backward()
+            for iopt, opt in enumerate(optimizers):
+                if optim_idx is not None and iopt != optim_idx:
+                    continue
+                scaler.step(opt)
+                scaler.update()
+        """,
     ],
     ids=["once-after-all", "steps-in-a-loop", "scaler-per-optimizer", "alternate-iterations",
-         "epoch-loop", "backward-unseen", "exclusive-branches"],
+         "epoch-loop", "backward-unseen", "exclusive-branches", "one-chosen-optimizer"],
 )
 def test_one_update_per_iteration_is_not_reported(body: str) -> None:
     assert _amp113(body) == []

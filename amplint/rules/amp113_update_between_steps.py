@@ -21,7 +21,9 @@ class UpdateBetweenSteps(Rule):
 
     Not flagged: one update per iteration after all the steps; a scaler per optimizer,
     each updated after its own step; optimizers stepped in different iterations
-    (`if i % 2 == 0: ... else: ...`), each followed by the update.
+    (`if i % 2 == 0: ... else: ...`), each followed by the update; a loop over the
+    optimizers whose passes may skip the step (`if i != optim_idx: continue`), which may
+    step only the one chosen for this pass.
 
     ## Why is this bad?
     `update()` ends the scaler's iteration: it moves the scale (halves it after an
@@ -122,8 +124,13 @@ def _in_iteration(graph: StepGraph, event: Event, pred: Callable[[Event], bool])
     loop = training_loop(graph, event)
     if loop is not None:
         headers = {id(loop.header)}
+        inner = event.loops[event.loops.index(loop) + 1:] if loop in event.loops else ()
     else:
         headers = {id(lp.header) for lp in graph.loops if lp in event.loops}
+        inner = ()
+    # A loop over the optimizers whose passes may skip the step (`if i != optim_idx:
+    # continue`) may step only one of them: its next pass is no second step for sure.
+    headers |= {id(lp.header) for lp in inner if _may_skip(graph, lp, pred)}
     # A `for` loop entered later in the iteration runs its body (`StepGraph.runs_in_loop`);
     # a loop around `event` does not count: reaching its header again means its next pass.
     around = {id(lp.header) for lp in graph.loops if lp in event.loops}
@@ -131,4 +138,13 @@ def _in_iteration(graph: StepGraph, event: Event, pred: Callable[[Event], bool])
         graph.point(event),
         found=lambda p: event_is(p, pred) or (id(p) not in around and graph.runs_in_loop(p, pred)),
         blocked=lambda p: id(p) in headers,
+    )
+
+
+def _may_skip(graph: StepGraph, loop, pred: Callable[[Event], bool]) -> bool:
+    """A pass of `loop` can go from its header back to it without a `pred` event."""
+    return graph.search(
+        loop.header,
+        found=lambda p: p is loop.header,
+        blocked=lambda p: id(p) not in loop.body or event_is(p, pred),
     )
