@@ -216,8 +216,10 @@ def _amp114(body: str) -> list[int]:
          "    return g.pow(2).sum()\n", 5),
         # divided by something that is not the scale
         ("g = torch.autograd.grad(scaler.scale(loss), x, create_graph=True)[0]\ng = g / batch_size\n", 4),
+        # a meta-gradient step taken with scaled gradients
+        ("eps_grads = torch.autograd.grad(scaler.scale(meta_loss), eps)[0].detach()\nw = w - lr * eps_grads\n", 4),
     ],
-    ids=["inline", "through-a-name-unpacked", "imported-grad", "returned-penalty", "other-divisor"],
+    ids=["inline", "through-a-name-unpacked", "imported-grad", "returned-penalty", "other-divisor", "meta-step"],
 )
 def test_gradients_of_a_scaled_loss_used_as_they_are_are_reported(body: str, line: int) -> None:
     assert _amp114(body) == [line]
@@ -247,8 +249,15 @@ def test_gradients_of_a_scaled_loss_used_as_they_are_are_reported(body: str, lin
         "def calc_grad(outputs, inputs, scaler=None):\n    if scaler is not None:\n        outputs = scaler.scale(outputs)\n"
         "    g = torch.autograd.grad(outputs, inputs, create_graph=True)[0]\n    if scaler is not None:\n"
         "        g = g / scaler.get_scale()\n    return g.pow(2).sum()\n",
+        # stored into .grad: scaler.step unscales them with the rest
+        "param.grad = torch.autograd.grad(scaler.scale(loss), param, retain_graph=True)[0]\n",
+        "gs = torch.autograd.grad(scaler.scale(loss / accum), params)\nfor p, g in zip(params, gs):\n"
+        "    p.grad = g if p.grad is None else p.grad + g\n",
+        # not used at all
+        "torch.autograd.grad(scaler.scale(loss), embeddings, retain_graph=True, allow_unused=True)\n",
     ],
-    ids=["recipe", "rebound", "epsilon", "div", "derived-divided", "returned", "returned-name", "unscaled-loss", "optional-scaler"],
+    ids=["recipe", "rebound", "epsilon", "div", "derived-divided", "returned", "returned-name", "unscaled-loss",
+         "optional-scaler", "into-grad", "into-grad-in-a-loop", "discarded"],
 )
 def test_gradients_divided_by_the_scale_or_left_to_the_caller_are_not_reported(body: str) -> None:
     assert _amp114(body) == []

@@ -28,7 +28,9 @@ class ScaledAutogradGrad(Rule):
     `autograd.grad` call.
 
     Not flagged: gradients divided by the scale (as in PyTorch's AMP example "Gradient
-    penalty"), and gradients the function returns as they are (the caller unscales them).
+    penalty"); gradients stored into `.grad` (`p.grad = g`), which `scaler.step` unscales
+    with the rest; gradients the function returns as they are (the caller unscales
+    them); a call whose result is not used.
 
     ## Why is this bad?
     `scaler.unscale_` and `scaler.step` unscale the `.grad` of the optimizer's
@@ -99,7 +101,7 @@ class ScaledAutogradGrad(Rule):
             scaler = self._scaler_of(call_arg(call, 0, "outputs"), scope, 0)
             if scaler is None or proto.scaler_disabled(self.model.bindings.key(scaler, scope)):
                 continue
-            if _unscaled_or_returned(call, scope, self.model):
+            if _discarded(call, scope) or _unscaled_or_returned(call, scope, self.model):
                 continue
             self.report(call, call=f"{code(call.func)}(...)", scaler=dotted(scaler) or "scaler")
 
@@ -129,14 +131,18 @@ def _unscaled_or_returned(call: cst.Call, scope, model) -> bool:
     """The gradients `call` returns, or a value computed from them in its function, are
     divided by the loss scale; or the function returns them as they are."""
     names = _derived_names(call, scope, model)
+    body = scope.node.body if isinstance(scope.node, cst.FunctionDef) else scope.node
+    assignments = _Assignments(scope.node)
+    walk(body, assignments)
+    # Stored into `.grad` (`p.grad = g`): `scaler.step` unscales them with the rest.
+    for value in assignments.grad_stores:
+        if contains_call(value, call) or (_names(value) & names):
+            return True
     for dividend, divisor in _divisions(scope):
         if not _is_scale(divisor, scope):
             continue
         if contains_call(dividend, call) or (_names(dividend) & names):
             return True
-    body = scope.node.body if isinstance(scope.node, cst.FunctionDef) else scope.node
-    assignments = _Assignments(scope.node)
-    walk(body, assignments)
     # Names bound to the results themselves (`grads = autograd.grad(...)[0]`), not to
     # something computed from them: a function that returns those leaves them to its caller.
     direct = {n for targets, value in assignments.pairs if _unsubscripted(value) is call for n in targets}
@@ -160,6 +166,28 @@ def _unsubscripted(expr: cst.BaseExpression) -> cst.BaseExpression:
     while isinstance(expr, cst.Subscript):
         expr = expr.value
     return expr
+
+
+def _discarded(call: cst.Call, scope) -> bool:
+    """The call is a statement of its own: its gradients are not used at all."""
+    body = scope.node.body if isinstance(scope.node, cst.FunctionDef) else scope.node
+    finder = _Statements(scope.node, call)
+    walk(body, finder)
+    return finder.found
+
+
+class _Statements(cst.CSTVisitor):
+    def __init__(self, root, call: cst.Call) -> None:
+        self.root = root
+        self.call = call
+        self.found = False
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+        return node is self.root
+
+    def visit_Expr(self, node: cst.Expr) -> None:
+        if node.value is self.call:
+            self.found = True
 
 
 def _derived_names(call: cst.Call, scope, model) -> set[str]:
@@ -211,6 +239,7 @@ class _Assignments(cst.CSTVisitor):
     def __init__(self, root) -> None:
         self.root = root
         self.pairs: list[tuple[frozenset[str], cst.BaseExpression]] = []
+        self.grad_stores: list[cst.BaseExpression] = []
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
         return node is self.root
@@ -218,6 +247,8 @@ class _Assignments(cst.CSTVisitor):
     def visit_Assign(self, node: cst.Assign) -> None:
         for t in node.targets:
             self.pairs.append((frozenset(_target_names(t.target)), node.value))
+            if isinstance(t.target, cst.Attribute) and t.target.attr.value == "grad":
+                self.grad_stores.append(node.value)
 
     def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
         if node.value is not None:
