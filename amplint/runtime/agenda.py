@@ -9,6 +9,7 @@ is on the agenda too.  No torch, no code run.
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 from amplint.config import discover
@@ -44,10 +45,14 @@ def imported_files(script: Path, limit: int = MAX_AGENDA_FILES) -> tuple[list[Pa
     return seen, False
 
 
-def static_agenda(script: Path):
-    """(diagnostics, files checked, errors) for the script and its project imports."""
+def static_agenda(script: Path, *, preview: bool = False):
+    """(diagnostics, files checked, errors) for the script and its project imports.
+    `preview=True` runs the preview tier whatever the configuration says (the fixtures
+    specify preview rules like any other)."""
     files, truncated = imported_files(script)
     config = discover([script])
+    if preview:
+        config = dataclasses.replace(config, preview=True)
     diagnostics, errors = [], []
     if truncated:
         errors.append(f"{script}: imports more than {MAX_AGENDA_FILES} project files; the agenda covers the first {MAX_AGENDA_FILES}")

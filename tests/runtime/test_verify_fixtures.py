@@ -96,7 +96,7 @@ def _run_all(paths: list[Path], tmp: Path) -> None:
 
     from amplint.runtime.reach import write_agenda
 
-    agendas = {p: static_agenda(p)[0] for p in paths}
+    agendas = {p: static_agenda(p, preview=True)[0] for p in paths}  # a fixture specifies preview rules too
     jobs = []
     for i, p in enumerate(paths):
         agenda = tmp / f"agenda{i}.json"
