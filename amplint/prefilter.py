@@ -177,6 +177,11 @@ class CodePattern:
         return (not self.literal or self.literal in text) and self.pattern.search(text)
 
 
+# `autocast` in code, also inside a name (`maybe_autocast`, `torch_autocast`, `autocast_ctx`):
+# a project's own wrapper enters autocast as torch's does (amplint/analysis/autocast_entries.py).
+AUTOCAST_IN_CODE = CodePattern(re.compile("autocast"), literal="autocast")
+
+
 # A backslash escape that can spell a letter or digit inside a string (`"\x31\x36"` is
 # "16"), in lowercased text: `\x`, `\u` / `\U`, `\N{...}`, octal.  Rules whose values
 # resolver evaluates strings add it next to the words it could hide.

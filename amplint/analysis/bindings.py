@@ -13,10 +13,8 @@ from functools import cached_property
 
 import libcst as cst
 
-from amplint.analysis.callees import resolve_call
 from amplint.analysis.names import attr_name, dotted
 from amplint.analysis.torch_api import (
-    AUTOCAST_CONTEXTS,
     AUTOCAST_DEFAULT_DTYPE,
     AUTOCAST_IMPLIED_DEVICE,
     NOT_OPTIMIZERS,
@@ -261,22 +259,13 @@ class Bindings:
 
     # --- autocast ------------------------------------------------------------------------
     def autocast_of(self, expr: cst.BaseExpression, scope, depth: int = 0) -> list[AutocastInfo]:
-        """The autocast contexts a `with` item may enter (empty: not autocast)."""
+        """The autocast contexts a `with` item may enter (empty: not autocast), also through
+        the project's own wrappers (amplint/analysis/autocast_entries.py)."""
         if scope.model is not None and scope.model is not self.model:  # a scope of another module
             return scope.model.bindings.autocast_of(expr, scope, depth)
-        if depth > 4:
-            return []
-        found: list[AutocastInfo] = []
-        for branch in value_branches(expr):
-            if isinstance(branch, cst.Call):
-                found.extend(self._autocast_call(branch, scope, depth))
-            elif isinstance(branch, (cst.Name, cst.Attribute)):
-                assigned = self.values.assigned(branch, scope)
-                for value, vscope in assigned:
-                    found.extend(self.autocast_of(value, vscope, depth + 1))
-                if not assigned and self.model.qualify(branch) not in AUTOCAST_CONTEXTS:
-                    found.extend(self._decorator_autocast(branch, scope, depth))
-        return found
+        from amplint.analysis.autocast_entries import entered
+
+        return entered(self, expr, scope, None, depth)
 
     def _decorator_autocast(self, expr: cst.BaseExpression, scope, depth: int) -> list[AutocastInfo]:
         """A function used as a decorator whose wrapper enters autocast around the call:
@@ -297,48 +286,15 @@ class Bindings:
         fn, model = found
         return autocast_entered_in(fn, model, depth + 1)
 
-    def _autocast_call(self, call: cst.Call, scope, depth: int, bound: tuple = ()) -> list[AutocastInfo]:
+    def _describe_autocast(self, node: cst.CSTNode, qual: str, scope, args: tuple, scopes=None) -> AutocastInfo:
+        """`scopes`: id() of an argument's value -> the scope it is read in (arguments a
+        wrapper was handed at its call site), `scope` for the others."""
         if scope.model is not None and scope.model is not self.model:  # a scope of another module
-            return scope.model.bindings._autocast_call(call, scope, depth, bound)
-        func = call.func
-        qual = self.model.qualify(func)
-        if qual in AUTOCAST_CONTEXTS:
-            return [self._describe_autocast(call, qual, scope, (*bound, *call.args))]
-        if qual in ("functools.partial",) and call.args:
-            inner_qual = self.model.qualify(call.args[0].value)
-            if inner_qual in AUTOCAST_CONTEXTS:
-                return [self._describe_autocast(call, inner_qual, scope, tuple(call.args[1:]))]
-        if isinstance(func, cst.Attribute) and func.attr.value == "autocast" and qual is None:
-            receiver = (dotted(func.value) or "").lower()
-            if "accelerator" in receiver or "fabric" in receiver:
-                return [AutocastInfo(node=call, device=None, dtypes=None, enabled=None, managed=True)]
-        callee = resolve_call(call, scope) if depth < 3 else None
-        if callee is not None and callee.scope is not None:
-            # `with self.autocast_context():` where the method returns `torch.autocast(...)`,
-            # also from another module (`with amp_context(cfg):` from utils.py)
-            found = []
-            for value in returned_values(callee.fn):
-                found.extend(callee.model.bindings.autocast_of(value, callee.scope, depth + 1))
-            return found
-        if isinstance(func, (cst.Name, cst.Attribute)) and qual is None:
-            # `autocast = torch.cuda.amp.autocast if x else nullcontext`, then `autocast()`;
-            # `ctx = functools.partial(torch.autocast, "cuda")`, then `ctx()`
-            found = []
-            for value, vscope in self.values.assigned(func, scope):
-                for b in value_branches(value):
-                    bq = self.model.qualify(b)
-                    if bq in AUTOCAST_CONTEXTS:
-                        found.append(self._describe_autocast(call, bq, scope, tuple(call.args)))
-                    elif isinstance(b, cst.Call) and self.model.qualify(b.func) == "functools.partial" and b.args:
-                        pq = self.model.qualify(b.args[0].value)
-                        if pq in AUTOCAST_CONTEXTS:
-                            found.append(self._describe_autocast(call, pq, vscope, (*b.args[1:], *call.args)))
-            return found
-        return []
+            return scope.model.bindings._describe_autocast(node, qual, scope, args, scopes)
+        scopes = scopes or {}
 
-    def _describe_autocast(self, node: cst.CSTNode, qual: str, scope, args: tuple) -> AutocastInfo:
-        if scope.model is not None and scope.model is not self.model:  # a scope of another module
-            return scope.model.bindings._describe_autocast(node, qual, scope, args)
+        def at(expr):
+            return scopes.get(id(expr), scope)
         fake = cst.Call(func=cst.Name("autocast"), args=list(args))
         implied = AUTOCAST_IMPLIED_DEVICE.get(qual)
         if implied is not None:
@@ -348,17 +304,18 @@ class Bindings:
             dtype_expr = call_arg(fake, 1, "dtype")
         else:
             device_expr = call_arg(fake, 0, "device_type")
-            device_values = self.values.strings(device_expr, scope)
+            device_values = self.values.strings(device_expr, at(device_expr))
             if device_values is None:
-                device_values = self._device_type_strings(device_expr, scope)
+                device_values = self._device_type_strings(device_expr, at(device_expr))
             dtype_expr = call_arg(fake, 1, "dtype")
             enabled_expr = call_arg(fake, 2, "enabled")
         device = next(iter(device_values)) if device_values and len(device_values) == 1 else None
         default = frozenset(AUTOCAST_DEFAULT_DTYPE.get(d, "float16") for d in device_values) if device_values else None
-        spread = spread_keyword(args, "dtype", scope, self.values) if dtype_expr is None else None
+        stars = [a.value for a in args if a.star == "**"]
+        spread = spread_keyword(args, "dtype", at(stars[0]) if stars else scope, self.values) if dtype_expr is None else None
         bf16_where_supported = False
         if dtype_expr is not None:
-            dtypes = self.values.dtypes(dtype_expr, scope)
+            dtypes = self.values.dtypes(dtype_expr, at(dtype_expr))
         elif spread:
             # `autocast(**autocast_args)`: the dtype of each dict the name may hold
             each = [self.values.dtypes(v.value, v.scope) if v.value is not None else default for v in spread]

@@ -22,6 +22,7 @@ from functools import cached_property
 import libcst as cst
 
 from amplint.analysis.bindings import AutocastInfo
+from amplint.analysis.callees import is_external
 from amplint.analysis.names import dotted
 from amplint.analysis.torch_api import AUTOCAST_CONTEXTS, HALF_DTYPES, SCALER_CONSTRUCTORS, SHARDED_SCALER_CONSTRUCTORS
 from amplint.analysis.walk import walk
@@ -224,8 +225,9 @@ class Precision:
         for site in self.model.calls:
             func = site.node.func
             qual = self.model.qualify(func)
-            if qual is not None and qual not in AUTOCAST_CONTEXTS and qual != "functools.partial":
-                continue
+            if qual is not None and qual not in AUTOCAST_CONTEXTS and qual != "functools.partial" and (
+                    "autocast" not in qual.lower() or is_external(qual, self.model.path)):
+                continue  # a library call; a project's wrapper (`amp_utils.maybe_autocast`) is read
             if qual is None and not isinstance(func, (cst.Name, cst.Attribute)):
                 continue
             for info in b.autocast_of(site.node, site.scope):

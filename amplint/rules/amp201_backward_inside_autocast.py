@@ -7,7 +7,7 @@ import libcst as cst
 from amplint.analysis.steps import Kind
 from amplint.analysis.walk import walk
 from amplint.diagnostics import Applicability
-from amplint.prefilter import CodeWord, Use
+from amplint.prefilter import AUTOCAST_IN_CODE, Use
 from amplint.rules._base import FixAvailability, Replace, Rule
 
 
@@ -66,7 +66,7 @@ class BackwardInsideAutocast(Rule):
     # autocast context (AUTOCAST_CONTEXTS, `accelerator.autocast`) has `autocast` as a
     # word of its name, in code (a message that says "use torch.autocast" is no context).
     requires_any = (Use("backward"), Use("manual_backward"))
-    and_requires_any = ((CodeWord("autocast"),),)
+    and_requires_any = ((AUTOCAST_IN_CODE,),)
     imported_tokens = (0,)  # the backward may sit in a project helper called in the region
 
     def check(self) -> None:

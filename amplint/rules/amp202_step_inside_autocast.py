@@ -6,7 +6,7 @@ import libcst as cst
 
 from amplint.analysis.precision import precision_of
 from amplint.analysis.steps import Kind
-from amplint.prefilter import Attr, CodeWord
+from amplint.prefilter import AUTOCAST_IN_CODE, Attr
 from amplint.rules._base import Rule
 
 
@@ -53,7 +53,7 @@ class StepInsideAutocast(Rule):
     name = "step-inside-autocast"
     message = "`{call}` runs inside an autocast region"
     requires_any = (Attr("step"),)  # `optimizer.step()`, `scaler.step(optimizer)`
-    and_requires_any = ((CodeWord("autocast"),),)  # as in AMP201
+    and_requires_any = ((AUTOCAST_IN_CODE,),)  # as in AMP201
     imported_tokens = (0,)  # the step may sit in a project helper called in the region
 
     def check(self) -> None:

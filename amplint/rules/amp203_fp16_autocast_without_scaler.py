@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import libcst as cst
 
+from amplint.analysis.autocast_entries import holds_yield
 from amplint.analysis.conditions import facts, guarding_tests
 from amplint.analysis.precision import may_run_fp16, precision_of
 from amplint.analysis.steps import Kind
 from amplint.analysis.torch_api import AUTOCAST_CONTEXTS
 from amplint.analysis.trainers import TRAINING_HOOKS, training_hook_of
-from amplint.prefilter import Attr, CodeWord, Use, Word
+from amplint.prefilter import AUTOCAST_IN_CODE, Attr, Use, Word
 from amplint.rules._base import Rule
 
 # autocast classes whose dtype defaults to the device's (float16 on cuda): the device-type ones.
@@ -79,7 +80,7 @@ class Fp16AutocastWithoutScaler(Rule):
     # Pre-filter (as in AMP201): an autocast, an unmanaged backward (`.backward`,
     # `autograd.backward`) and an optimizer or scaler `.step` in the same function.
     # A trainer's hook (`def compute_loss`) stands for both: the trainer backpropagates and steps.
-    requires_any = (CodeWord("autocast"),)
+    requires_any = (AUTOCAST_IN_CODE,)
     and_requires_any = ((Use("backward"), *map(Word, TRAINING_HOOKS)), (Attr("step"), *map(Word, TRAINING_HOOKS)))
     imported_tokens = (1, 2)  # the training (backward, step) may run in project helpers
 
@@ -107,6 +108,8 @@ class Fp16AutocastWithoutScaler(Rule):
             for region in graph.regions:
                 if region.no_grad:
                     continue  # a validation helper inlined into train(): nothing is trained there
+                if holds_yield(region.with_node):
+                    continue  # a contextmanager's own region: judged where it is entered, with its arguments
                 if may_run_fp16(region.info) and id(region.with_node) not in reported:
                     reported.add(id(region.with_node))
                     self.report(region.with_node)
