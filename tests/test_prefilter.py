@@ -606,9 +606,9 @@ _DROPOUT_FUNCTION = (
     '        """\n'
     "        (mask,) = ctx.saved_tensors\n"
     "        return grad.masked_fill(mask, 0.0), None\n\n\n"
-    "def attention(q, k):\n"
+    "def attention(q, k, mask):\n"
     "    with torch.autocast('cuda', dtype=torch.float16):\n"
-    "        return torch.softmax(q @ k.transpose(-1, -2), -1)\n"
+    "        return Dropout.apply(torch.softmax(q @ k.transpose(-1, -2), -1), mask)\n"
 )
 
 

@@ -238,3 +238,110 @@ class _StateReaderFinder(cst.CSTVisitor):
             self.found = True
         elif isinstance(node.func, cst.Name) and node.func.value in self.model.functions:
             self.helpers.add(node.func.value)
+
+
+def decorated_with(fn: cst.FunctionDef, model, name: str) -> bool:
+    """`fn` carries the decorator `name` (`custom_fwd`, `custom_bwd`), however spelled:
+    `@torch.amp.custom_fwd(...)`, an import alias (`from torch.amp import custom_fwd as
+    amp_fwd`), or a name bound to it (`fp32_fwd = functools.partial(torch.amp.custom_fwd,
+    cast_inputs=torch.float32)`, `cuda_bwd = torch.amp.custom_bwd(device_type="cuda")`)."""
+    scope = model.module_scope
+    for d in fn.decorators:
+        expr = d.decorator.func if isinstance(d.decorator, cst.Call) else d.decorator
+        if _names_decorator(expr, model, name):
+            return True
+        if isinstance(expr, (cst.Name, cst.Attribute)):
+            for value, vscope in model.bindings.values.assigned(expr, scope):
+                if isinstance(value, cst.Call):
+                    head = value.func
+                    if vscope.model.qualify(head) == "functools.partial" and value.args:
+                        head = value.args[0].value
+                    if _names_decorator(head, vscope.model, name):
+                        return True
+    return False
+
+
+def _names_decorator(expr: cst.BaseExpression, model, name: str) -> bool:
+    from amplint.analysis.names import dotted
+
+    text = model.qualify(expr) or dotted(expr) or ""
+    return text.split(".")[-1] == name
+
+
+def may_be_applied(cls, model) -> bool:
+    """Whether the project may run the Function `cls` (a ClassInfo): its module names it
+    other than in its own `class` statement (`Cls.apply(...)`, `fn = Cls.apply`, a
+    subclass, a registry), or a module of the project that imports this one, directly or
+    through others, names it.  A Function nothing names is never applied: whatever
+    autocast the project enters, it does not run there.  Without a project (a buffer
+    checked alone), it may be."""
+    finder = _NameUses(cls.name, cls.node.name)
+    walk(model.module, finder)
+    if finder.found:
+        return True
+    project = model.project
+    if project is None or str(model.path)[:1] == "<":
+        return True
+    word = cls.name.lower()
+    return bool(project.importers_among(str(model.path), lambda text: word in text))
+
+
+class _NameUses(cst.CSTVisitor):
+    def __init__(self, name: str, own: cst.Name) -> None:
+        self.name, self.own, self.found = name, own, False
+
+    def visit_Name(self, node: cst.Name) -> None:
+        if node.value == self.name and node is not self.own:
+            self.found = True
+
+    def visit_SimpleString(self, node: cst.SimpleString) -> None:
+        if node.evaluated_value == self.name:
+            self.found = True  # `getattr(module, "ScaledGelu")`, a registry keyed by name
+
+
+def recomputes_forward(forward: cst.FunctionDef, backward: cst.FunctionDef | None) -> str | None:
+    """`ctx.run_function` when the backward runs again a function the forward was handed
+    and ran (activation checkpointing by hand): the text of what it calls, else None.
+    Without the forward's autocast state restored (torch.utils.checkpoint saves it and
+    re-enters it), that recompute runs in other dtypes than the forward did."""
+    if backward is None:
+        return None
+    rerun = _CtxCalls(_ctx_name(backward), handed_functions(forward))
+    walk(backward.body, rerun)
+    return rerun.found
+
+
+def handed_functions(forward: cst.FunctionDef) -> frozenset[str]:
+    """What a forward may run that it was handed: the parameters it calls
+    (`run_function(*args)`), and the attributes of ctx it keeps a parameter in
+    (`ctx.fn = fn`, then `ctx.fn(*args)` in forward or backward)."""
+    params = frozenset(p.name.value for p in (*forward.params.params[1:], *forward.params.kwonly_params))
+    finder = _StoredOnCtx(_ctx_name(forward), params)
+    walk(forward.body, finder)
+    return called_parameters(forward) | frozenset(finder.attrs)
+
+
+class _StoredOnCtx(cst.CSTVisitor):
+    """`ctx.fn = run_function`: attributes of ctx that hold a parameter."""
+
+    def __init__(self, ctx: str | None, called: frozenset[str]) -> None:
+        self.ctx, self.called, self.attrs = ctx, called, set()
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        if not (isinstance(node.value, cst.Name) and node.value.value in self.called):
+            return
+        for t in node.targets:
+            target = t.target
+            if isinstance(target, cst.Attribute) and isinstance(target.value, cst.Name) and target.value.value == self.ctx:
+                self.attrs.add(target.attr.value)
+
+
+class _CtxCalls(cst.CSTVisitor):
+    def __init__(self, ctx: str | None, attrs: set[str]) -> None:
+        self.ctx, self.attrs, self.found = ctx, attrs, None
+
+    def visit_Call(self, node: cst.Call) -> None:
+        func = node.func
+        if (self.found is None and isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name)
+                and func.value.value == self.ctx and func.attr.value in self.attrs):
+            self.found = f"{self.ctx}.{func.attr.value}"

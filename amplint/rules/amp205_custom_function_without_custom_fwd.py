@@ -6,11 +6,18 @@ import re
 
 import libcst as cst
 
-from amplint.analysis.names import dotted
 from amplint.analysis.walk import walk
 from amplint.analysis.bindings import autocast_entered_in
 from amplint.analysis.function_dtypes import computes_in_gradient_dtype, upcasts_by_hand
-from amplint.analysis.function_body import autocast_sensitive, called_parameters, reads_autocast_state, upcasts_inputs
+from amplint.analysis.function_body import (
+    autocast_sensitive,
+    decorated_with,
+    handed_functions,
+    may_be_applied,
+    recomputes_forward,
+    reads_autocast_state,
+    upcasts_inputs,
+)
 from amplint.analysis.precision import active_region, autocast_from_importers, precision_of, runs_autocast
 from amplint.analysis.scaler_protocol import SCALER_USE_TOKENS
 from amplint.analysis.torch_api import AUTOCAST_SENSITIVE_OPS
@@ -18,14 +25,6 @@ from amplint.prefilter import CodeWord, Word, code_text
 from amplint.rules._base import Rule
 
 _FUNCTION_BASES = ("torch.autograd.Function", "torch.autograd.function.Function")
-
-
-def _decorated_with(fn: cst.FunctionDef, suffix: str) -> bool:
-    for d in fn.decorators:
-        expr = d.decorator.func if isinstance(d.decorator, cst.Call) else d.decorator
-        if (dotted(expr) or "").split(".")[-1] == suffix:
-            return True
-    return False
 
 
 _MATMUL_OPERATOR = re.compile(r"[\w)\]][ \t]*@=?[ \t]*[\w(]")
@@ -119,8 +118,16 @@ class CustomFunctionWithoutCustomFwd(Rule):
     down (no matmul, linear or convolution in either pass) whose backward upcasts its
     tensors itself (`logits[rows].float()`) or runs no op of autocast's float32 list
     (`custom_bwd` would change none of its ops). An autocast that only asks for float32
-    (`autocast(dtype=torch.float32)`, which torch disables) is no autocast here. The
-    diagnostic points at the `class` line.
+    (`autocast(dtype=torch.float32)`, which torch disables) is no autocast here, nor is a
+    project's own helper that enters autocast disabled. A Function that nothing names
+    (no `Cls.apply`, alias, subclass or registry in its module, nor in a module of the
+    project that imports it) never runs and is not reported. The decorators count however
+    they are spelled: an import alias, or a name bound to `custom_fwd(...)` or to a
+    `functools.partial` of it. A hand-written activation checkpoint, whose backward runs
+    again the function the forward was handed (`ctx.run_function(...)`) without
+    re-entering the autocast state the forward ran in, is reported with that reason:
+    the recompute runs in other dtypes than the forward did (torch.utils.checkpoint
+    saves and restores that state). The diagnostic points at the `class` line.
 
     ## Why is this bad?
     Autocast does not know a custom Function's forward: its inputs arrive in whatever
@@ -175,7 +182,7 @@ class CustomFunctionWithoutCustomFwd(Rule):
 
     code = "AMP205"
     name = "custom-function-without-custom-fwd"
-    message = "autograd.Function `{cls}` runs under autocast without `{missing}`"
+    message = "autograd.Function `{cls}` runs under autocast without `{missing}`{why}"
     requires_any = (_FUNCTION_CLASS,)
     # NB: the module must enter autocast (a word, as in AMP201) or build or use a
     # GradScaler (`enabled_scaler`: a scaler handed in is found by its use alone).
@@ -209,25 +216,25 @@ class CustomFunctionWithoutCustomFwd(Rule):
                 continue  # every apply of its module runs inside `autocast(enabled=False)`
             if backward is not None and autocast_entered_in(backward, model):
                 continue  # custom_bwd by hand: backward re-enters the autocast state forward saw
-            rerun = called_parameters(forward)
+            rerun = handed_functions(forward)
             if not any(autocast_sensitive(fn, model, rerun) for fn in (forward, backward) if fn is not None):
                 continue  # communication, indexing, copies: the autocast state changes nothing
             if upcasts_inputs(forward, model):
                 continue  # it computes in float32 by itself, as custom_fwd(cast_inputs=float32) would
             # By hand, in place of both decorators (a custom_bwd without custom_fwd raises in
             # backward: it reads the autocast state custom_fwd records on ctx).
-            by_hand = backward is not None and not _decorated_with(backward, "custom_bwd")
+            by_hand = backward is not None and not decorated_with(backward, model, "custom_bwd")
             if by_hand and computes_in_gradient_dtype(backward, model):
                 continue  # the backward's matmuls meet in the gradient's dtype, the forward's
             if by_hand and upcasts_by_hand(forward, backward, model):
                 continue  # no op autocast casts down, and autocast would change no op of the backward
             missing = []
-            if not _decorated_with(forward, "custom_fwd"):
+            if not decorated_with(forward, model, "custom_fwd"):
                 missing.append("custom_fwd")
-            if backward is not None and not _decorated_with(backward, "custom_bwd"):
+            if backward is not None and not decorated_with(backward, model, "custom_bwd"):
                 missing.append("custom_bwd")
-            if missing:
-                undecorated.append((cls, missing))
+            if missing and may_be_applied(cls, model):
+                undecorated.append((cls, missing, recomputes_forward(forward, backward)))
         if not undecorated:
             return
         notes: tuple[str, ...] = ()
@@ -241,8 +248,10 @@ class CustomFunctionWithoutCustomFwd(Rule):
             where = _relative(origin, model.path)
             notes = (f"runs under the autocast of {where}, which imports this module",) if imports_it else (
                 f"the project runs autocast ({where}), and the code it trains may apply this Function",)
-        for cls, missing in undecorated:
-            self.report(cls.node, cls=cls.name, missing="` / `".join(missing), notes=notes)
+        for cls, missing, rerun in undecorated:
+            why = (f": its backward runs the forward again (`{rerun}`) without the autocast state the forward ran in"
+                   if rerun else "")
+            self.report(cls.node, cls=cls.name, missing="` / `".join(missing), why=why, notes=notes)
 
     def _applied_only_without_autocast(self, name: str) -> bool:
         """`Cls.apply` is used in this module, always called, and every call sits inside an
