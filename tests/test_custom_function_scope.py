@@ -4,10 +4,14 @@ decorators (however spelled) are missing, with the reason when its backward reco
 from __future__ import annotations
 
 import textwrap
+from pathlib import Path
 
 import pytest
 
+from amplint.config import Config
 from amplint.engine import check_source
+from amplint.project import index as project_index
+from amplint.runner import check_paths
 
 LINEAR = """
 import torch
@@ -49,8 +53,30 @@ def test_function_the_module_names_may_be_applied(use: str) -> None:
     assert [d.code for d in findings(LINEAR.format(use=use))] == ["AMP205"]
 
 
-def test_function_nothing_applies_never_runs_under_autocast() -> None:
-    assert findings(LINEAR.format(use="return model(x)")) == []
+def _check_project(root: Path, files: dict[str, str]):
+    for name, text in files.items():
+        (root / name).write_text(textwrap.dedent(text))
+    project_index.reset_shared()
+    try:
+        result = check_paths([root / "layers.py"], Config(root=root, select=("AMP205",)), jobs=1)
+    finally:
+        project_index.reset_shared()
+    assert not result.errors and not result.crashes
+    return [d.code for d in result.diagnostics]
+
+
+def test_function_nothing_applies_never_runs_under_autocast(tmp_path: Path) -> None:
+    files = {"layers.py": LINEAR.format(use="return model(x)"), "train.py": "import layers\n"}
+    assert _check_project(tmp_path, files) == []
+
+
+@pytest.mark.parametrize("other", [
+    "from layers import LinearFn\ny = LinearFn.apply(x, w)\n",
+    'OPS = "layers.LinearFn"  # loaded by name\n',
+])
+def test_function_another_file_names_may_be_applied(tmp_path: Path, other: str) -> None:
+    files = {"layers.py": LINEAR.format(use="return model(x)"), "train.py": other}
+    assert _check_project(tmp_path, files) == ["AMP205"]
 
 
 @pytest.mark.parametrize(

@@ -271,8 +271,8 @@ def _names_decorator(expr: cst.BaseExpression, model, name: str) -> bool:
 def may_be_applied(cls, model) -> bool:
     """Whether the project may run the Function `cls` (a ClassInfo): its module names it
     other than in its own `class` statement (`Cls.apply(...)`, `fn = Cls.apply`, a
-    subclass, a registry), or a module of the project that imports this one, directly or
-    through others, names it.  A Function nothing names is never applied: whatever
+    subclass, a registry), or another file of the project does (an import, a registry
+    string `"ops.ScaledMatmul"`).  A Function nothing names is never applied: whatever
     autocast the project enters, it does not run there.  Without a project (a buffer
     checked alone), it may be."""
     finder = _NameUses(cls.name, cls.node.name)
@@ -282,8 +282,7 @@ def may_be_applied(cls, model) -> bool:
     project = model.project
     if project is None or str(model.path)[:1] == "<":
         return True
-    word = cls.name.lower()
-    return bool(project.importers_among(str(model.path), lambda text: word in text))
+    return project.named_elsewhere(str(model.path), cls.name.lower())
 
 
 class _NameUses(cst.CSTVisitor):

@@ -657,6 +657,16 @@ class ProjectIndex:
                 found.append((distance, f))
         return [f for _, f in sorted(found)]
 
+    def named_elsewhere(self, path: str, word: str) -> bool:
+        """Whether a project file other than `path` has `word` (lowercase) in its text:
+        `ScaledMatmul` applied in a model file, or loaded by a registry string.  True when
+        the project is too large to list (it may be)."""
+        key = _abs(path)
+        listing = self._whole_project(key)
+        if listing is None:
+            return True
+        return any(f != key and word in (self._raw_text(f) or "") for f in listing.files)
+
     def _import_distance(self, start: str, target: str, depth: int) -> int | None:
         """How many imports lead from `start` to the module `target` (None: more than `depth`)."""
         return self._forward_closure(start, depth).get(target)
@@ -767,13 +777,20 @@ class ProjectIndex:
     def runs_autocast(self, path: str) -> bool:
         """The module enters autocast that may be enabled, or builds an enabled scaler;
         its text is looked at first, and it is parsed only if it names either."""
-        from amplint.analysis.precision import runs_autocast
+        return self._autocast_facts(path)[0]
+
+    def runs_fp16_autocast(self, path: str) -> bool:
+        """The module enters an autocast that may be float16 (cuda's default included)."""
+        return self._autocast_facts(path)[1]
+
+    def _autocast_facts(self, path: str) -> tuple[bool, bool]:
+        from amplint.analysis.precision import runs_autocast, runs_fp16_autocast
         from amplint.prefilter import code_text
 
         key = _abs(path)
         text = self.raw_text(key)
         if text is None or not may_run_autocast(text):
-            return False
+            return False, False
         stat = self._raw.get(key, (None,))[0]
         memo = self._autocast_memo.get(key)
         if memo is not None and memo[0] == stat:
@@ -781,8 +798,8 @@ class ProjectIndex:
         if not may_run_autocast(code_text(text, strings=False)):
             # named only in comments and strings (transformers' `PreTrainedModel` tells users
             # to use `torch.autocast` in a message): nothing there enters it
-            self._autocast_memo[key] = (stat, False)
-            return False
+            self._autocast_memo[key] = (stat, (False, False))
+            return False, False
         # Only the definitions that spell either need parsing (and the module's own code).
         module_text = self._text_module(Path(key))
         needs = frozenset(
@@ -791,8 +808,9 @@ class ProjectIndex:
         )
         other = self.model_at(key, needs if module_text is not None and module_text.segments else None)
         found = other is not None and runs_autocast(other)
-        self._autocast_memo[key] = (stat, found)
-        return found
+        facts = (found, found and runs_fp16_autocast(other))
+        self._autocast_memo[key] = (stat, facts)
+        return facts
 
     def imported_files(self, path: str) -> frozenset[str]:
         """The project files a project file imports (absolute paths; read from its text,
