@@ -125,3 +125,31 @@ def test_wrapper_body_read_alone_leaves_its_parameters_unknown() -> None:
     with_node = fn.body.body[0]
     infos = model.bindings.autocast_of(with_node.items[0].item, model.scope_of[fn])
     assert [(i.dtypes, i.enabled) for i in infos] == [(None, None)]
+
+
+FLAG_WRAPPER = """
+import torch
+
+
+def autocast(enabled, device="cuda"):
+    dtype = enabled if isinstance(enabled, torch.dtype) else None
+    enabled = bool(enabled)
+    kwargs = {"dtype": dtype} if dtype is not None else {}
+    if new_torch:
+        return torch.amp.autocast(device, enabled=enabled, **kwargs)
+    return torch.cuda.amp.autocast(enabled and device == "cuda")
+
+
+with autocast(%s, device=x.device.type):
+    pass
+"""
+
+
+@pytest.mark.parametrize("flag, enabled", [("False", {False}), ("True", {True, None}), ("not args.amp", {None})])
+def test_a_flag_the_wrapper_rebinds_or_combines_keeps_the_call_sites_value(flag: str, enabled) -> None:
+    """`enabled = bool(enabled)` and `enabled and device == "cuda"`: `autocast(False)` is off
+    on both paths; `autocast(True)` is on, or on where the device is cuda."""
+    model = ModuleModel.build(cst.parse_module(textwrap.dedent(FLAG_WRAPPER % flag)))
+    with_node = model.module.body[-1]
+    infos = model.bindings.autocast_of(with_node.items[0].item, model.module_scope)
+    assert len(infos) == 2 and {i.enabled for i in infos} == enabled

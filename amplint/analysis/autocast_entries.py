@@ -284,14 +284,70 @@ def spread(args: tuple, depth: int = 0) -> list[Arg]:
 
 def describe(bindings, node: cst.CSTNode, qual: str, scope, args: tuple):
     """The AutocastInfo of `qual(*args)`, each argument read where it was written."""
+    from dataclasses import replace
+
+    from amplint.analysis.torch_api import AUTOCAST_IMPLIED_DEVICE
+
     plain: list[cst.Arg] = []
     scopes: dict[int, object] = {}
-    for a in spread(args):
+    spread_args = spread(args)
+    for a in spread_args:
         value, vscope, _ = resolve(a.arg.value, a.scope, a.env)
         arg = a.arg if value is a.arg.value else a.arg.with_changes(value=value)
         plain.append(arg)
         scopes[id(arg.value)] = vscope
-    return bindings._describe_autocast(node, qual, scope, tuple(plain), scopes)
+    info = bindings._describe_autocast(node, qual, scope, tuple(plain), scopes)
+    if info.enabled is None:
+        enabled = _argument(spread_args, 0 if qual in AUTOCAST_IMPLIED_DEVICE else 2, "enabled")
+        if enabled is not None:
+            known = literal_truth(enabled.arg.value, enabled.scope, enabled.env)
+            if known is not None:
+                info = replace(info, enabled=known)
+    return info
+
+
+def _argument(args: list, position: int, keyword: str) -> Arg | None:
+    for a in args:
+        if a.arg.keyword is not None and a.arg.keyword.value == keyword:
+            return a
+    positional = [a for a in args if a.arg.keyword is None and not a.arg.star]
+    return positional[position] if position < len(positional) else None
+
+
+def literal_truth(expr: cst.BaseExpression, scope, env: Bound | None, depth: int = 0) -> bool | None:
+    """The truth of a flag a wrapper computes from what it was handed, when the call site
+    decides it: `enabled and device == "cuda"` with `enabled=False`, `bool(enabled)`,
+    `not disable`; None when it is not known before running."""
+    if depth > MAX_DEPTH:
+        return None
+    expr, scope, env = resolve(expr, scope, env)
+    if isinstance(expr, cst.Name) and expr.value in ("True", "False"):
+        return expr.value == "True"
+    if isinstance(expr, cst.Name) and env is not None and env.scope is scope and expr.value in env.params:
+        # a parameter the wrapper re-binds from itself (`enabled = bool(enabled)`)
+        values = scope.assignments.get(expr.value, [])
+        if values and all(_rebinds(v, expr.value) for v in values):
+            bound = env.params[expr.value]
+            return literal_truth(bound.arg.value, bound.scope, bound.env, depth + 1)
+        return None
+    if isinstance(expr, cst.Call) and isinstance(expr.func, cst.Name) and expr.func.value == "bool" and len(expr.args) == 1:
+        return literal_truth(expr.args[0].value, scope, env, depth + 1)
+    if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, cst.Not):
+        inner = literal_truth(expr.expression, scope, env, depth + 1)
+        return None if inner is None else not inner
+    if isinstance(expr, cst.BooleanOperation):
+        left = literal_truth(expr.left, scope, env, depth + 1)
+        right = literal_truth(expr.right, scope, env, depth + 1)
+        if isinstance(expr.operator, cst.And):
+            return False if False in (left, right) else True if left is right is True else None
+        return True if True in (left, right) else False if left is right is False else None
+    return None
+
+
+def _rebinds(value: cst.BaseExpression, name: str) -> bool:
+    """`bool(enabled)` for `enabled`: the same flag, re-bound."""
+    return (isinstance(value, cst.Call) and isinstance(value.func, cst.Name) and value.func.value == "bool"
+            and len(value.args) == 1 and isinstance(value.args[0].value, cst.Name) and value.args[0].value.value == name)
 
 
 # --- reading wrappers -------------------------------------------------------------------
