@@ -27,8 +27,13 @@ class Fp16AutocastWithoutScaler(Rule):
     wrapper such as timm's `NativeScaler`, or a `loss_scaler` parameter, counts as
     one). A region in a
     model's `forward` (`with autocast():` or `@autocast()`) counts when the module
-    trains without a scaler. The diagnostic points at the autocast `with` (or
-    decorator).
+    trains without a scaler. The region may be entered through the project's own
+    wrapper (a function that returns `torch.autocast(...)`, a contextmanager that
+    yields inside one, a `functools.partial` of it, a helper choosing it or
+    `nullcontext`): the dtype and `enabled` are those the call hands the wrapper
+    (`with maybe_autocast(args.amp):` with a float16 default is float16, and
+    `maybe_autocast(False)` is off). The diagnostic points at the autocast `with` (or
+    decorator) that the training code writes.
 
     In a `compute_loss` or `training_step` of a `transformers.Trainer` subclass (trl's
     trainers included), the trainer does the backward and the step, and it builds a
