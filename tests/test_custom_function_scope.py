@@ -146,3 +146,30 @@ def test_checkpoint_function_is_reported_with_its_recompute(store: str, run: str
 def test_plain_function_message_has_no_recompute_reason() -> None:
     (found,) = findings(LINEAR.format(use="return LinearFn.apply(x, w)"))
     assert found.message == "autograd.Function `LinearFn` runs under autocast without `custom_fwd` / `custom_bwd`"
+
+
+def test_a_function_handed_over_for_the_backward_only_is_no_recompute() -> None:
+    """`ctx.backward_op = backward_op`, called only in backward: a kernel of the backward
+    (ring attention's), not the forward run again; nothing else in it is autocast's concern."""
+    source = """
+    import torch
+
+
+    class Ring(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, q, k, forward_op, backward_op):
+            ctx.backward_op = backward_op
+            ctx.save_for_backward(q, k)
+            return forward_op(q, k)
+
+        @staticmethod
+        def backward(ctx, grad):
+            q, k = ctx.saved_tensors
+            return (*ctx.backward_op(grad, q, k), None, None)
+
+
+    def run(q, k, f, b):
+        with torch.autocast("cuda", dtype=torch.float16):
+            return Ring.apply(q, k, f, b)
+    """
+    assert findings(source) == []

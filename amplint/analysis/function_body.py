@@ -311,36 +311,46 @@ def recomputes_forward(forward: cst.FunctionDef, backward: cst.FunctionDef | Non
 
 
 def handed_functions(forward: cst.FunctionDef) -> frozenset[str]:
-    """What a forward may run that it was handed: the parameters it calls
-    (`run_function(*args)`), and the attributes of ctx it keeps a parameter in
-    (`ctx.fn = fn`, then `ctx.fn(*args)` in forward or backward)."""
+    """What a forward runs that it was handed: the parameters it calls
+    (`run_function(*args)`), and the attributes of ctx it keeps such a parameter in
+    (`ctx.run_function = run_function`), or keeps a parameter in and calls
+    (`ctx.fn = fn`, then `ctx.fn(*args)`).  A function handed over only for the
+    backward (`ctx.backward_op = backward_op`) is no recompute of the forward."""
+    ctx = _ctx_name(forward)
     params = frozenset(p.name.value for p in (*forward.params.params[1:], *forward.params.kwonly_params))
-    finder = _StoredOnCtx(_ctx_name(forward), params)
+    finder = _StoredOnCtx(ctx, params)
     walk(forward.body, finder)
-    return called_parameters(forward) | frozenset(finder.attrs)
+    called = called_parameters(forward)
+    in_forward = _CtxCalls(ctx, set(finder.attrs))
+    walk(forward.body, in_forward)
+    return called | frozenset(a for a, p in finder.attrs.items() if p in called or a in in_forward.calls)
 
 
 class _StoredOnCtx(cst.CSTVisitor):
     """`ctx.fn = run_function`: attributes of ctx that hold a parameter."""
 
-    def __init__(self, ctx: str | None, called: frozenset[str]) -> None:
-        self.ctx, self.called, self.attrs = ctx, called, set()
+    def __init__(self, ctx: str | None, params: frozenset[str]) -> None:
+        self.ctx, self.params = ctx, params
+        self.attrs: dict[str, str] = {}  # attribute -> the parameter it holds
 
     def visit_Assign(self, node: cst.Assign) -> None:
-        if not (isinstance(node.value, cst.Name) and node.value.value in self.called):
+        if not (isinstance(node.value, cst.Name) and node.value.value in self.params):
             return
         for t in node.targets:
             target = t.target
             if isinstance(target, cst.Attribute) and isinstance(target.value, cst.Name) and target.value.value == self.ctx:
-                self.attrs.add(target.attr.value)
+                self.attrs[target.attr.value] = node.value.value
 
 
 class _CtxCalls(cst.CSTVisitor):
-    def __init__(self, ctx: str | None, attrs: set[str]) -> None:
+    def __init__(self, ctx: str | None, attrs) -> None:
         self.ctx, self.attrs, self.found = ctx, attrs, None
+        self.calls: set[str] = set()
 
     def visit_Call(self, node: cst.Call) -> None:
         func = node.func
-        if (self.found is None and isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name)
+        if (isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name)
                 and func.value.value == self.ctx and func.attr.value in self.attrs):
-            self.found = f"{self.ctx}.{func.attr.value}"
+            self.calls.add(func.attr.value)
+            if self.found is None:
+                self.found = f"{self.ctx}.{func.attr.value}"

@@ -120,8 +120,10 @@ class CustomFunctionWithoutCustomFwd(Rule):
     (`custom_bwd` would change none of its ops). An autocast that only asks for float32
     (`autocast(dtype=torch.float32)`, which torch disables) is no autocast here, nor is a
     project's own helper that enters autocast disabled. A Function that nothing names
-    (no `Cls.apply`, alias, subclass or registry in its module, nor in a module of the
-    project that imports it) never runs and is not reported. The decorators count however
+    (no `Cls.apply`, alias, subclass or registry in its module, nor in another file of
+    the project) never runs under the project's autocast and is not reported, unless
+    the autocast is a library engine's that runs the code its users plug in (the
+    Functions of a library are applied by its users). The decorators count however
     they are spelled: an import alias, or a name bound to `custom_fwd(...)` or to a
     `functools.partial` of it. A hand-written activation checkpoint, whose backward runs
     again the function the forward was handed (`ctx.run_function(...)`) without
@@ -233,11 +235,15 @@ class CustomFunctionWithoutCustomFwd(Rule):
                 missing.append("custom_fwd")
             if backward is not None and not decorated_with(backward, model, "custom_bwd"):
                 missing.append("custom_bwd")
-            if missing and may_be_applied(cls, model):
+            if missing:
                 undecorated.append((cls, missing, recomputes_forward(forward, backward)))
         if not undecorated:
             return
         notes: tuple[str, ...] = ()
+        # NB: a Function nothing in the project names never runs under the project's own
+        # autocast; but a library's engine running the code its users plug in (the
+        # `imports_it` False case below) runs the Functions those users apply.
+        plugged_in = False
         if not runs_autocast(model):
             # The module may be applied under autocast entered elsewhere in the project
             # (a model's forward, inside the training loop's autocast of engine.py).
@@ -245,10 +251,13 @@ class CustomFunctionWithoutCustomFwd(Rule):
             if found is None:
                 return
             origin, imports_it = found
+            plugged_in = not imports_it
             where = _relative(origin, model.path)
             notes = (f"runs under the autocast of {where}, which imports this module",) if imports_it else (
                 f"the project runs autocast ({where}), and the code it trains may apply this Function",)
         for cls, missing, rerun in undecorated:
+            if not plugged_in and not may_be_applied(cls, model):
+                continue
             why = (f": its backward runs the forward again (`{rerun}`) without the autocast state the forward ran in"
                    if rerun else "")
             self.report(cls.node, cls=cls.name, missing="` / `".join(missing), why=why, notes=notes)
