@@ -346,31 +346,6 @@ def runs_autocast(model) -> bool:
     return view.enabled_scaler or any(info.may_reduce_precision for _, _, info in view.autocast_sites)
 
 
-def runs_fp16_autocast(model) -> bool:
-    """The module enters an autocast that may be float16 (cuda's default included)."""
-    return any(may_run_fp16(info) for _, _, info in precision_of(model).autocast_sites)
-
-
-def fp16_from_importers(model) -> str | None:
-    """Why this module's code may run in float16 though it says nothing of it: a module of
-    the project that imports it, directly or through others, runs float16 autocast (the
-    model file whose forward the trainer runs under `autocast(dtype=torch.float16)`, the
-    dtype picked by a trainer option).  None when none does."""
-    project = model.project
-    if project is None or str(model.path)[:1] == "<":
-        return None
-    from amplint.project.index import may_run_autocast
-
-    for path in project.importers_among(str(model.path), may_run_autocast):
-        if project.runs_fp16_autocast(path):
-            try:
-                where = os.path.relpath(path, os.path.dirname(os.path.abspath(model.path)))
-            except ValueError:  # another drive
-                where = path
-            return f"it runs under the float16 autocast of {where}, which imports this module"
-    return None
-
-
 def autocast_from_importers(model) -> tuple[str, bool] | None:
     """Where the code of this module may run under autocast entered elsewhere in the
     project: (path, True) for a module that imports it, directly or through others

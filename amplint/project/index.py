@@ -777,20 +777,13 @@ class ProjectIndex:
     def runs_autocast(self, path: str) -> bool:
         """The module enters autocast that may be enabled, or builds an enabled scaler;
         its text is looked at first, and it is parsed only if it names either."""
-        return self._autocast_facts(path)[0]
-
-    def runs_fp16_autocast(self, path: str) -> bool:
-        """The module enters an autocast that may be float16 (cuda's default included)."""
-        return self._autocast_facts(path)[1]
-
-    def _autocast_facts(self, path: str) -> tuple[bool, bool]:
-        from amplint.analysis.precision import runs_autocast, runs_fp16_autocast
+        from amplint.analysis.precision import runs_autocast
         from amplint.prefilter import code_text
 
         key = _abs(path)
         text = self.raw_text(key)
         if text is None or not may_run_autocast(text):
-            return False, False
+            return False
         stat = self._raw.get(key, (None,))[0]
         memo = self._autocast_memo.get(key)
         if memo is not None and memo[0] == stat:
@@ -798,8 +791,8 @@ class ProjectIndex:
         if not may_run_autocast(code_text(text, strings=False)):
             # named only in comments and strings (transformers' `PreTrainedModel` tells users
             # to use `torch.autocast` in a message): nothing there enters it
-            self._autocast_memo[key] = (stat, (False, False))
-            return False, False
+            self._autocast_memo[key] = (stat, False)
+            return False
         # Only the definitions that spell either need parsing (and the module's own code).
         module_text = self._text_module(Path(key))
         needs = frozenset(
@@ -808,9 +801,8 @@ class ProjectIndex:
         )
         other = self.model_at(key, needs if module_text is not None and module_text.segments else None)
         found = other is not None and runs_autocast(other)
-        facts = (found, found and runs_fp16_autocast(other))
-        self._autocast_memo[key] = (stat, facts)
-        return facts
+        self._autocast_memo[key] = (stat, found)
+        return found
 
     def imported_files(self, path: str) -> frozenset[str]:
         """The project files a project file imports (absolute paths; read from its text,

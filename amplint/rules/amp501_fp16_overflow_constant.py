@@ -9,7 +9,7 @@ import libcst as cst
 
 from amplint.analysis.bindings import call_arg
 from amplint.analysis.names import dotted
-from amplint.analysis.precision import fp16_from_importers, may_run_fp16, number_of, overflows_fp16, precision_of
+from amplint.analysis.precision import may_run_fp16, number_of, overflows_fp16, precision_of
 from amplint.analysis.tensor_flow import Sink, flows_from
 from amplint.analysis.torch_api import FLOAT16_NOT_BFLOAT16
 from amplint.diagnostics import Applicability
@@ -292,11 +292,8 @@ class Fp16OverflowConstant(Rule):
     autocast anywhere, builds an enabled GradScaler (only float16 needs one),
     mentions `torch.float16` / `torch.half` or calls `.half()`, uses apex amp, or has
     an fp16 option (`args.fp16`, `use_fp16 = ...`, `mixed_precision="fp16"`); code
-    under an option counts as if the option were on. A module of the project that
-    imports this one (directly or through others) and enters an autocast that may be
-    float16 says it too: the trainer runs this model file's forward there (a note
-    names it). A model file that nothing says so of is not reported (a plain `-1e9`
-    is fine in float32 and in bfloat16), nor is a
+    under an option counts as if the option were on. A model file that never says
+    so is not reported (a plain `-1e9` is fine in float32 and in bfloat16), nor is a
     write into a tensor just made float32 (`x.float().masked_fill(...)`, a name
     assigned only from `.float()`), a statement inside `autocast(enabled=False)` or a
     bfloat16-only region, `torch.full` without a dtype (float32), or a value chosen
@@ -352,9 +349,6 @@ class Fp16OverflowConstant(Rule):
     # The evidence may come from the project: a decorator of amp_utils.py on the forward
     # (the only evidence read from other modules: their mere mention of float16 is none).
     imported_tokens = (1,)
-    # ... or from a module that imports this one and runs float16 autocast (the trainer
-    # that runs this model file's forward): fp16_from_importers.
-    importer_tokens = (1,)
     # NB: an autocast that is not literally switched off (`autocast(..., enabled=False)` of
     # a rotary-embedding helper is no evidence), in lowercased text
     # and in code, not in a message that quotes it.
@@ -474,11 +468,11 @@ class Fp16OverflowConstant(Rule):
         if region is not None:
             if not may_run_fp16(region.info) and region.info.dtypes is not None and not region.info.managed:
                 return  # a bfloat16-only region: -1e9 fits
-            why = "inside float16 autocast" if may_run_fp16(region.info) else self._fp16_evidence()
+            why = "inside float16 autocast" if may_run_fp16(region.info) else self.precision.fp16_evidence
         elif regions:
             return  # autocast(enabled=False): the author made this part full precision
         else:
-            why = self._fp16_evidence()
+            why = self.precision.fp16_evidence
         if why is None:
             return
         text = self.model.module.code_for_node(value)
@@ -500,13 +494,6 @@ class Fp16OverflowConstant(Rule):
             literal=text,
             replacement=replacement or f"torch.finfo(<tensor>.dtype).{bound}",
         )
-
-    def _fp16_evidence(self) -> str | None:
-        """The module's own float16 evidence, else a module of the project that imports it
-        and runs float16 autocast (read once per check)."""
-        if not hasattr(self, "_evidence"):
-            self._evidence = self.precision.fp16_evidence or fp16_from_importers(self.model)
-        return self._evidence
 
     # --- values --------------------------------------------------------------------------
     def _overflowing(self, value: cst.BaseExpression, scope, depth: int = 0) -> float | None:
