@@ -1,7 +1,7 @@
 """libcst's codegen (positions, `code_for_node`) of deep trees on CPython 3.12.0 and 3.12.1.
 
 Used by `engine.check_source` when it retries the analysis of a deep (legal) tree; see
-BENCHMARKS.md "Parser limits, isolation and memory" for what it changes (737 levels to
+docs/benchmarks-history.md "Parser limits, isolation and memory" for what it changes (737 levels to
 CPython's own 2,975 on 3.12.1).
 """
 

@@ -25,7 +25,7 @@ Run:           python benchmarks/bench_check.py /tmp/corpus/src [--torchfix-scop
 whose directory names contain the given words: TorchFix needs about a second of CPU per
 file, so the whole corpus takes most of an hour on two cores.
 
-Not a test: nothing asserts a time.  Paste the printed table into BENCHMARKS.md "## Speed".
+Not a test: nothing asserts a time.  Paste the printed table into docs/benchmarks-history.md "## Speed".
 """
 
 from __future__ import annotations

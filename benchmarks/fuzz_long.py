@@ -11,7 +11,7 @@ CRLF, CR, mixed, BOM and latin-1, the diff patches into the fix, every fix on it
 finding's statement, the pre-filter changes nothing), plus one sweep of every fixture in
 every ending and encoding.  Every rule runs, the opt-in ones too.  For each it prints the examples run, how they ended (findings,
 clean, parse error) and any property violation, with the input that shows it (shrunk by
-hypothesis).  Figures go into BENCHMARKS.md "## Robustness".
+hypothesis).  Figures go into docs/benchmarks-history.md "## Robustness".
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ that pass for that rule alone; per package, the files that are parsed; and the C
 pre-filter itself costs.  Nothing is parsed or analysed here.
 
 Run:  python benchmarks/prefilter_report.py /tmp/corpus/src
-Not a test: paste the printed tables into BENCHMARKS.md "## Speed".
+Not a test: paste the printed tables into docs/benchmarks-history.md "## Speed".
 """
 
 from __future__ import annotations

@@ -16,11 +16,13 @@ from pathlib import Path
 import pytest
 
 from amplint.registry import ALL_RULES
+from amplint.rule_catalog import CATALOG
 
 ROOT = Path(__file__).resolve().parent.parent
 DIRS = ["fixtures", "examples"]  # walked by each tool itself (every .py file, .fixed.py included)
 FILES = sorted(str(p.relative_to(ROOT)) for d in DIRS for p in (ROOT / d).rglob("*.py"))
 OPT_IN = sorted(r.code for r in ALL_RULES if not r.default_enabled)
+PREVIEW = sorted(e.code for e in CATALOG if e.tier == "preview")
 FORMAT = "%(path)s:%(row)d:%(col)d: %(code)s"
 
 pytestmark = pytest.mark.skipif(
@@ -70,7 +72,31 @@ def test_same_findings_as_the_cli_on_every_fixture() -> None:
     from_cli = amplint("--select", "AMP")
     assert from_flake8 == from_cli, _diff(from_flake8, from_cli)
     # the comparison is not vacuous: every rule with bad fixtures shows up
-    assert {c for *_, c in from_cli} >= {p.split("/")[1] for p in FILES if "/bad_" in p and p.startswith("fixtures/AMP")} - set(OPT_IN)
+    # (preview rules run only in preview: test_preview_rules_agree_in_preview)
+    expected = {p.split("/")[1] for p in FILES if "/bad_" in p and p.startswith("fixtures/AMP")} - set(OPT_IN) - set(PREVIEW)
+    assert {c for *_, c in from_cli} >= expected
+
+
+@pytest.mark.skipif(not PREVIEW, reason="no rule is in the preview tier")
+def test_preview_rules_agree_in_preview(tmp_path: Path) -> None:
+    """`preview = true` in [tool.amplint] turns the preview tier on for flake8 as `--preview` does
+    for the CLI: the same findings on every preview rule's bad fixtures."""
+    import shutil
+
+    for code in PREVIEW:
+        for bad in sorted((ROOT / "fixtures" / code).glob("bad_*.py")):
+            if not bad.name.endswith(".fixed.py"):
+                shutil.copy(bad, tmp_path / f"{code}_{bad.name}")
+    (tmp_path / "pyproject.toml").write_text("[tool.amplint]\npreview = true\n")
+    run = lambda *cmd: subprocess.run([sys.executable, "-m", *cmd], cwd=tmp_path, capture_output=True,  # noqa: E731
+                                      text=True, timeout=600)
+    f8 = run("flake8", f"--format={FORMAT}", "--select", ",".join(PREVIEW), ".")
+    cli = run("amplint", "check", "--no-cache", "--output-format", "json", "--select", ",".join(PREVIEW), ".")
+    from_flake8 = {(Path(line.rsplit(":", 3)[0]).name, int(line.rsplit(":", 3)[1]), line.rsplit(":", 3)[3].strip())
+                   for line in f8.stdout.splitlines() if ": AMP" in line}
+    from_cli = {(Path(d["filename"]).name, d["location"]["row"], d["code"]) for d in json.loads(cli.stdout)}
+    assert from_flake8 == from_cli, _diff(from_flake8, from_cli)
+    assert {c for *_, c in from_cli} == set(PREVIEW)
 
 
 def test_defaults_agree_without_any_selection() -> None:
