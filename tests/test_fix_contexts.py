@@ -25,7 +25,11 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture(autouse=True)
-def _fresh_project_index():
+def _fresh_project_index(tmp_path, monkeypatch):
+    """Each source is checked as `t.py` of a project of its own: the files around it are
+    what a test puts there (this repository's own tests import modules by strings)."""
+    (tmp_path / ".git").mkdir()
+    monkeypatch.chdir(tmp_path)
     reset_shared()
     yield
     reset_shared()
@@ -93,6 +97,56 @@ def test_a_name_another_module_imports_is_not_renamed(tmp_path: Path, how: str) 
     target.write_text("import torch\nfrom torch.cpu.amp import GradScaler, autocast\n\nscaler = GradScaler()\n")
     found = offered(target)
     assert found and not any(has_fix for _, has_fix in found)
+
+
+UNRESOLVED_IMPORTERS = {
+    # Python finds `utils` only because the script edits sys.path: no resolver follows that
+    "sys-path": 'import os, sys\nsys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))\n'
+                "from utils import GradScaler\nscaler = GradScaler(2.0**10)\n",
+    "sys-path-dotted": "import sys\nsys.path.append('..')\nimport lib.utils as u\nscaler = u.GradScaler(2.0**10)\n",
+    "import-module": 'import importlib\nhelpers = importlib.import_module("utils")\nscaler = helpers.GradScaler(2.0**10)\n',
+    "dunder-import": 'h = __import__("utils")\nscaler = getattr(h, "GradScaler")(2.0**10)\n',
+    "file-loader": 'import importlib.util\nspec = importlib.util.spec_from_file_location("u", "../lib/utils.py")\n'
+                   "u = importlib.util.module_from_spec(spec)\nspec.loader.exec_module(u)\nscaler = u.GradScaler(2.0**10)\n",
+}
+
+
+@pytest.mark.parametrize("marker", [True, False], ids=["in-a-git-tree", "no-project-marker"])
+@pytest.mark.parametrize("how", sorted(UNRESOLVED_IMPORTERS))
+def test_an_importer_the_resolver_cannot_follow_still_pins_the_fix(tmp_path_factory, how: str, marker: bool) -> None:
+    """`scripts/train.py` reaches `lib/utils.py` through sys.path or importlib: fixing
+    utils.py alone would hand it `torch.amp.GradScaler`, device 1024.0.  With no project
+    marker nothing says where the project ends, so the folders beside `lib/` are read."""
+    root = tmp_path_factory.mktemp("unresolved")
+    if marker:
+        (root / ".git").mkdir()
+    (root / "lib").mkdir()
+    (root / "scripts").mkdir()
+    target = root / "lib" / "utils.py"
+    target.write_text("import torch\nfrom torch.cpu.amp import GradScaler\n")
+    (root / "scripts" / "train.py").write_text(UNRESOLVED_IMPORTERS[how])
+    assert offered(target) == [(2, False)]
+
+
+@pytest.mark.parametrize("setting", ["torch.set_autocast_cache_enabled(False)",
+                                     'with torch.autocast("cpu", cache_enabled=False):\n    model.forward()'])
+def test_a_weight_cache_set_in_another_module_of_the_program_keeps_the_autocast(tmp_path: Path, setting: str) -> None:
+    """`train.py` disables the cache (or enters a region without it) around model.py's
+    legacy region: the legacy class turns the cache back on, `torch.autocast` would not."""
+    target = tmp_path / "model.py"
+    target.write_text("import torch\n\ndef forward():\n    with torch.cpu.amp.autocast():\n        pass\n")
+    (tmp_path / "train.py").write_text(f"import torch\nimport model\n{setting}\n")
+    assert offered(target) == [(4, False)]
+    (tmp_path / "train.py").write_text("import torch\nimport model\nmodel.forward()\n")
+    assert offered(target) == [(4, True)]
+
+
+def test_an_unrelated_dotted_import_does_not_pin_the_fix(tmp_path: Path) -> None:
+    """`from torch.utils.data import DataLoader` names a module `utils` too, but not this one."""
+    target = tmp_path / "utils.py"
+    target.write_text("import torch\nfrom torch.cpu.amp import GradScaler\n\nscaler = GradScaler()\n")
+    (tmp_path / "train.py").write_text("import torch\nfrom torch.utils.data import DataLoader\nscaler = torch.amp.GradScaler('cpu')\n")
+    assert offered(target) == [(2, True), (4, True)]
 
 
 def test_a_module_nobody_imports_is_still_fixed(tmp_path: Path) -> None:

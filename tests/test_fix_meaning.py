@@ -17,11 +17,23 @@ import pytest
 
 from amplint import fixes
 from amplint.engine import SourceError, check_source, parse
+from amplint.project.index import reset_shared
 from amplint.registry import ALL_RULES
 from amplint.testing import fixture_cases
 
 ROOT = Path(__file__).resolve().parent.parent
 EVERY_RULE = [r.code for r in ALL_RULES]
+
+
+@pytest.fixture(autouse=True)
+def _a_project_of_its_own(tmp_path, monkeypatch):
+    """Each source is checked as `t.py` of a project of its own: the files around it are
+    what a test puts there (this repository's own tests import modules by strings)."""
+    (tmp_path / ".git").mkdir()
+    monkeypatch.chdir(tmp_path)
+    reset_shared()
+    yield
+    reset_shared()
 
 
 def fixes_of(source: str, code: str = "AMP401") -> list[tuple[int, str | None]]:
@@ -124,6 +136,23 @@ def test_a_module_that_sets_autocast_defaults_keeps_its_autocast() -> None:
     """`torch.autocast("cuda")` reads the global default dtype; the legacy class passes float16."""
     source = "import torch\ntorch.set_autocast_dtype('cuda', torch.bfloat16)\nctx = torch.cuda.amp.autocast()\n"
     assert fixes_of(source) == [(3, None)]
+
+
+@pytest.mark.parametrize(
+    "setting",
+    [
+        'getattr(torch, "set_autocast_cache_enabled")(False)',  # looked up by a string
+        "torch.set_autocast_cache_enabled(False)",
+        'with torch.autocast("cpu", dtype=torch.bfloat16, cache_enabled=False):\n    pass',  # an enclosing region
+        "ctx = torch.cuda.amp.autocast(cache_enabled=flag)",
+    ],
+)
+def test_a_module_that_changes_the_weight_cache_keeps_its_autocast(setting: str) -> None:
+    """The legacy classes pass cache_enabled=True; `torch.autocast("cuda", dtype=...)`
+    takes the cache from the state it is entered in."""
+    source = f"import torch\nflag = False\n{setting}\nctx2 = torch.cuda.amp.autocast()\n"
+    line = source.count("\n")
+    assert (line, None) in fixes_of(source)
 
 
 def test_a_decorator_is_rewritten_and_a_bare_function_reference_is_not() -> None:

@@ -178,10 +178,33 @@ class Deprecations:
 
     @cached_property
     def _autocast_defaults_changed(self) -> bool:
-        """The module sets autocast's global defaults, which `torch.autocast(device)` reads
-        where the legacy classes passed float16/bfloat16 and cache_enabled=True themselves."""
-        qualify = self.model.imports.qualify_text
-        return any(qualify(r.text) in AUTOCAST_DEFAULT_SETTERS for r in self.model.references)
+        """Something the program runs may change the weight cache a region starts with,
+        which `torch.autocast(device)` takes from the enclosing state (`cache_enabled=None`)
+        where the legacy classes passed cache_enabled=True themselves: a global setter
+        (`torch.set_autocast_cache_enabled(False)`, also looked up by a string), or an
+        enclosing region entered with `cache_enabled=False`, in this module or in another
+        module of the same program.  (The dtype is passed by the fix, whatever the defaults.)"""
+        model = self.model
+        qualify = model.imports.qualify_text
+        if any(qualify(r.text) in AUTOCAST_DEFAULT_SETTERS for r in model.references):
+            return True
+        finder = _StringFinder(_CACHE_SETTING)
+        walk(model.module, finder)
+        if finder.found:
+            return True
+        project = model.project
+        if project is None:
+            return False
+        return any(_CACHE_SETTING.search(project.raw_text(p) or "") for p in _same_program(project, model.path))
+
+    @cached_property
+    def _cache_setting_calls(self) -> list[cst.Call]:
+        return [site.node for site in self.model.calls if _sets_cache(site.node)]
+
+    def _cache_set_besides(self, call: cst.Call) -> bool:
+        """Another call of this module enters a region with `cache_enabled` other than True:
+        `call` may run inside it (its own `cache_enabled=` is passed on by the fix)."""
+        return any(other is not call for other in self._cache_setting_calls)
 
     @cached_property
     def references(self) -> list[DeprecatedRef]:
@@ -338,12 +361,16 @@ class Deprecations:
     # --- what other modules of the project do with the names -------------------------------
     def _imported_elsewhere(self, locals_: set[str]) -> bool:
         """A module of the project imports this one and names one of `locals_`: `from utils
-        import autocast`, `utils.autocast(...)`, `from utils import *` then `autocast()`.
+        import autocast`, `utils.autocast(...)`, `from utils import *` then `autocast()`,
+        also where the import is not one Python would resolve for a script (`sys.path`
+        edits, `importlib`; `ProjectIndex.may_import_unresolved`).
         Renaming the import here would hand it `torch.amp.autocast`, whose first parameter
         is the device, called the old way."""
         project = self.model.project
         if project is None:
             return False
+        if project.may_import_unresolved(self.model.path, locals_):
+            return True  # `sys.path.insert(0, "../lib")`, `importlib.import_module("utils")`: unseen importers
         words = re.compile("|".join(rf"\b{re.escape(name.lower())}\b" for name in sorted(locals_)))
         # A star import re-exports every name (`pkg/__init__.py`: `from .amp_utils import *`):
         # whoever imports that module may name them, so its importers are read too.
@@ -402,7 +429,7 @@ class Deprecations:
 
     def _modern_call(self, call: cst.Call, new_func: cst.BaseExpression, dep: Deprecation,
                      torch_alias: str | None) -> cst.Call | None:
-        if dep.new == "torch.autocast" and self._autocast_defaults_changed:
+        if dep.new == "torch.autocast" and (self._autocast_defaults_changed or self._cache_set_besides(call)):
             return None
         if (dep.new, dep.device) in self._used_as_value or self._used_as_value_elsewhere(dep):
             # NB: what this call builds is compared with (or derived from) the deprecated
@@ -632,6 +659,17 @@ class _StringFinder(cst.CSTVisitor):
 
     def visit_FormattedStringText(self, node: cst.FormattedStringText) -> None:
         self.found = self.found or bool(self.words.search(node.value))
+
+
+# Text that changes the autocast weight cache a nested region inherits (lowercase, as the
+# project index hands other modules' text).
+_CACHE_SETTING = re.compile(r"set_autocast_(?:cache_enabled|dtype|gpu_dtype|cpu_dtype)|cache_enabled\s*=\s*(?!true\b)", re.IGNORECASE)
+
+
+def _sets_cache(call: cst.Call) -> bool:
+    """`cache_enabled=` given anything but the literal True."""
+    return any(a.keyword is not None and a.keyword.value == "cache_enabled"
+               and not (isinstance(a.value, cst.Name) and a.value.value == "True") for a in call.args)
 
 
 def _same_program(project, path: str) -> set[str]:

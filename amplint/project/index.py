@@ -29,6 +29,7 @@ from pathlib import Path
 
 from amplint.prefilter import Attr, Word
 from amplint.project import layout
+from amplint.project.census import SKIPPED_FOLDERS
 
 # Source bytes of parsed modules kept per process (a libcst tree takes ~700x that).
 MODEL_BUDGET_BYTES = 1_500_000
@@ -657,6 +658,73 @@ class ProjectIndex:
                 found.append((distance, f))
         return [f for _, f in sorted(found)]
 
+    def may_import_unresolved(self, path: str, names) -> bool:
+        """Whether a file near the module at `path` may import it in a way `importers` does
+        not follow, and names one of `names` (lowercase words) after doing so.
+
+        `importers` resolves import statements as Python would for a script; code also
+        reaches a module through `sys.path.insert(0, "../lib")` then `from utils import
+        autocast`, through `importlib.import_module("utils")`, `__import__`, `runpy` or a
+        file loader.  A fix that renames what the module binds must not be made on a guess
+        that nobody does: this answers by text, erring towards yes.  The files read are
+        the project's, and, for a folder with no project marker above it (nothing says
+        where the project ends), the folders beside it as well (a `scripts/` next to a
+        `lib/`); too many files to read there also answers yes."""
+        key = _abs(path)
+        word = _module_word(key)
+        names = sorted({n.lower() for n in names})
+        if not names:
+            return False
+        uses = re.compile("|".join(rf"\b{re.escape(n)}\b" for n in names))
+        # a module imported by a string is a value: its names are read as attributes (of
+        # anything but torch's own modules) or by name
+        read_from_module = re.compile("|".join(rf"(?<!torch)(?<!amp)(?<!cuda)(?<!cpu)\.\s*{re.escape(n)}\b|[\"']{re.escape(n)}[\"']"
+                                               for n in names))
+        # the module named in a string the call is given (`import_module("lib.utils")`,
+        # `spec_from_file_location("u", "../lib/utils.py")`)
+        # NB: a name computed whole (`import_module(name)`, `run_path(str(path))`) is not followed
+        loads_it = re.compile(_DYNAMIC_IMPORT.pattern + rf"[^)]*?[\"'][^\"'\n]*\b{re.escape(word)}\b")
+        files = self._nearby_files(key)
+        if files is None:
+            return True
+        for f in files:
+            if f == key:
+                continue
+            text = self._raw_text(f)
+            if text is None or not uses.search(text):
+                continue
+            if _imports_names_of(text, word, names) or (loads_it.search(text) and read_from_module.search(text)):
+                return True
+        return False
+
+    def _nearby_files(self, key: str) -> list[str] | None:
+        """The project's files, and beside a project with no marker its neighbours' (None:
+        more than can be read)."""
+        listing = self._whole_project(key)
+        if listing is None:
+            return None
+        files = list(listing.files)
+        if layout.project_root(Path(os.path.dirname(key))) is not None:
+            return files
+        boundary = str(layout.boundary(Path(key)))
+        parent = os.path.dirname(boundary)
+        if parent == boundary or parent in (os.path.expanduser("~"), os.sep):
+            return files  # NB: nothing above a home folder or the root is one project
+        for folder in [parent] + sorted(_subfolders(parent)):
+            if folder == boundary:
+                continue
+            try:
+                names = sorted(os.listdir(folder))
+                mtime = os.stat(folder).st_mtime_ns
+            except OSError:
+                continue
+            for reads in self._reads:
+                reads.folders[folder] = mtime  # a script added beside the module changes the answer
+            files += [os.path.join(folder, n) for n in names if n.endswith(".py")]
+            if len(files) > _MAX_NEIGHBOUR_FILES:
+                return None
+        return files
+
     def named_elsewhere(self, path: str, word: str) -> bool:
         """Whether a project file other than `path` has `word` (lowercase) in its text:
         `ScaledMatmul` applied in a model file, or loaded by a registry string.  True when
@@ -933,6 +1001,46 @@ def _interesting_words() -> tuple[str, ...]:
         else:
             return ("",)  # a token without a literal: every text is interesting
     return tuple(sorted(words))
+
+
+# Code that imports a module named by a string, which no import statement shows.
+_DYNAMIC_IMPORT = re.compile(r"\b(?:import_module|__import__|spec_from_file_location|run_path|run_module|sourcefileloader"
+                             r"|load_source|load_module)\s*\(")
+# Beside a folder with no project marker: how many files are read before answering "maybe".
+_MAX_NEIGHBOUR_FILES = 2_000
+
+
+def _imports_names_of(text: str, word: str, names) -> bool:
+    """Whether `text` (lowercase) imports one of `names` from a module whose last part is
+    `word` (`from utils import autocast`, `from lib.utils import *`), or imports that
+    module and reads one of them from it (`import lib.utils as u` ... `u.autocast`)."""
+    w = re.escape(word)
+    for m in re.finditer(rf"^[ \t]*from[ \t]+\.*(?:[\w.]*\.)?{w}[ \t]+import[ \t]*(\([^)]*\)|[^\n]*)", text, re.MULTILINE):
+        imported = m.group(1)
+        if "*" in imported or any(re.search(rf"\b{re.escape(n)}\b", imported) for n in names):
+            return True
+    aliases = set()
+    for m in re.finditer(rf"^[ \t]*import[ \t]+([^\n]*)", text, re.MULTILINE):
+        for part in m.group(1).split(","):
+            module, _, alias = part.strip().partition(" as ")
+            if module.strip().split(".")[-1] == word:
+                aliases.add(alias.strip() or module.strip())
+    for m in re.finditer(rf"^[ \t]*from[ \t]+[\w.]+[ \t]+import[ \t]*(\([^)]*\)|[^\n]*)", text, re.MULTILINE):
+        for part in m.group(1).strip("()").split(","):
+            module, _, alias = part.strip().partition(" as ")
+            if module.strip() == word:
+                aliases.add(alias.strip() or word)
+    return any(re.search(rf"\b{re.escape(a)}\s*\.\s*{re.escape(n)}\b", text) for a in aliases if a for n in names)
+
+
+def _subfolders(folder: str) -> list[str]:
+    """The folders directly in `folder` that may hold a project's code."""
+    try:
+        with os.scandir(folder) as entries:
+            return [e.path for e in entries
+                    if e.is_dir(follow_symlinks=False) and e.name not in SKIPPED_FOLDERS and not e.name.startswith(".")]
+    except OSError:
+        return []
 
 
 def _module_word(path: str) -> str:
