@@ -111,6 +111,12 @@ class Config:
         # Validate selectors and patterns early: an unknown code is a clear error, not silence.
         for pattern, _ in self.per_file_ignores:
             _per_file_matcher(pattern)
+        for key, patterns in (("exclude", self.exclude), ("extend-exclude", self.extend_exclude)):
+            for pattern in patterns:
+                try:
+                    _glob_regex(pattern)
+                except _BadGlob as exc:  # `"["` would silently exclude only a file named `[`
+                    raise ConfigError(f"{key}: pattern {pattern!r} is not a valid glob: {exc}") from None
         for sel in (*(self.select or ()), *self.extend_select, *self.ignore, *(c for _, cs in self.per_file_ignores for c in cs)):
             try:
                 registry.expand_codes(sel)

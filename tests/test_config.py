@@ -524,6 +524,20 @@ def test_a_per_file_ignore_pattern_that_cannot_match_is_an_error(project: Path, 
     assert "Traceback" not in proc.stderr
 
 
+@pytest.mark.parametrize("where", ["--exclude", "--extend-exclude", "exclude", "extend-exclude"])
+@pytest.mark.parametrize("pattern, why", [("[", "unclosed character class"), ("legacy/[!a", "unclosed character class"),
+                                          ("[z-a].py", "bad character range")])
+def test_an_exclude_pattern_that_is_not_a_glob_is_an_error(project: Path, where: str, pattern: str, why: str) -> None:
+    """`"["` is no glob (Ruff refuses it); read literally it would exclude only a file named `[`."""
+    if where.startswith("--"):
+        proc = amplint("check", "--no-cache", where, pattern, ".", cwd=project)
+    else:
+        (project / "pyproject.toml").write_text(f'[tool.amplint]\n{where} = ["{pattern}"]\n')
+        proc = amplint("check", "--no-cache", ".", cwd=project)
+    assert proc.returncode == 2 and why in proc.stderr and repr(pattern) in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
 # --- what a selector selects --------------------------------------------------------------------
 
 
