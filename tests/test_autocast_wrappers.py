@@ -153,3 +153,39 @@ def test_a_flag_the_wrapper_rebinds_or_combines_keeps_the_call_sites_value(flag:
     with_node = model.module.body[-1]
     infos = model.bindings.autocast_of(with_node.items[0].item, model.module_scope)
     assert len(infos) == 2 and {i.enabled for i in infos} == enabled
+
+
+class _TooManySteps(Exception):
+    pass
+
+
+def test_a_name_rebound_many_times_is_walked_once_per_value(monkeypatch) -> None:
+    """`module = checkpoint_wrapper(module) if flag else module`, many times in a method that
+    calls `module(x)` and itself: every call asks what its callee enters, and each
+    rebinding doubles the branches, so a walk that does not remember its steps takes
+    branches ** MAX_DEPTH of them (a 1,400-line video UNet took minutes per file)."""
+    from amplint.analysis import autocast_entries
+    from amplint.config import Config
+    from amplint.engine import check_source
+
+    rebinds = "".join("        module = checkpoint_wrapper(module) if self.flag else module\n        x = module(x)\n"
+                      for _ in range(15))
+    source = (
+        "import torch\nfrom fairscale.nn.checkpoint import checkpoint_wrapper\n\n\nclass Net(torch.nn.Module):\n"
+        "    def _forward_single(self, module, x):\n" + rebinds
+        + "        for block in module:\n            x = self._forward_single(block, x)\n        return torch.log(x) / x.sum()\n"
+        "\n    def forward(self, x):\n        with torch.autocast('cuda', enabled=False):\n"
+        "            return self._forward_single(self.blocks, x)\n"
+    )
+    steps = []
+    real = autocast_entries.produced
+
+    def counted(*args, **kwargs):
+        steps.append(1)
+        if len(steps) > 200_000:
+            raise _TooManySteps
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(autocast_entries, "produced", counted)
+    check_source(source, "net.py", Config(select=("AMP502", "AMP203", "AMP201"), preview=True))
+    assert len(steps) < 100_000  # 41,000 (most answered from memory); unbounded before

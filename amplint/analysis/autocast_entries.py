@@ -38,6 +38,11 @@ from amplint.analysis.walk import walk
 
 # How many calls, names and wrappers are followed from one `with` item.
 MAX_DEPTH = 6
+# How many steps one `with` item's walk may take.  A name assigned in many places branches
+# at every level (`module = checkpoint_wrapper(module) if flag else module`, fifteen times
+# in one function): each step is remembered, so the walk is linear in what it meets, and
+# this bound stops what memoising cannot (new wrapper calls at every level).
+MAX_STEPS = 5_000
 _CONTEXTMANAGERS = frozenset({"contextlib.contextmanager", "contextlib.asynccontextmanager"})
 
 
@@ -62,8 +67,47 @@ class Arg:
     env: Bound | None = None
 
 
+class _Walk:
+    """The steps of one `with` item's walk: their results by what they were asked, and
+    what each key names (held, so that no id is reused while the walk lasts)."""
+
+    def __init__(self) -> None:
+        self.results: dict[tuple, list] = {}
+        self.held: list = []
+        self.steps = 0
+
+
+_walk: _Walk | None = None
+
+
+def _remembered(step, *key_objects):
+    """`step()`, or what it gave when asked the same before in this walk ([] past MAX_STEPS)."""
+    walk_ = _walk
+    key = tuple(id(o) if not isinstance(o, int) else o for o in key_objects)
+    found = walk_.results.get(key)
+    if found is not None:
+        return found
+    walk_.steps += 1
+    if walk_.steps > MAX_STEPS:
+        return []
+    walk_.held.append(key_objects)
+    found = walk_.results[key] = step()
+    return found
+
+
 def entered(bindings, expr: cst.BaseExpression, scope, env: Bound | None = None, depth: int = 0) -> list:
     """The AutocastInfos `with <expr>:` (written in `scope`) may enter."""
+    global _walk
+    if _walk is not None:
+        return _remembered(lambda: _entered(bindings, expr, scope, env, depth), "entered", expr, scope, env, depth)
+    _walk = _Walk()
+    try:
+        return _entered(bindings, expr, scope, env, depth)
+    finally:
+        _walk = None
+
+
+def _entered(bindings, expr: cst.BaseExpression, scope, env: Bound | None, depth: int) -> list:
     if depth > MAX_DEPTH:
         return []
     found: list = []
@@ -85,6 +129,13 @@ def entered(bindings, expr: cst.BaseExpression, scope, env: Bound | None = None,
 def produced(bindings, func: cst.BaseExpression, scope, env: Bound | None, args: tuple, node: cst.Call, depth: int) -> list:
     """What calling `func` with `args` enters (the context a call builds), `node` the call
     at the `with` item (what the AutocastInfo points at)."""
+    if _walk is None:  # NB: asked outside a walk of `entered`
+        return _produced(bindings, func, scope, env, args, node, depth)
+    return _remembered(lambda: _produced(bindings, func, scope, env, args, node, depth),
+                       "produced", func, scope, env, args, node, depth)
+
+
+def _produced(bindings, func: cst.BaseExpression, scope, env: Bound | None, args: tuple, node: cst.Call, depth: int) -> list:
     if depth > MAX_DEPTH:
         return []
     func, scope, env = resolve(func, scope, env)
