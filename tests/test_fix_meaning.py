@@ -294,13 +294,20 @@ def test_a_re_exported_import_is_not_renamed(source: str) -> None:
         "from torch.cuda.amp import autocast\ndef g():\n    import torch\ndef f():\n    with autocast():\n        pass\n",
         "from torch.cuda.amp import autocast\nwith autocast():\n    pass\nimport torch\n",
         "import torch as th\nfrom torch.cuda.amp import autocast\nf = lambda th: autocast()\n",
+        "from typing import TYPE_CHECKING\nfrom torch.cuda.amp import autocast\nif TYPE_CHECKING:\n    import torch\n"
+        "with autocast():\n    pass\n",
+        "from torch.cuda.amp import autocast\nif WANT_TORCH:\n    import torch\nwith autocast():\n    pass\n",
+        "from torch.cuda.amp import autocast\ntry:\n    pass\nexcept ImportError:\n    import torch\n"
+        "with autocast():\n    pass\n",
     ],
     ids=["parameter", "local", "comprehension", "class-attribute", "import-in-another-function",
-         "import-after-the-use", "lambda-parameter"],
+         "import-after-the-use", "lambda-parameter", "import-for-type-checkers-only", "import-in-a-branch",
+         "import-in-an-except"],
 )
 def test_the_written_dtype_reads_torch_where_the_call_runs(source: str) -> None:
     """`dtype=torch.float16` is evaluated at the call: a name that is not torch there (a
-    local, a class attribute, an import elsewhere or later) made the fixed code raise."""
+    local, a class attribute, an import elsewhere or later, an import that may not run:
+    `if TYPE_CHECKING:`, a branch, an `except`) made the fixed code raise."""
     assert all(d.fix is None for d in check_source(source, "t.py", select=["AMP401"]))
 
 

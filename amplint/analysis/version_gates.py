@@ -65,7 +65,8 @@ class RefContext:
     fstring_quotes: frozenset = frozenset()
     # the names local to the enclosing functions, lambdas and comprehensions
     locals_here: frozenset = frozenset()
-    # the names that module-level `import x` / `import x as y` statements before the node bind
+    # the names that module-level `import x` / `import x as y` statements before the node bind,
+    # outside any branch or handler (statements that always run)
     imported_before: frozenset = frozenset()
 
 
@@ -145,7 +146,9 @@ class _ContextWalker(cst.CSTVisitor):
                                frozenset(self.quotes), frozenset().union(*self.locals), frozenset(self.module_imports))
 
     def visit_Import(self, node: cst.Import) -> None:
-        if self.nesting == 0:
+        # NB: an import in a branch or a handler may never run (`if TYPE_CHECKING:` never
+        # does): a fix that reads the name it binds would raise NameError there.
+        if self.nesting == 0 and not self.frames:
             for alias in node.names:
                 if alias.asname is not None and isinstance(alias.asname.name, cst.Name):
                     self.module_imports.add(alias.asname.name.value)
