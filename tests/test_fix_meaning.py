@@ -40,8 +40,16 @@ def fixes_of(source: str, code: str = "AMP401") -> list[tuple[int, str | None]]:
 
 
 def test_enabled_false_after_kwargs_is_kept() -> None:
+    source = "import torch\nwith torch.cuda.amp.autocast(**kw, enabled=False, dtype=torch.bfloat16, cache_enabled=True):\n    pass\n"
+    assert fixes_of(source) == [
+        (2, 'with torch.autocast("cuda", **kw, enabled=False, dtype=torch.bfloat16, cache_enabled=True):')]
+
+
+def test_kwargs_that_may_hold_cache_enabled_get_no_fix() -> None:
+    """The legacy class passes cache_enabled=True; `torch.autocast` without it takes the
+    enclosing region's.  Beside `**kw`, which may hold it, the fix cannot write it out."""
     source = "import torch\nwith torch.cuda.amp.autocast(**kw, enabled=False, dtype=torch.bfloat16):\n    pass\n"
-    assert fixes_of(source) == [(2, 'with torch.autocast("cuda", **kw, enabled=False, dtype=torch.bfloat16):')]
+    assert fixes_of(source) == [(2, None)]
 
 
 def test_cache_enabled_after_kwargs_is_kept() -> None:
@@ -61,16 +69,17 @@ def test_kwargs_that_may_hold_the_dtype_get_no_fix() -> None:
 @pytest.mark.parametrize(
     ("call", "fixed"),
     [
-        ("torch.cuda.amp.autocast()", 'torch.autocast("cuda", dtype=torch.float16)'),
-        ("torch.cpu.amp.autocast()", 'torch.autocast("cpu", dtype=torch.bfloat16)'),
-        ("torch.cuda.amp.autocast(enabled=flag)", 'torch.autocast("cuda", enabled=flag, dtype=torch.float16)'),
-        ("torch.cpu.amp.autocast(True, torch.float16)", 'torch.autocast("cpu", enabled=True, dtype=torch.float16)'),
-        ("torch.cuda.amp.autocast(dtype=torch.bfloat16)", 'torch.autocast("cuda", dtype=torch.bfloat16)'),
+        ("torch.cuda.amp.autocast()", 'torch.autocast("cuda", dtype=torch.float16, cache_enabled=True)'),
+        ("torch.cpu.amp.autocast()", 'torch.autocast("cpu", dtype=torch.bfloat16, cache_enabled=True)'),
+        ("torch.cuda.amp.autocast(enabled=flag)", 'torch.autocast("cuda", enabled=flag, dtype=torch.float16, cache_enabled=True)'),
+        ("torch.cpu.amp.autocast(True, torch.float16)", 'torch.autocast("cpu", enabled=True, dtype=torch.float16, cache_enabled=True)'),
+        ("torch.cuda.amp.autocast(dtype=torch.bfloat16)", 'torch.autocast("cuda", dtype=torch.bfloat16, cache_enabled=True)'),
     ],
 )
 def test_the_legacy_default_dtype_is_written_out(call: str, fixed: str) -> None:
     """Nested in `torch.autocast("cpu", dtype=torch.float16)`, `torch.cpu.amp.autocast()`
-    runs bfloat16 and `torch.autocast("cpu")` float16: the fix passes what the old class passed."""
+    runs bfloat16 and `torch.autocast("cpu")` float16 (and, nested in a region built with
+    cache_enabled=False, caches no weight): the fix passes what the old class passed."""
     source = f"import torch\nwith torch.autocast('cpu', dtype=torch.float16):\n    with {call}:\n        pass\n"
     assert fixes_of(source) == [(3, f"    with {fixed}:")]
 
@@ -80,7 +89,7 @@ def test_a_module_that_binds_no_torch_gets_no_autocast_fix() -> None:
     source = "from torch.cuda.amp import autocast\nwith autocast():\n    pass\n"
     assert fixes_of(source) == [(1, None), (2, None)]
     assert fixes_of("import torch as th\nwith th.cuda.amp.autocast():\n    pass\n") == [
-        (2, 'with th.autocast("cuda", dtype=th.float16):')]
+        (2, 'with th.autocast("cuda", dtype=th.float16, cache_enabled=True):')]
 
 
 def test_star_args_to_the_legacy_autocast_get_no_fix() -> None:
@@ -190,7 +199,7 @@ def test_a_semicolon_one_liner_is_fixed_without_doubling_the_semicolon() -> None
     (a, b) = check_source(source, "t.py", select=["AMP401"])
     assert a.fix == b.fix
     fixed, _ = fixes.apply_fixes(source, [a.fix])
-    assert fixed == 'import torch\nfrom torch.amp import autocast; x = autocast("cuda", dtype=torch.float16)\n'
+    assert fixed == 'import torch\nfrom torch.amp import autocast; x = autocast("cuda", dtype=torch.float16, cache_enabled=True)\n'
 
 
 def test_a_noqa_line_is_never_rewritten_by_a_shared_fix() -> None:
@@ -313,7 +322,7 @@ def test_the_written_dtype_reads_torch_where_the_call_runs(source: str) -> None:
 
 def test_a_module_level_torch_import_still_gives_the_dtype_fix() -> None:
     source = "import torch as th\nfrom torch.cuda.amp import autocast\ndef f(x):\n    with autocast():\n        return x\n"
-    assert fixes_of(source)[1] == (4, '    with autocast("cuda", dtype=th.float16):')
+    assert fixes_of(source)[1] == (4, '    with autocast("cuda", dtype=th.float16, cache_enabled=True):')
 
 
 @pytest.mark.parametrize(

@@ -103,6 +103,18 @@ def _legacy_autocast_args(args: list[cst.Arg]) -> list[cst.Arg] | None:
     return out
 
 
+def _has_keyword(args: list[cst.Arg], name: str) -> bool:
+    return any(a.keyword is not None and a.keyword.value == name for a in args)
+
+
+def _appended(args: list[cst.Arg], arg: cst.Arg) -> list[cst.Arg]:
+    """`args` and `arg` after them.  A trailing comma the author wrote, and the line break
+    after it, move to the new last argument: `f(\n    a=1,\n)` gains `, b=2` on a's line."""
+    if not (args and isinstance(args[-1].comma, cst.Comma)):
+        return [*args, arg]
+    return [*args[:-1], args[-1].with_changes(comma=_comma()), arg.with_changes(comma=args[-1].comma)]
+
+
 def _device_arg(value: str, quote: str = '"') -> cst.Arg:
     return cst.Arg(cst.SimpleString(f"{quote}{value}{quote}"))
 
@@ -128,11 +140,12 @@ def modernised_call(call: cst.Call, new_func: cst.BaseExpression, dep: Deprecati
     """The modern call for a deprecated one, keeping every argument; None when unsafe.
 
     A legacy autocast passes its own default dtype (float16 on cuda, bfloat16 on cpu)
-    where `torch.autocast(device)` without one takes the *enclosing* region's dtype: a
-    `torch.cuda.amp.autocast()` nested in a bfloat16 region (or in a forward called from
-    one) runs float16, so the fix writes that dtype out (`dtype=torch.float16`), through
-    `torch_alias`, the name this module binds torch to; without one, or with `**kwargs`
-    that may hold a dtype, there is no fix.  `quote` is the quote the device string takes
+    and cache_enabled=True where `torch.autocast(device)` without them takes the
+    *enclosing* region's: a `torch.cuda.amp.autocast()` nested in a bfloat16 region (or in
+    a forward called from one) runs float16, so the fix writes both out
+    (`dtype=torch.float16, cache_enabled=True`), the dtype through `torch_alias`, the name
+    this module binds torch to; without one, or with `**kwargs` that may hold either,
+    there is no fix.  `quote` is the quote the device string takes
     (the other one inside an f-string: Python < 3.12 cannot nest the same quote)."""
     args = list(call.args)
     if dep.device_argument == "positional":
@@ -140,12 +153,18 @@ def modernised_call(call: cst.Call, new_func: cst.BaseExpression, dep: Deprecati
             args = _legacy_autocast_args(args)
             if args is None:
                 return None
-            if not any(a.keyword is not None and a.keyword.value == "dtype" for a in args):
+            if not _has_keyword(args, "dtype"):
                 if torch_alias is None or any(a.star == "**" for a in args):
                     return None
-                dtype = cst.parse_expression(f"{torch_alias}.{AUTOCAST_DEFAULT_DTYPE[dep.device]}")
-                last_comma = args[-1].comma if args and isinstance(args[-1].comma, cst.Comma) else cst.MaybeSentinel.DEFAULT
-                args.append(_keyword("dtype", dtype).with_changes(comma=last_comma))
+                args = _appended(args, _keyword("dtype", cst.parse_expression(f"{torch_alias}.{AUTOCAST_DEFAULT_DTYPE[dep.device]}")))
+            if not _has_keyword(args, "cache_enabled"):
+                # NB: the legacy class passes cache_enabled=True; `torch.autocast` without it
+                # takes the enclosing region's (a region built with cache_enabled=False), and a
+                # weight updated in place inside the region is then read afresh where the legacy
+                # region reused its stale cast copy.  `**kw` may hold it: no fix.
+                if any(a.star == "**" for a in args):
+                    return None
+                args = _appended(args, _keyword("cache_enabled", cst.Name("True")))
         elif any(a.star == "*" for a in args):
             return None
         if any(a.keyword is not None and a.keyword.value in ("device", "device_type") for a in args):

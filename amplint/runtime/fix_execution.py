@@ -502,6 +502,14 @@ def _autocast_contexts(call: str, dev: str) -> dict[str, str]:
         "plain": f"{_MODEL}with {call}:\n    y = model(x)\n    {_REPORT_AUTOCAST}\n",
         "nested_bf16": f"{_MODEL}with torch.autocast('{dev}', dtype=torch.bfloat16):\n    with {call}:\n        y = model(x)\n        {_REPORT_AUTOCAST}\n",
         "nested_fp16": f"{_MODEL}with torch.autocast('{dev}', dtype=torch.float16):\n    with {call}:\n        y = model(x)\n        {_REPORT_AUTOCAST}\n",
+        # The legacy classes pass cache_enabled=True; `torch.autocast` without it takes the
+        # enclosing region's: a weight updated in place inside the region is then read afresh
+        # where the legacy region reused its stale cast copy.
+        "nested_no_cache": (
+            f"{_MODEL}with torch.autocast('{dev}', dtype=torch.bfloat16, cache_enabled=False):\n    with {call}:\n"
+            f"        y = model(x)\n        with torch.no_grad():\n            model.weight.add_(1.0)\n"
+            f"        y2 = model(x)\n        {_REPORT_AUTOCAST}\n        print('stale', torch.equal(y, y2))\n"
+        ),
         "forward_in_bf16_region": (
             "class Net(torch.nn.Module):\n    def __init__(self):\n        super().__init__()\n        self.lin = torch.nn.Linear(4, 4)\n\n"
             f"    def forward(self, x):\n        with {call}:\n            y = self.lin(x)\n            {_REPORT_AUTOCAST}\n            return y\n\n"
