@@ -363,3 +363,57 @@ def test_a_class_singledispatch_registers_keeps_its_constructions(source: str) -
     """`@f.register` reads the annotation and dispatches with an isinstance test: a
     `torch.amp.GradScaler` is no `torch.cuda.amp.GradScaler`, so f() took the other branch."""
     assert all(d.fix is None for d in check_source(source, "t.py", select=["AMP401"]))
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "import pydantic\nimport torch\n@pydantic.validate_call(config=dict(arbitrary_types_allowed=True))\n"
+        "def step(s: torch.cuda.amp.GradScaler):\n    return s\nstep(torch.cuda.amp.GradScaler(4.0))\n",
+        "import torch\nfrom torch.cuda.amp import GradScaler\nfrom typeguard import typechecked\n@typechecked\n"
+        "def step(s: GradScaler) -> None:\n    pass\nstep(GradScaler(4.0))\n",
+        "import pydantic\nimport torch\nclass Cfg(pydantic.BaseModel):\n    scaler: torch.cuda.amp.GradScaler\n"
+        "Cfg(scaler=torch.cuda.amp.GradScaler(4.0))\n",
+        "import torch\nfrom torch.cuda.amp import GradScaler\n@pydantic.dataclasses.dataclass\nclass Cfg:\n"
+        "    scaler: GradScaler\nCfg(scaler=GradScaler(4.0))\n",
+    ],
+    ids=["validate-call", "typechecked-imported-name", "model-field", "checked-dataclass-field"],
+)
+def test_a_class_an_annotation_checker_reads_keeps_its_constructions(source: str) -> None:
+    """pydantic, typeguard, beartype read a decorated function's annotations (and a model's
+    fields) and test the value with isinstance: a `torch.amp.GradScaler` is no
+    `torch.cuda.amp.GradScaler`, so the call raised a validation error after the fix."""
+    assert all(d.fix is None for d in check_source(source, "t.py", select=["AMP401"]))
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "import torch\ndef step(s: torch.cuda.amp.GradScaler) -> None:\n    pass\nstep(torch.cuda.amp.GradScaler(4.0))\n",
+        "import torch\nclass Trainer:\n    scaler: torch.cuda.amp.GradScaler\n    @staticmethod\n"
+        "    def make(s: torch.cuda.amp.GradScaler = None):\n        return torch.cuda.amp.GradScaler(4.0)\n",
+        "import dataclasses\nimport torch\n@dataclasses.dataclass\nclass Cfg:\n    scaler: torch.cuda.amp.GradScaler\n"
+        "Cfg(scaler=torch.cuda.amp.GradScaler(4.0))\n",
+    ],
+    ids=["plain-function", "plain-class-and-staticmethod", "stdlib-dataclass"],
+)
+def test_an_annotation_nothing_checks_keeps_the_fix(source: str) -> None:
+    assert any('GradScaler("cuda", 4.0)' in line for _, line in fixes_of(source) if line)
+
+
+@pytest.mark.parametrize(
+    "star",
+    ["from torch.cuda.amp import *", "from helpers import *"],
+    ids=["deprecated-module", "project-module"],
+)
+def test_a_star_import_after_the_import_pins_it(star: str) -> None:
+    """A star import that runs after `from torch.cuda.amp import autocast` may bind the
+    name again (to the legacy class, or whatever a module re-exports): the renamed call
+    `autocast("cuda", ...)` then passed "cuda" as `enabled` (TypeError)."""
+    source = f"import torch\nfrom torch.cuda.amp import autocast\n{star}\nwith autocast():\n    pass\n"
+    assert all(d.fix is None for d in check_source(source, "t.py", select=["AMP401"]))
+
+
+def test_a_star_import_before_the_import_leaves_the_fix() -> None:
+    source = "import torch\nfrom helpers import *\nfrom torch.cuda.amp import autocast\nwith autocast():\n    pass\n"
+    assert fixes_of(source)[1] == (4, 'with autocast("cuda", dtype=torch.float16, cache_enabled=True):')

@@ -16,7 +16,8 @@ A rewrite is offered only where the new code builds the same object from the sam
 arguments (issue 17): a call, with the device the old class implied; a decorator, as a
 call of the modern decorator; an annotation needs no change.  A bare reference to the
 class (`Scaler = torch.cuda.amp.GradScaler`, a base class, `functools.partial(...)`, an
-`isinstance` test, a `cls=` default) has no drop-in spelling: `torch.amp.GradScaler`'s
+`isinstance` test, a `cls=` default, an annotation that pydantic, typeguard or
+singledispatch tests values against) has no drop-in spelling: `torch.amp.GradScaler`'s
 first parameter is `device` where the old class's is `init_scale`, and a
 `torch.amp.GradScaler` is no `torch.cuda.amp.GradScaler`.  Such a reference is reported
 without a fix, and pins the import it goes through.
@@ -342,15 +343,19 @@ class Deprecations:
         if ref.statement is not None or id(ref.node) in self._call_of_func:
             return False
         where = self._contexts.of(ref.node)
-        if where.annotation and id(ref.node) in self._dispatch_annotations:
-            return True  # `@f.register def _(x: GradScaler)`: singledispatch tests against it
+        if where.annotation and id(ref.node) in self._checked_annotations:
+            return True  # `@f.register def _(x: GradScaler)`, `@validate_call`: an isinstance test reads it
         return not (where.annotation or where.decorator or where.binding or where.shadowed)
 
     @cached_property
-    def _dispatch_annotations(self) -> set[int]:
-        """Ids of the names in the parameter annotations of functions decorated `@<x>.register`
-        (functools.singledispatch): dispatch runs an isinstance test against them."""
-        finder = _DispatchAnnotations()
+    def _checked_annotations(self) -> set[int]:
+        """Ids of the names in annotations that code may test values against at run time
+        (module docstring): a decorated function's parameters and return (singledispatch's
+        `@f.register`, pydantic's `@validate_call`, typeguard's `@typechecked`, beartype), and
+        the fields of a class with a base or a decorator (a pydantic model or dataclass).
+        Decorators and bases known to read no annotation (`staticmethod`, `dataclasses.dataclass`,
+        `torch.nn.Module`, ...) leave them inert."""
+        finder = _CheckedAnnotations(self.model.imports.qualify_text)
         walk(self.model.module, finder)
         return finder.ids
 
@@ -383,6 +388,14 @@ class Deprecations:
             if not frontier:
                 return False
         return bool(frontier)  # NB: a chain of star imports longer than followed may reach a user
+
+    def _star_import_after(self, statements: list[cst.CSTNode]) -> bool:
+        """A star import follows one of `statements` in the module's text (which names it
+        binds is not known here; one before them is overridden by them)."""
+        order = _ImportOrder()
+        walk(self.model.module, order)
+        first = min((order.index[id(s)] for s in statements if id(s) in order.index), default=None)
+        return first is not None and any(i > first for i in order.stars)
 
     def _looked_up_by_name(self, locals_: set[str]) -> bool:
         """A string names one of `locals_` in a module that runs or looks up code by name
@@ -516,6 +529,11 @@ class Deprecations:
             return  # another module imports the name from here and calls it the old way
         if self._looked_up_by_name(locals_):
             return  # `exec("s = GradScaler(4.0)")`, `globals()["GradScaler"](4.0)`: a use no fix sees
+        if self._star_import_after(statements):
+            # NB: `from torch.cuda.amp import *` (or a project module that re-exports the
+            # legacy name) run after the import binds the name again: `autocast("cuda")`
+            # would then pass "cuda" as the legacy `enabled`.
+            return
         for stmt in statements:
             if self._contexts.of(_first_name(stmt)).fallback:
                 return  # the import is kept for an older torch on purpose
@@ -603,18 +621,62 @@ def _runs_a_string(func: cst.BaseExpression) -> bool:
     return dotted(func) in _DYNAMIC_LOOKUPS
 
 
-class _DispatchAnnotations(cst.CSTVisitor):
-    def __init__(self) -> None:
+# Decorators and base classes that never test a value against an annotation.  Anything
+# else may (pydantic, typeguard, beartype, singledispatch, a project's own checker).
+_INERT_DECORATORS = frozenset({
+    "staticmethod", "classmethod", "property", "functools.cached_property", "functools.wraps",
+    "functools.lru_cache", "functools.cache", "abc.abstractmethod", "typing.overload", "typing.final",
+    "typing.override", "typing_extensions.override", "typing_extensions.final", "dataclasses.dataclass",
+    "contextlib.contextmanager",
+})
+_INERT_BASES = frozenset({
+    "object", "typing.NamedTuple", "typing.TypedDict", "typing.Protocol", "typing.Generic", "abc.ABC",
+    "enum.Enum", "typing_extensions.TypedDict", "typing_extensions.Protocol",
+})
+
+
+class _CheckedAnnotations(cst.CSTVisitor):
+    """The names in annotations that a decorator or a base class may read and test values against."""
+
+    def __init__(self, qualify) -> None:
+        self.qualify = qualify
         self.ids: set[int] = set()
 
+    def _inert(self, expr: cst.BaseExpression, known: frozenset[str]) -> bool:
+        if isinstance(expr, cst.Call):
+            expr = expr.func  # `@dataclasses.dataclass(frozen=True)`
+        if isinstance(expr, cst.Subscript):
+            expr = expr.value  # `Generic[T]`
+        name = dotted(expr)
+        if name is None:
+            return False
+        full = self.qualify(name) or name
+        # NB: torch's decorators and classes read no annotation; `@x.setter` is a property's
+        return full in known or full.startswith("torch.") or name.rsplit(".", 1)[-1] in ("setter", "getter", "deleter")
+
+    def _collect(self, annotation: cst.Annotation | None) -> None:
+        if annotation is not None:
+            collector = _NamesIn()
+            walk(annotation, collector)
+            self.ids |= collector.ids
+
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
-        if not any((dotted(d.decorator) or "").endswith(".register") for d in node.decorators):
+        if all(self._inert(d.decorator, _INERT_DECORATORS) for d in node.decorators):
             return
-        for param in (*node.params.posonly_params, *node.params.params, *node.params.kwonly_params):
-            if param.annotation is not None:
-                collector = _NamesIn()
-                walk(param.annotation, collector)
-                self.ids |= collector.ids
+        params = node.params
+        for param in (*params.posonly_params, *params.params, *params.kwonly_params,
+                      *(p for p in (params.star_arg, params.star_kwarg) if isinstance(p, cst.Param))):
+            self._collect(param.annotation)
+        self._collect(node.returns)
+
+    def visit_ClassDef(self, node: cst.ClassDef) -> None:
+        if (all(self._inert(d.decorator, _INERT_DECORATORS) for d in node.decorators)
+                and all(a.keyword is not None or self._inert(a.value, _INERT_BASES) for a in node.bases)):
+            return
+        for stmt in node.body.body:  # the class's own fields, not its methods' locals
+            for small in getattr(stmt, "body", ()) if isinstance(stmt, cst.SimpleStatementLine) else ():
+                if isinstance(small, cst.AnnAssign):
+                    self._collect(small.annotation)
 
 
 class _NamesIn(cst.CSTVisitor):
@@ -626,6 +688,25 @@ class _NamesIn(cst.CSTVisitor):
 
     def visit_Attribute(self, node: cst.Attribute) -> None:
         self.ids.add(id(node))
+
+
+class _ImportOrder(cst.CSTVisitor):
+    """The position of each import statement in the module's text, and those of its star imports."""
+
+    def __init__(self) -> None:
+        self.index: dict[int, int] = {}
+        self.stars: list[int] = []
+
+    def _seen(self, node: cst.CSTNode) -> None:
+        self.index[id(node)] = len(self.index)
+
+    def visit_Import(self, node: cst.Import) -> None:
+        self._seen(node)
+
+    def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
+        self._seen(node)
+        if isinstance(node.names, cst.ImportStar):
+            self.stars.append(self.index[id(node)])
 
 
 class _NameCounter(cst.CSTVisitor):

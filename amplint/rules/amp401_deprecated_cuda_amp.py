@@ -70,7 +70,9 @@ class DeprecatedCudaAmp(Rule):
     class or function (a base class, `Scaler = torch.cuda.amp.GradScaler`,
     `functools.partial(...)`, a `cls=` default, `isinstance`), since
     `torch.amp.GradScaler`'s first parameter is `device` where the old class's is
-    `init_scale`; the constructions of a class the module also uses as a value, and an
+    `init_scale`; the constructions of a class the module also uses as a value (an
+    annotation counts where a decorator or a base class may test values against it:
+    `@validate_call`, `@typechecked`, `@f.register`, a pydantic model's field), and an
     import one such use goes through; an import the module re-exports (listed in
     `__all__`, or `import autocast as autocast`) or that another module of the project
     imports, since its importers call it the old way; an import chosen per device (`from
@@ -80,7 +82,7 @@ class DeprecatedCudaAmp(Rule):
     `**kwargs` and no `dtype` or no `cache_enabled`, or in a module that binds no name to `torch` (the dtype
     needs one; amplint adds no import); `*args` passed to the legacy autocast; in a
     notebook, a name that an IPython line (`%time`, `%timeit`) uses, which amplint does
-    not rewrite; a module
+    not rewrite; an import followed by a star import, which may bind the name again; a module
     that sets autocast's global defaults (`torch.set_autocast_dtype`), which
     `torch.autocast(device)` reads where the legacy class passed float16 itself; a fix
     that would rewrite a line marked `# noqa: AMP401`; and a spelling that

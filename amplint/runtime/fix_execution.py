@@ -718,10 +718,58 @@ def _one_line_variants() -> list[Case]:
     return out
 
 
+# A decorator that tests each argument against its parameter's annotation, as pydantic's
+# `validate_call`, typeguard and beartype do (written out: the harness needs none of them).
+_CHECKER = """
+import functools, inspect
+
+def checked(f):
+    sig = inspect.signature(f)
+    @functools.wraps(f)
+    def run(*args, **kwargs):
+        for name, value in sig.bind(*args, **kwargs).arguments.items():
+            kind = sig.parameters[name].annotation
+            if isinstance(kind, type) and not isinstance(value, kind):
+                raise TypeError(f"{name} is no {kind.__module__}.{kind.__qualname__}")
+        return f(*args, **kwargs)
+    return run
+"""
+
+
+def _checked_annotation_variants() -> list[Case]:
+    """A scaler passed to a function whose annotation a decorator checks with isinstance: the
+    constructions must stay instances of the deprecated class the annotation names."""
+    out = []
+    for spelling in ("full", "from", "module_alias"):
+        for dev in ("cuda", "cpu"):
+            imports, expr = SPELLINGS[spelling](dev, "GradScaler")
+            program = (f"{_CHECKER}\n@checked\ndef report(s: {expr}):\n    {_REPORT_SCALER}\n\n"
+                       f"s = {expr}(2.0**10)\nreport(s)\n")
+            out.append(Case(f"AMP401-checked_annotation-GradScaler-{dev}-{spelling}", (("train.py", f"{imports}\n{program}"),), ("train.py",)))
+    return out
+
+
+def _star_import_variants() -> list[Case]:
+    """A star import after the fixed import binds the name again: to the legacy class (from the
+    deprecated module), or to what a project module re-exports."""
+    out = []
+    for source in ("deprecated_module", "project_module"):
+        for dev in ("cuda", "cpu"):
+            star = f"from torch.{dev}.amp import *" if source == "deprecated_module" else "from helpers import *"
+            train = (f"import torch\nfrom torch.{dev}.amp import autocast\n{star}\n{_MODEL}"
+                     f"with autocast():\n    y = model(x)\n    {_REPORT_AUTOCAST}\n")
+            files = [("train.py", train)]
+            if source == "project_module":
+                files.append(("helpers.py", f"from torch.{dev}.amp import autocast as autocast\n\ndef helper():\n    pass\n"))
+            out.append(Case(f"AMP401-star_import_after-autocast-{dev}-{source}", tuple(files), ("train.py",)))
+    return out
+
+
 def variants() -> list[Case]:
     """Every generated case; ids name the rule, the context, the object, the device, the spelling."""
     cases = (_single_file_variants() + _branch_variants() + _reexport_variants() + _isinstance_variants()
-             + _fstring_variants() + _notebook_variants() + _one_line_variants())
+             + _fstring_variants() + _notebook_variants() + _one_line_variants() + _checked_annotation_variants()
+             + _star_import_variants())
     ids = [c.id for c in cases]
     assert len(ids) == len(set(ids)), "variant ids must be unique"
     return cases
