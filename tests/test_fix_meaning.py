@@ -417,3 +417,29 @@ def test_a_star_import_after_the_import_pins_it(star: str) -> None:
 def test_a_star_import_before_the_import_leaves_the_fix() -> None:
     source = "import torch\nfrom helpers import *\nfrom torch.cuda.amp import autocast\nwith autocast():\n    pass\n"
     assert fixes_of(source)[1] == (4, 'with autocast("cuda", dtype=torch.float16, cache_enabled=True):')
+
+
+# --- AMP501's unsafe fix reads torch where the fill runs -------------------------------------------
+
+_FILL = "def attend(q, mask):\n    s = q.half() @ q.t().half()\n    return s.masked_fill(mask, -1e9)\n"
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "from typing import TYPE_CHECKING\nfrom torch import nn\nif TYPE_CHECKING:\n    import torch\n" + _FILL,
+        "from torch import nn\ndef main():\n    import torch\n    print(torch.__version__)\n" + _FILL,
+        "import torch\ndef attend(q, mask, torch=None):\n    s = q.half() @ q.t().half()\n    return s.masked_fill(mask, -1e9)\n",
+    ],
+    ids=["import-for-type-checkers-only", "import-in-another-function", "parameter-named-torch"],
+)
+def test_the_finfo_fix_needs_a_torch_name_where_the_fill_runs(source: str) -> None:
+    """`torch.finfo(s.dtype).min` is evaluated at the fill: a `torch` that is not bound there
+    (an import under TYPE_CHECKING or in another function) or is another object (a parameter)
+    turned an overflow into a NameError or AttributeError."""
+    assert fixes_of(source, "AMP501") == [(source.count("\n"), None)]
+
+
+def test_the_finfo_fix_reads_a_module_level_torch_alias() -> None:
+    source = "import torch as th\n" + _FILL
+    assert fixes_of(source, "AMP501") == [(4, "    return s.masked_fill(mask, th.finfo(s.dtype).min)")]

@@ -454,7 +454,7 @@ class Deprecations:
         return next((q for q in ('"', "'") if q not in taken), None)
 
     @cached_property
-    def _module_torch_aliases(self) -> list[str]:
+    def module_torch_aliases(self) -> list[str]:
         """Names a module-level `import torch [as th]` binds and nothing else in the module
         binds (an assignment, a parameter, a class attribute, a `global`): `torch` first."""
         model = self.model
@@ -471,6 +471,13 @@ class Deprecations:
         rebound = {name for s in model.scopes for name in (*s.assignments, *s.params, *s.globals_)}
         return sorted(aliases - rebound, key=lambda a: (a != "torch", a))
 
+    def torch_name_at(self, node: cst.Name | cst.Attribute) -> str | None:
+        """`_torch_alias_at` for a node of any rule (AMP501's `torch.finfo`): the name that
+        reads the torch module where `node` (a name or attribute) runs, or None."""
+        where = Contexts(self.model, {id(node)}).of(node)
+        return next((a for a in self.module_torch_aliases
+                     if a in where.imported_before and a not in where.locals_here), None)
+
     def _torch_alias_at(self, node: cst.CSTNode) -> str | None:
         """The name that reads the torch module where `node` runs (for `torch.float16` in a
         fixed autocast): bound by a module-level import before it, and no local of an
@@ -478,7 +485,7 @@ class Deprecations:
         inside another function, after the use, or a name the use's scope rebinds would
         make the written dtype a NameError or another object's attribute."""
         where = self._contexts.of(node)
-        return next((a for a in self._module_torch_aliases
+        return next((a for a in self.module_torch_aliases
                      if a in where.imported_before and a not in where.locals_here), None)
 
     # --- case 1: the full path from a torch alias ---------------------------------------

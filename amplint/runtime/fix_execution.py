@@ -765,11 +765,32 @@ def _star_import_variants() -> list[Case]:
     return out
 
 
+def _finfo_variants() -> list[Case]:
+    """AMP501's `torch.finfo(s.dtype).min` where `torch` may not read the module there: an
+    import for type checkers only, an import in another function, a parameter `torch`.  The
+    fill runs in float32 here (no overflow), and the script prints whether it masked."""
+    fill = ("def attend(q, mask{param}):\n    s = q @ q.t()\n    if q.dtype == torch_half:\n        s = s.half()\n"
+            "    return s.masked_fill(mask, -1e9)\n\n"
+            "q = randn(3, 4)\nout = attend(q, eye(3, dtype=bool_))\nprint(out.dtype, bool((out < -1e8).any()))\n")
+    heads = {
+        "type_checking_import": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import torch\n",
+        "import_in_other_function": "def version():\n    import torch\n    return torch.__version__\n",
+        "parameter_named_torch": "import torch\n",
+        "module_import": "import torch\n",
+    }
+    out = []
+    for name, head in heads.items():
+        param = ", torch=None" if name == "parameter_named_torch" else ""
+        text = (f"{head}from torch import randn, eye, bool as bool_, half as torch_half\n\n" + fill.format(param=param))
+        out.append(Case(f"AMP501-finfo_name-{name}", (("train.py", text),), ("train.py",)))
+    return out
+
+
 def variants() -> list[Case]:
     """Every generated case; ids name the rule, the context, the object, the device, the spelling."""
     cases = (_single_file_variants() + _branch_variants() + _reexport_variants() + _isinstance_variants()
              + _fstring_variants() + _notebook_variants() + _one_line_variants() + _checked_annotation_variants()
-             + _star_import_variants())
+             + _star_import_variants() + _finfo_variants())
     ids = [c.id for c in cases]
     assert len(ids) == len(set(ids)), "variant ids must be unique"
     return cases
