@@ -443,3 +443,35 @@ def test_the_finfo_fix_needs_a_torch_name_where_the_fill_runs(source: str) -> No
 def test_the_finfo_fix_reads_a_module_level_torch_alias() -> None:
     source = "import torch as th\n" + _FILL
     assert fixes_of(source, "AMP501") == [(4, "    return s.masked_fill(mask, th.finfo(s.dtype).min)")]
+
+
+# --- AMP103's unsafe fix needs the scaler wherever the backward runs ----------------------------
+
+_LOOP = ("import torch\nmodel = torch.nn.Linear(4, 4)\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\n{make}\n"
+         "for x in data:\n    with torch.autocast('cuda', dtype=torch.float16, enabled=use_amp):\n"
+         "        loss = model(x).sum()\n    loss.backward()\n{step}")
+
+
+@pytest.mark.parametrize(
+    ("make", "step"),
+    [
+        ("scaler = torch.amp.GradScaler('cuda') if use_amp else None",
+         "    if scaler is not None:\n        scaler.step(opt)\n        scaler.update()\n    else:\n        opt.step()\n"),
+        ("scaler = torch.amp.GradScaler('cuda') if use_amp else None",
+         "    if use_amp:\n        scaler.step(opt)\n        scaler.update()\n    else:\n        opt.step()\n"),
+        ("scaler = use_amp and torch.amp.GradScaler('cuda')",
+         "    if scaler:\n        scaler.step(opt)\n        scaler.update()\n    else:\n        opt.step()\n"),
+    ],
+    ids=["is-not-none-guard", "flag-guard", "truthiness-guard"],
+)
+def test_no_scale_fix_where_the_scaler_may_be_none_at_the_backward(make: str, step: str) -> None:
+    """`scaler = GradScaler() if use_amp else None` and a step only where it exists: the
+    backward runs either way, and `scaler.scale(loss)` raised AttributeError without AMP."""
+    source = _LOOP.format(make=make, step=step)
+    assert [fix for _, fix in fixes_of(source, "AMP103")] == [None]
+
+
+def test_the_scale_fix_stays_where_the_scaler_always_exists() -> None:
+    source = _LOOP.format(make="scaler = torch.amp.GradScaler('cuda', enabled=use_amp)",
+                          step="    scaler.step(opt)\n    scaler.update()\n")
+    assert fixes_of(source, "AMP103") == [(8, "    scaler.scale(loss).backward()")]

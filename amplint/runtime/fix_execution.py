@@ -786,11 +786,30 @@ def _finfo_variants() -> list[Case]:
     return out
 
 
+def _optional_scaler_variants() -> list[Case]:
+    """AMP103's `scaler.scale(loss)` where the scaler exists only with AMP on (`GradScaler() if
+    use_amp else None`, a step under `if scaler is not None:`): run with AMP off, the backward
+    runs and the scaler is None."""
+    out = []
+    guards = {"is_not_none": "if scaler is not None:", "flag": "if use_amp:", "truthiness": "if scaler:"}
+    for name, guard in guards.items():
+        text = ("import torch\n\nuse_amp = False\ntorch.manual_seed(0)\nmodel = torch.nn.Linear(4, 4)\n"
+                "opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+                "scaler = torch.amp.GradScaler('cpu') if use_amp else None\n"
+                "for _ in range(2):\n    opt.zero_grad()\n"
+                "    with torch.autocast('cpu', dtype=torch.float16, enabled=use_amp):\n"
+                "        loss = model(torch.randn(2, 4)).float().sum()\n    loss.backward()\n"
+                f"    {guard}\n        scaler.step(opt)\n        scaler.update()\n    else:\n        opt.step()\n"
+                "print(model.weight.sum().item())\n")
+        out.append(Case(f"AMP103-optional_scaler-{name}", (("train.py", text),), ("train.py",)))
+    return out
+
+
 def variants() -> list[Case]:
     """Every generated case; ids name the rule, the context, the object, the device, the spelling."""
     cases = (_single_file_variants() + _branch_variants() + _reexport_variants() + _isinstance_variants()
              + _fstring_variants() + _notebook_variants() + _one_line_variants() + _checked_annotation_variants()
-             + _star_import_variants() + _finfo_variants())
+             + _star_import_variants() + _finfo_variants() + _optional_scaler_variants())
     ids = [c.id for c in cases]
     assert len(ids) == len(set(ids)), "variant ids must be unique"
     return cases
