@@ -64,7 +64,9 @@ class DeprecatedCudaAmp(Rule):
     import autocast` together with all of its uses, so no name is left unbound; an
     annotation needs no change. The object built is a `torch.amp.GradScaler` (or
     `torch.autocast`) rather than its deprecated subclass: the same state and methods,
-    told apart only by an `isinstance` test against the deprecated class.
+    told apart only by an `isinstance` test against the deprecated class, or by reading
+    the class's module (`type(s).__module__`, `repr(type(s))` in a log line), which no
+    fix can keep.
 
     No fix, the finding alone, where that cannot be shown: a bare reference to the
     class or function (a base class, `Scaler = torch.cuda.amp.GradScaler`,
