@@ -320,6 +320,13 @@ def test_the_written_dtype_reads_torch_where_the_call_runs(source: str) -> None:
     assert all(d.fix is None for d in check_source(source, "t.py", select=["AMP401"]))
 
 
+def test_a_torch_import_in_the_branch_of_the_use_gives_the_dtype_fix() -> None:
+    """A script's `if __name__ == "__main__":` imports torch and then runs: the import has run there."""
+    source = ("from torch.cuda.amp import autocast\nif __name__ == '__main__':\n    import torch\n"
+              "    with autocast():\n        pass\n")
+    assert fixes_of(source)[1] == (4, '    with autocast("cuda", dtype=torch.float16, cache_enabled=True):')
+
+
 def test_a_module_level_torch_import_still_gives_the_dtype_fix() -> None:
     source = "import torch as th\nfrom torch.cuda.amp import autocast\ndef f(x):\n    with autocast():\n        return x\n"
     assert fixes_of(source)[1] == (4, '    with autocast("cuda", dtype=th.float16, cache_enabled=True):')
