@@ -66,7 +66,7 @@ def test_the_same_device_imported_in_both_branches_is_still_fixed() -> None:
         "import torch\nif FAST:\n    from torch.cuda.amp import autocast\nelse:\n    from torch.cuda.amp import autocast\n"
         "with autocast():\n    pass\n"
     )
-    assert 'autocast("cuda", dtype=torch.float16)' in fixed(source)
+    assert 'autocast("cuda", dtype=torch.float16, cache_enabled=True)' in fixed(source)
 
 
 # --- names re-exported to other modules ---------------------------------------------------------
@@ -282,7 +282,7 @@ def test_a_magic_line_that_names_something_else_leaves_the_fix() -> None:
         "import torch\nfrom torch.cuda.amp import autocast\n", "%timeit x = torch.ones(3)\n", "with autocast():\n    pass\n"))
     lint = lambda text: check_source(text, "n.ipynb", select=["AMP401"])  # noqa: E731
     _, new_text, _ = notebooks.fix(nb, lint)
-    assert new_text is not None and 'autocast(\\"cuda\\", dtype=torch.float16)' in new_text
+    assert new_text is not None and 'autocast(\\"cuda\\", dtype=torch.float16, cache_enabled=True)' in new_text
 
 
 # --- names that shadow the import are not the import ---------------------------------------------

@@ -52,8 +52,16 @@ def fixes_of(source: str, code: str = "AMP401") -> list[tuple[int, str | None]]:
 
 
 def test_enabled_false_after_kwargs_is_kept() -> None:
+    source = "import torch\nwith torch.cuda.amp.autocast(**kw, enabled=False, dtype=torch.bfloat16, cache_enabled=True):\n    pass\n"
+    assert fixes_of(source) == [
+        (2, 'with torch.autocast("cuda", **kw, enabled=False, dtype=torch.bfloat16, cache_enabled=True):')]
+
+
+def test_kwargs_that_may_hold_cache_enabled_get_no_fix() -> None:
+    """The legacy class passes cache_enabled=True; `torch.autocast` without it takes the
+    enclosing region's.  Beside `**kw`, which may hold it, the fix cannot write it out."""
     source = "import torch\nwith torch.cuda.amp.autocast(**kw, enabled=False, dtype=torch.bfloat16):\n    pass\n"
-    assert fixes_of(source) == [(2, 'with torch.autocast("cuda", **kw, enabled=False, dtype=torch.bfloat16):')]
+    assert fixes_of(source) == [(2, None)]
 
 
 def test_cache_enabled_after_kwargs_is_kept() -> None:
@@ -73,16 +81,17 @@ def test_kwargs_that_may_hold_the_dtype_get_no_fix() -> None:
 @pytest.mark.parametrize(
     ("call", "fixed"),
     [
-        ("torch.cuda.amp.autocast()", 'torch.autocast("cuda", dtype=torch.float16)'),
-        ("torch.cpu.amp.autocast()", 'torch.autocast("cpu", dtype=torch.bfloat16)'),
-        ("torch.cuda.amp.autocast(enabled=flag)", 'torch.autocast("cuda", enabled=flag, dtype=torch.float16)'),
-        ("torch.cpu.amp.autocast(True, torch.float16)", 'torch.autocast("cpu", enabled=True, dtype=torch.float16)'),
-        ("torch.cuda.amp.autocast(dtype=torch.bfloat16)", 'torch.autocast("cuda", dtype=torch.bfloat16)'),
+        ("torch.cuda.amp.autocast()", 'torch.autocast("cuda", dtype=torch.float16, cache_enabled=True)'),
+        ("torch.cpu.amp.autocast()", 'torch.autocast("cpu", dtype=torch.bfloat16, cache_enabled=True)'),
+        ("torch.cuda.amp.autocast(enabled=flag)", 'torch.autocast("cuda", enabled=flag, dtype=torch.float16, cache_enabled=True)'),
+        ("torch.cpu.amp.autocast(True, torch.float16)", 'torch.autocast("cpu", enabled=True, dtype=torch.float16, cache_enabled=True)'),
+        ("torch.cuda.amp.autocast(dtype=torch.bfloat16)", 'torch.autocast("cuda", dtype=torch.bfloat16, cache_enabled=True)'),
     ],
 )
 def test_the_legacy_default_dtype_is_written_out(call: str, fixed: str) -> None:
     """Nested in `torch.autocast("cpu", dtype=torch.float16)`, `torch.cpu.amp.autocast()`
-    runs bfloat16 and `torch.autocast("cpu")` float16: the fix passes what the old class passed."""
+    runs bfloat16 and `torch.autocast("cpu")` float16 (and, nested in a region built with
+    cache_enabled=False, caches no weight): the fix passes what the old class passed."""
     source = f"import torch\nwith torch.autocast('cpu', dtype=torch.float16):\n    with {call}:\n        pass\n"
     assert fixes_of(source) == [(3, f"    with {fixed}:")]
 
@@ -92,7 +101,7 @@ def test_a_module_that_binds_no_torch_gets_no_autocast_fix() -> None:
     source = "from torch.cuda.amp import autocast\nwith autocast():\n    pass\n"
     assert fixes_of(source) == [(1, None), (2, None)]
     assert fixes_of("import torch as th\nwith th.cuda.amp.autocast():\n    pass\n") == [
-        (2, 'with th.autocast("cuda", dtype=th.float16):')]
+        (2, 'with th.autocast("cuda", dtype=th.float16, cache_enabled=True):')]
 
 
 def test_star_args_to_the_legacy_autocast_get_no_fix() -> None:
@@ -219,7 +228,7 @@ def test_a_semicolon_one_liner_is_fixed_without_doubling_the_semicolon() -> None
     (a, b) = check_source(source, "t.py", select=["AMP401"])
     assert a.fix == b.fix
     fixed, _ = fixes.apply_fixes(source, [a.fix])
-    assert fixed == 'import torch\nfrom torch.amp import autocast; x = autocast("cuda", dtype=torch.float16)\n'
+    assert fixed == 'import torch\nfrom torch.amp import autocast; x = autocast("cuda", dtype=torch.float16, cache_enabled=True)\n'
 
 
 def test_a_noqa_line_is_never_rewritten_by_a_shared_fix() -> None:
@@ -323,19 +332,33 @@ def test_a_re_exported_import_is_not_renamed(source: str) -> None:
         "from torch.cuda.amp import autocast\ndef g():\n    import torch\ndef f():\n    with autocast():\n        pass\n",
         "from torch.cuda.amp import autocast\nwith autocast():\n    pass\nimport torch\n",
         "import torch as th\nfrom torch.cuda.amp import autocast\nf = lambda th: autocast()\n",
+        "from typing import TYPE_CHECKING\nfrom torch.cuda.amp import autocast\nif TYPE_CHECKING:\n    import torch\n"
+        "with autocast():\n    pass\n",
+        "from torch.cuda.amp import autocast\nif WANT_TORCH:\n    import torch\nwith autocast():\n    pass\n",
+        "from torch.cuda.amp import autocast\ntry:\n    pass\nexcept ImportError:\n    import torch\n"
+        "with autocast():\n    pass\n",
     ],
     ids=["parameter", "local", "comprehension", "class-attribute", "import-in-another-function",
-         "import-after-the-use", "lambda-parameter"],
+         "import-after-the-use", "lambda-parameter", "import-for-type-checkers-only", "import-in-a-branch",
+         "import-in-an-except"],
 )
 def test_the_written_dtype_reads_torch_where_the_call_runs(source: str) -> None:
     """`dtype=torch.float16` is evaluated at the call: a name that is not torch there (a
-    local, a class attribute, an import elsewhere or later) made the fixed code raise."""
+    local, a class attribute, an import elsewhere or later, an import that may not run:
+    `if TYPE_CHECKING:`, a branch, an `except`) made the fixed code raise."""
     assert all(d.fix is None for d in check_source(source, "t.py", select=["AMP401"]))
+
+
+def test_a_torch_import_in_the_branch_of_the_use_gives_the_dtype_fix() -> None:
+    """A script's `if __name__ == "__main__":` imports torch and then runs: the import has run there."""
+    source = ("from torch.cuda.amp import autocast\nif __name__ == '__main__':\n    import torch\n"
+              "    with autocast():\n        pass\n")
+    assert fixes_of(source)[1] == (4, '    with autocast("cuda", dtype=torch.float16, cache_enabled=True):')
 
 
 def test_a_module_level_torch_import_still_gives_the_dtype_fix() -> None:
     source = "import torch as th\nfrom torch.cuda.amp import autocast\ndef f(x):\n    with autocast():\n        return x\n"
-    assert fixes_of(source)[1] == (4, '    with autocast("cuda", dtype=th.float16):')
+    assert fixes_of(source)[1] == (4, '    with autocast("cuda", dtype=th.float16, cache_enabled=True):')
 
 
 @pytest.mark.parametrize(
@@ -376,3 +399,115 @@ def test_a_class_singledispatch_registers_keeps_its_constructions(source: str) -
     """`@f.register` reads the annotation and dispatches with an isinstance test: a
     `torch.amp.GradScaler` is no `torch.cuda.amp.GradScaler`, so f() took the other branch."""
     assert all(d.fix is None for d in check_source(source, "t.py", select=["AMP401"]))
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "import pydantic\nimport torch\n@pydantic.validate_call(config=dict(arbitrary_types_allowed=True))\n"
+        "def step(s: torch.cuda.amp.GradScaler):\n    return s\nstep(torch.cuda.amp.GradScaler(4.0))\n",
+        "import torch\nfrom torch.cuda.amp import GradScaler\nfrom typeguard import typechecked\n@typechecked\n"
+        "def step(s: GradScaler) -> None:\n    pass\nstep(GradScaler(4.0))\n",
+        "import pydantic\nimport torch\nclass Cfg(pydantic.BaseModel):\n    scaler: torch.cuda.amp.GradScaler\n"
+        "Cfg(scaler=torch.cuda.amp.GradScaler(4.0))\n",
+        "import torch\nfrom torch.cuda.amp import GradScaler\n@pydantic.dataclasses.dataclass\nclass Cfg:\n"
+        "    scaler: GradScaler\nCfg(scaler=GradScaler(4.0))\n",
+    ],
+    ids=["validate-call", "typechecked-imported-name", "model-field", "checked-dataclass-field"],
+)
+def test_a_class_an_annotation_checker_reads_keeps_its_constructions(source: str) -> None:
+    """pydantic, typeguard, beartype read a decorated function's annotations (and a model's
+    fields) and test the value with isinstance: a `torch.amp.GradScaler` is no
+    `torch.cuda.amp.GradScaler`, so the call raised a validation error after the fix."""
+    assert all(d.fix is None for d in check_source(source, "t.py", select=["AMP401"]))
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "import torch\ndef step(s: torch.cuda.amp.GradScaler) -> None:\n    pass\nstep(torch.cuda.amp.GradScaler(4.0))\n",
+        "import torch\nclass Trainer:\n    scaler: torch.cuda.amp.GradScaler\n    @staticmethod\n"
+        "    def make(s: torch.cuda.amp.GradScaler = None):\n        return torch.cuda.amp.GradScaler(4.0)\n",
+        "import dataclasses\nimport torch\n@dataclasses.dataclass\nclass Cfg:\n    scaler: torch.cuda.amp.GradScaler\n"
+        "Cfg(scaler=torch.cuda.amp.GradScaler(4.0))\n",
+    ],
+    ids=["plain-function", "plain-class-and-staticmethod", "stdlib-dataclass"],
+)
+def test_an_annotation_nothing_checks_keeps_the_fix(source: str) -> None:
+    assert any('GradScaler("cuda", 4.0)' in line for _, line in fixes_of(source) if line)
+
+
+@pytest.mark.parametrize(
+    "star",
+    ["from torch.cuda.amp import *", "from helpers import *"],
+    ids=["deprecated-module", "project-module"],
+)
+def test_a_star_import_after_the_import_pins_it(star: str) -> None:
+    """A star import that runs after `from torch.cuda.amp import autocast` may bind the
+    name again (to the legacy class, or whatever a module re-exports): the renamed call
+    `autocast("cuda", ...)` then passed "cuda" as `enabled` (TypeError)."""
+    source = f"import torch\nfrom torch.cuda.amp import autocast\n{star}\nwith autocast():\n    pass\n"
+    assert all(d.fix is None for d in check_source(source, "t.py", select=["AMP401"]))
+
+
+def test_a_star_import_before_the_import_leaves_the_fix() -> None:
+    source = "import torch\nfrom helpers import *\nfrom torch.cuda.amp import autocast\nwith autocast():\n    pass\n"
+    assert fixes_of(source)[1] == (4, 'with autocast("cuda", dtype=torch.float16, cache_enabled=True):')
+
+
+# --- AMP501's unsafe fix reads torch where the fill runs -------------------------------------------
+
+_FILL = "def attend(q, mask):\n    s = q.half() @ q.t().half()\n    return s.masked_fill(mask, -1e9)\n"
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "from typing import TYPE_CHECKING\nfrom torch import nn\nif TYPE_CHECKING:\n    import torch\n" + _FILL,
+        "from torch import nn\ndef main():\n    import torch\n    print(torch.__version__)\n" + _FILL,
+        "import torch\ndef attend(q, mask, torch=None):\n    s = q.half() @ q.t().half()\n    return s.masked_fill(mask, -1e9)\n",
+    ],
+    ids=["import-for-type-checkers-only", "import-in-another-function", "parameter-named-torch"],
+)
+def test_the_finfo_fix_needs_a_torch_name_where_the_fill_runs(source: str) -> None:
+    """`torch.finfo(s.dtype).min` is evaluated at the fill: a `torch` that is not bound there
+    (an import under TYPE_CHECKING or in another function) or is another object (a parameter)
+    turned an overflow into a NameError or AttributeError."""
+    assert fixes_of(source, "AMP501") == [(source.count("\n"), None)]
+
+
+def test_the_finfo_fix_reads_a_module_level_torch_alias() -> None:
+    source = "import torch as th\n" + _FILL
+    assert fixes_of(source, "AMP501") == [(4, "    return s.masked_fill(mask, th.finfo(s.dtype).min)")]
+
+
+# --- AMP103's unsafe fix needs the scaler wherever the backward runs ----------------------------
+
+_LOOP = ("import torch\nmodel = torch.nn.Linear(4, 4)\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\n{make}\n"
+         "for x in data:\n    with torch.autocast('cuda', dtype=torch.float16, enabled=use_amp):\n"
+         "        loss = model(x).sum()\n    loss.backward()\n{step}")
+
+
+@pytest.mark.parametrize(
+    ("make", "step"),
+    [
+        ("scaler = torch.amp.GradScaler('cuda') if use_amp else None",
+         "    if scaler is not None:\n        scaler.step(opt)\n        scaler.update()\n    else:\n        opt.step()\n"),
+        ("scaler = torch.amp.GradScaler('cuda') if use_amp else None",
+         "    if use_amp:\n        scaler.step(opt)\n        scaler.update()\n    else:\n        opt.step()\n"),
+        ("scaler = use_amp and torch.amp.GradScaler('cuda')",
+         "    if scaler:\n        scaler.step(opt)\n        scaler.update()\n    else:\n        opt.step()\n"),
+    ],
+    ids=["is-not-none-guard", "flag-guard", "truthiness-guard"],
+)
+def test_no_scale_fix_where_the_scaler_may_be_none_at_the_backward(make: str, step: str) -> None:
+    """`scaler = GradScaler() if use_amp else None` and a step only where it exists: the
+    backward runs either way, and `scaler.scale(loss)` raised AttributeError without AMP."""
+    source = _LOOP.format(make=make, step=step)
+    assert [fix for _, fix in fixes_of(source, "AMP103")] == [None]
+
+
+def test_the_scale_fix_stays_where_the_scaler_always_exists() -> None:
+    source = _LOOP.format(make="scaler = torch.amp.GradScaler('cuda', enabled=use_amp)",
+                          step="    scaler.step(opt)\n    scaler.update()\n")
+    assert fixes_of(source, "AMP103") == [(8, "    scaler.scale(loss).backward()")]

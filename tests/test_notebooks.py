@@ -104,7 +104,7 @@ def test_fix_edits_only_the_cells_it_fixes_and_keeps_the_json_layout(train: Path
         '-     "scaler = torch.cuda.amp.GradScaler()"',
         '+     "scaler = torch.amp.GradScaler(\\"cuda\\")"',
         '-     "    with torch.cuda.amp.autocast():\\n",',
-        '+     "    with torch.autocast(\\"cuda\\", dtype=torch.float16):\\n",',
+        '+     "    with torch.autocast(\\"cuda\\", dtype=torch.float16, cache_enabled=True):\\n",',
         '+     "    scaler.unscale_(optimizer)\\n",',
     ]
 
@@ -233,7 +233,7 @@ def test_a_fix_across_cells_names_the_cell_of_each_edit(cross_cell: Path, tmp_pa
 
     (first, *rest) = found = edits("--no-cache")
     assert first == (1, [
-        (1, 2, "from torch.amp import GradScaler, autocast"), (2, 1, 'GradScaler("cuda")'), (3, 1, 'autocast("cuda", dtype=torch.float16)'),
+        (1, 2, "from torch.amp import GradScaler, autocast"), (2, 1, 'GradScaler("cuda")'), (3, 1, 'autocast("cuda", dtype=torch.float16, cache_enabled=True)'),
     ])
     assert found[-1] == (4, [(4, 1, 'torch.amp.GradScaler("cuda")')])
     cache = str(tmp_path / "cache")

@@ -122,7 +122,7 @@ def test_fix_hook_rewrites_an_amp401_file(project: Path, pre_commit_home: Path) 
     assert "files were modified by this hook" in proc.stdout
     fixed = (project / "deprecated.py").read_text()
     assert "torch.cuda.amp" not in fixed
-    assert 'torch.amp.GradScaler("cuda")' in fixed and 'torch.autocast("cuda", dtype=torch.float16)' in fixed
+    assert 'torch.amp.GradScaler("cuda")' in fixed and 'torch.autocast("cuda", dtype=torch.float16, cache_enabled=True)' in fixed
     # once fixed, both hooks pass
     again = pre_commit("run", "--files", "deprecated.py", cwd=project, home=pre_commit_home)
     assert again.returncode == 0, again.stdout + again.stderr

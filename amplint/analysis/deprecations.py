@@ -16,7 +16,8 @@ A rewrite is offered only where the new code builds the same object from the sam
 arguments (issue 17): a call, with the device the old class implied; a decorator, as a
 call of the modern decorator; an annotation needs no change.  A bare reference to the
 class (`Scaler = torch.cuda.amp.GradScaler`, a base class, `functools.partial(...)`, an
-`isinstance` test, a `cls=` default) has no drop-in spelling: `torch.amp.GradScaler`'s
+`isinstance` test, a `cls=` default, an annotation that pydantic, typeguard or
+singledispatch tests values against) has no drop-in spelling: `torch.amp.GradScaler`'s
 first parameter is `device` where the old class's is `init_scale`, and a
 `torch.amp.GradScaler` is no `torch.cuda.amp.GradScaler`.  Such a reference is reported
 without a fix, and pins the import it goes through.
@@ -103,6 +104,18 @@ def _legacy_autocast_args(args: list[cst.Arg]) -> list[cst.Arg] | None:
     return out
 
 
+def _has_keyword(args: list[cst.Arg], name: str) -> bool:
+    return any(a.keyword is not None and a.keyword.value == name for a in args)
+
+
+def _appended(args: list[cst.Arg], arg: cst.Arg) -> list[cst.Arg]:
+    """`args` and `arg` after them.  A trailing comma the author wrote, and the line break
+    after it, move to the new last argument: `f(\n    a=1,\n)` gains `, b=2` on a's line."""
+    if not (args and isinstance(args[-1].comma, cst.Comma)):
+        return [*args, arg]
+    return [*args[:-1], args[-1].with_changes(comma=_comma()), arg.with_changes(comma=args[-1].comma)]
+
+
 def _device_arg(value: str, quote: str = '"') -> cst.Arg:
     return cst.Arg(cst.SimpleString(f"{quote}{value}{quote}"))
 
@@ -128,11 +141,12 @@ def modernised_call(call: cst.Call, new_func: cst.BaseExpression, dep: Deprecati
     """The modern call for a deprecated one, keeping every argument; None when unsafe.
 
     A legacy autocast passes its own default dtype (float16 on cuda, bfloat16 on cpu)
-    where `torch.autocast(device)` without one takes the *enclosing* region's dtype: a
-    `torch.cuda.amp.autocast()` nested in a bfloat16 region (or in a forward called from
-    one) runs float16, so the fix writes that dtype out (`dtype=torch.float16`), through
-    `torch_alias`, the name this module binds torch to; without one, or with `**kwargs`
-    that may hold a dtype, there is no fix.  `quote` is the quote the device string takes
+    and cache_enabled=True where `torch.autocast(device)` without them takes the
+    *enclosing* region's: a `torch.cuda.amp.autocast()` nested in a bfloat16 region (or in
+    a forward called from one) runs float16, so the fix writes both out
+    (`dtype=torch.float16, cache_enabled=True`), the dtype through `torch_alias`, the name
+    this module binds torch to; without one, or with `**kwargs` that may hold either,
+    there is no fix.  `quote` is the quote the device string takes
     (the other one inside an f-string: Python < 3.12 cannot nest the same quote)."""
     args = list(call.args)
     if dep.device_argument == "positional":
@@ -140,12 +154,18 @@ def modernised_call(call: cst.Call, new_func: cst.BaseExpression, dep: Deprecati
             args = _legacy_autocast_args(args)
             if args is None:
                 return None
-            if not any(a.keyword is not None and a.keyword.value == "dtype" for a in args):
+            if not _has_keyword(args, "dtype"):
                 if torch_alias is None or any(a.star == "**" for a in args):
                     return None
-                dtype = cst.parse_expression(f"{torch_alias}.{AUTOCAST_DEFAULT_DTYPE[dep.device]}")
-                last_comma = args[-1].comma if args and isinstance(args[-1].comma, cst.Comma) else cst.MaybeSentinel.DEFAULT
-                args.append(_keyword("dtype", dtype).with_changes(comma=last_comma))
+                args = _appended(args, _keyword("dtype", cst.parse_expression(f"{torch_alias}.{AUTOCAST_DEFAULT_DTYPE[dep.device]}")))
+            if not _has_keyword(args, "cache_enabled"):
+                # NB: the legacy class passes cache_enabled=True; `torch.autocast` without it
+                # takes the enclosing region's (a region built with cache_enabled=False), and a
+                # weight updated in place inside the region is then read afresh where the legacy
+                # region reused its stale cast copy.  `**kw` may hold it: no fix.
+                if any(a.star == "**" for a in args):
+                    return None
+                args = _appended(args, _keyword("cache_enabled", cst.Name("True")))
         elif any(a.star == "*" for a in args):
             return None
         if any(a.keyword is not None and a.keyword.value in ("device", "device_type") for a in args):
@@ -346,15 +366,19 @@ class Deprecations:
         if ref.statement is not None or id(ref.node) in self._call_of_func:
             return False
         where = self._contexts.of(ref.node)
-        if where.annotation and id(ref.node) in self._dispatch_annotations:
-            return True  # `@f.register def _(x: GradScaler)`: singledispatch tests against it
+        if where.annotation and id(ref.node) in self._checked_annotations:
+            return True  # `@f.register def _(x: GradScaler)`, `@validate_call`: an isinstance test reads it
         return not (where.annotation or where.decorator or where.binding or where.shadowed)
 
     @cached_property
-    def _dispatch_annotations(self) -> set[int]:
-        """Ids of the names in the parameter annotations of functions decorated `@<x>.register`
-        (functools.singledispatch): dispatch runs an isinstance test against them."""
-        finder = _DispatchAnnotations()
+    def _checked_annotations(self) -> set[int]:
+        """Ids of the names in annotations that code may test values against at run time
+        (module docstring): a decorated function's parameters and return (singledispatch's
+        `@f.register`, pydantic's `@validate_call`, typeguard's `@typechecked`, beartype), and
+        the fields of a class with a base or a decorator (a pydantic model or dataclass).
+        Decorators and bases known to read no annotation (`staticmethod`, `dataclasses.dataclass`,
+        `torch.nn.Module`, ...) leave them inert."""
+        finder = _CheckedAnnotations(self.model.imports.qualify_text)
         walk(self.model.module, finder)
         return finder.ids
 
@@ -391,6 +415,14 @@ class Deprecations:
             if not frontier:
                 return False
         return bool(frontier)  # NB: a chain of star imports longer than followed may reach a user
+
+    def _star_import_after(self, statements: list[cst.CSTNode]) -> bool:
+        """A star import follows one of `statements` in the module's text (which names it
+        binds is not known here; one before them is overridden by them)."""
+        order = _ImportOrder()
+        walk(self.model.module, order)
+        first = min((order.index[id(s)] for s in statements if id(s) in order.index), default=None)
+        return first is not None and any(i > first for i in order.stars)
 
     def _looked_up_by_name(self, locals_: set[str]) -> bool:
         """A string names one of `locals_` in a module that runs or looks up code by name
@@ -449,7 +481,7 @@ class Deprecations:
         return next((q for q in ('"', "'") if q not in taken), None)
 
     @cached_property
-    def _module_torch_aliases(self) -> list[str]:
+    def module_torch_aliases(self) -> list[str]:
         """Names a module-level `import torch [as th]` binds and nothing else in the module
         binds (an assignment, a parameter, a class attribute, a `global`): `torch` first."""
         model = self.model
@@ -466,6 +498,13 @@ class Deprecations:
         rebound = {name for s in model.scopes for name in (*s.assignments, *s.params, *s.globals_)}
         return sorted(aliases - rebound, key=lambda a: (a != "torch", a))
 
+    def torch_name_at(self, node: cst.Name | cst.Attribute) -> str | None:
+        """`_torch_alias_at` for a node of any rule (AMP501's `torch.finfo`): the name that
+        reads the torch module where `node` (a name or attribute) runs, or None."""
+        where = Contexts(self.model, {id(node)}).of(node)
+        return next((a for a in self.module_torch_aliases
+                     if a in where.imported_before and a not in where.locals_here), None)
+
     def _torch_alias_at(self, node: cst.CSTNode) -> str | None:
         """The name that reads the torch module where `node` runs (for `torch.float16` in a
         fixed autocast): bound by a module-level import before it, and no local of an
@@ -473,7 +512,7 @@ class Deprecations:
         inside another function, after the use, or a name the use's scope rebinds would
         make the written dtype a NameError or another object's attribute."""
         where = self._contexts.of(node)
-        return next((a for a in self._module_torch_aliases
+        return next((a for a in self.module_torch_aliases
                      if a in where.imported_before and a not in where.locals_here), None)
 
     # --- case 1: the full path from a torch alias ---------------------------------------
@@ -524,6 +563,11 @@ class Deprecations:
             return  # another module imports the name from here and calls it the old way
         if self._looked_up_by_name(locals_):
             return  # `exec("s = GradScaler(4.0)")`, `globals()["GradScaler"](4.0)`: a use no fix sees
+        if self._star_import_after(statements):
+            # NB: `from torch.cuda.amp import *` (or a project module that re-exports the
+            # legacy name) run after the import binds the name again: `autocast("cuda")`
+            # would then pass "cuda" as the legacy `enabled`.
+            return
         for stmt in statements:
             if self._contexts.of(_first_name(stmt)).fallback:
                 return  # the import is kept for an older torch on purpose
@@ -611,18 +655,62 @@ def _runs_a_string(func: cst.BaseExpression) -> bool:
     return dotted(func) in _DYNAMIC_LOOKUPS
 
 
-class _DispatchAnnotations(cst.CSTVisitor):
-    def __init__(self) -> None:
+# Decorators and base classes that never test a value against an annotation.  Anything
+# else may (pydantic, typeguard, beartype, singledispatch, a project's own checker).
+_INERT_DECORATORS = frozenset({
+    "staticmethod", "classmethod", "property", "functools.cached_property", "functools.wraps",
+    "functools.lru_cache", "functools.cache", "abc.abstractmethod", "typing.overload", "typing.final",
+    "typing.override", "typing_extensions.override", "typing_extensions.final", "dataclasses.dataclass",
+    "contextlib.contextmanager",
+})
+_INERT_BASES = frozenset({
+    "object", "typing.NamedTuple", "typing.TypedDict", "typing.Protocol", "typing.Generic", "abc.ABC",
+    "enum.Enum", "typing_extensions.TypedDict", "typing_extensions.Protocol",
+})
+
+
+class _CheckedAnnotations(cst.CSTVisitor):
+    """The names in annotations that a decorator or a base class may read and test values against."""
+
+    def __init__(self, qualify) -> None:
+        self.qualify = qualify
         self.ids: set[int] = set()
 
+    def _inert(self, expr: cst.BaseExpression, known: frozenset[str]) -> bool:
+        if isinstance(expr, cst.Call):
+            expr = expr.func  # `@dataclasses.dataclass(frozen=True)`
+        if isinstance(expr, cst.Subscript):
+            expr = expr.value  # `Generic[T]`
+        name = dotted(expr)
+        if name is None:
+            return False
+        full = self.qualify(name) or name
+        # NB: torch's decorators and classes read no annotation; `@x.setter` is a property's
+        return full in known or full.startswith("torch.") or name.rsplit(".", 1)[-1] in ("setter", "getter", "deleter")
+
+    def _collect(self, annotation: cst.Annotation | None) -> None:
+        if annotation is not None:
+            collector = _NamesIn()
+            walk(annotation, collector)
+            self.ids |= collector.ids
+
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
-        if not any((dotted(d.decorator) or "").endswith(".register") for d in node.decorators):
+        if all(self._inert(d.decorator, _INERT_DECORATORS) for d in node.decorators):
             return
-        for param in (*node.params.posonly_params, *node.params.params, *node.params.kwonly_params):
-            if param.annotation is not None:
-                collector = _NamesIn()
-                walk(param.annotation, collector)
-                self.ids |= collector.ids
+        params = node.params
+        for param in (*params.posonly_params, *params.params, *params.kwonly_params,
+                      *(p for p in (params.star_arg, params.star_kwarg) if isinstance(p, cst.Param))):
+            self._collect(param.annotation)
+        self._collect(node.returns)
+
+    def visit_ClassDef(self, node: cst.ClassDef) -> None:
+        if (all(self._inert(d.decorator, _INERT_DECORATORS) for d in node.decorators)
+                and all(a.keyword is not None or self._inert(a.value, _INERT_BASES) for a in node.bases)):
+            return
+        for stmt in node.body.body:  # the class's own fields, not its methods' locals
+            for small in getattr(stmt, "body", ()) if isinstance(stmt, cst.SimpleStatementLine) else ():
+                if isinstance(small, cst.AnnAssign):
+                    self._collect(small.annotation)
 
 
 class _NamesIn(cst.CSTVisitor):
@@ -634,6 +722,25 @@ class _NamesIn(cst.CSTVisitor):
 
     def visit_Attribute(self, node: cst.Attribute) -> None:
         self.ids.add(id(node))
+
+
+class _ImportOrder(cst.CSTVisitor):
+    """The position of each import statement in the module's text, and those of its star imports."""
+
+    def __init__(self) -> None:
+        self.index: dict[int, int] = {}
+        self.stars: list[int] = []
+
+    def _seen(self, node: cst.CSTNode) -> None:
+        self.index[id(node)] = len(self.index)
+
+    def visit_Import(self, node: cst.Import) -> None:
+        self._seen(node)
+
+    def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
+        self._seen(node)
+        if isinstance(node.names, cst.ImportStar):
+            self.stars.append(self.index[id(node)])
 
 
 class _NameCounter(cst.CSTVisitor):

@@ -65,7 +65,8 @@ class RefContext:
     fstring_quotes: frozenset = frozenset()
     # the names local to the enclosing functions, lambdas and comprehensions
     locals_here: frozenset = frozenset()
-    # the names that module-level `import x` / `import x as y` statements before the node bind
+    # the names that module-level `import x` / `import x as y` statements before the node bind,
+    # outside any branch or handler, or in the branch the node sits in (statements that have run)
     imported_before: frozenset = frozenset()
 
 
@@ -132,8 +133,9 @@ class _ContextWalker(cst.CSTVisitor):
         self.quotes: list[str] = []
         self.parameters: set[int] = set()
         self.found: dict[int, tuple] = {}
-        # names bound so far by `import` statements outside any function or class body
-        self.module_imports: set[str] = set()
+        # names bound so far by `import` statements outside any function or class body, each
+        # with the branches it sits in (ids of the `if`/`except` frames around it)
+        self.module_imports: list[tuple[str, tuple]] = []
         self.nesting = 0
 
     def _seen(self, node: cst.CSTNode) -> None:
@@ -141,16 +143,25 @@ class _ContextWalker(cst.CSTVisitor):
         if key in self.targets:
             head = (dotted(node) or "").split(".")[0]
             shadowed = key in self.parameters or any(head in names for names in self.locals)
+            here = self._branches()
+            # NB: an import in a branch or a handler may never run (`if TYPE_CHECKING:` never
+            # does): it counts only where the node sits in the same branch, after it (a
+            # script's `if __name__ == "__main__":` block that imports torch and then uses it).
+            imported = frozenset(name for name, where in self.module_imports if here[:len(where)] == where)
             self.found[key] = (tuple(self.frames), self.annotations > 0, key in self.decorators, shadowed,
-                               frozenset(self.quotes), frozenset().union(*self.locals), frozenset(self.module_imports))
+                               frozenset(self.quotes), frozenset().union(*self.locals), imported)
+
+    def _branches(self) -> tuple:
+        return tuple((kind, id(node), which) for kind, node, which in self.frames)
 
     def visit_Import(self, node: cst.Import) -> None:
         if self.nesting == 0:
             for alias in node.names:
                 if alias.asname is not None and isinstance(alias.asname.name, cst.Name):
-                    self.module_imports.add(alias.asname.name.value)
+                    name = alias.asname.name.value
                 else:
-                    self.module_imports.add((dotted(alias.name) or "").split(".")[0])
+                    name = (dotted(alias.name) or "").split(".")[0]
+                self.module_imports.append((name, self._branches()))
 
     # --- local names: what a reference inside a function, lambda or comprehension reads
     def visit_FunctionDef_body(self, node: cst.FunctionDef) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import libcst as cst
 
 from amplint.analysis.bindings import Bindings
@@ -55,7 +57,10 @@ class BackwardNotScaled(Rule):
     ## Fix safety
     Unsafe: rewrites `loss.backward(...)` to `scaler.scale(loss).backward(...)`,
     naming the scaler of the `scaler.step` it reaches. Offered only when that is a
-    single scaler visible in the same function; wrong if the loss was already scaled
+    single scaler visible in the same function, and not where the step runs under a
+    condition the backward does not while the scaler may be None (`scaler =
+    GradScaler() if use_amp else None` with `if scaler is not None: scaler.step(...)`),
+    where the backward also runs without a scaler; wrong if the loss was already scaled
     by hand (`loss * scaler.get_scale()`).
 
     ## Runtime confirmation
@@ -98,7 +103,9 @@ class BackwardNotScaled(Rule):
                 step = steps[0]
                 scalers = {Bindings.text_of(e.scaler) for e in steps}
                 scaler = scalers.pop() if len(scalers) == 1 else None
-                loss, changes = self._rewrite(bw, scaler)
+                # NB: the finding stays where `scaler.scale(loss)` could raise (no scaler there)
+                missing = scaler is not None and self._scaler_may_be_missing(proto, bw, step, scaler)
+                loss, changes = self._rewrite(bw, None if missing else scaler)
                 self.report_event(
                     bw,
                     changes=changes,
@@ -107,6 +114,20 @@ class BackwardNotScaled(Rule):
                     scaler=scaler or "scaler",
                     loss=loss or "loss",
                 )
+
+    def _scaler_may_be_missing(self, proto, bw, step, scaler: str) -> bool:
+        """The step runs under a condition the backward does not (`if scaler is not None:`,
+        `if use_amp:`) and the scaler may then be None or false: `scaler = GradScaler() if
+        use_amp else None`, `use_amp and GradScaler()`, a parameter.  The backward runs
+        without AMP too, where the fixed `scaler.scale(loss)` raised AttributeError."""
+        at_backward = {(g.if_id, g.in_body) for g in proto.guards(bw)}
+        only_at_step = [g for g in proto.guards(step) if (g.if_id, g.in_body) not in at_backward]
+        if not only_at_step:
+            return False  # the step runs wherever the backward does: a None scaler fails there already
+        if any(re.search(rf"(?<![\w.]){re.escape(scaler)}(?![\w])", g.cond) for g in only_at_step):
+            return True  # the step is guarded by the scaler itself
+        values = self.model.bindings.values.assigned(cst.parse_expression(scaler), step.scope)
+        return not values or any(_may_be_none(v) for v, _ in values)
 
     def _rewrite(self, bw, scaler: str | None) -> tuple[str | None, list[Replace] | None]:
         """`loss.backward(args)` -> `scaler.scale(loss).backward(args)`."""
@@ -118,3 +139,13 @@ class BackwardNotScaled(Rule):
             return None, None
         receiver = cst.parse_expression(f"{scaler}.scale({loss})")
         return loss, [Replace(func.value, receiver)]
+
+
+def _may_be_none(value: cst.BaseExpression) -> bool:
+    """`None`, or an expression that can give it (or another false value): a conditional
+    expression with such a branch, `use_amp and GradScaler()`."""
+    if isinstance(value, cst.Name):
+        return value.value in ("None", "False")
+    if isinstance(value, cst.IfExp):
+        return _may_be_none(value.body) or _may_be_none(value.orelse)
+    return isinstance(value, cst.BooleanOperation)

@@ -54,31 +54,37 @@ class DeprecatedCudaAmp(Rule):
     arguments, wherever it runs: a call keeps every argument (legacy positional
     `autocast(enabled, dtype, cache_enabled)` arguments become keywords, `**kwargs` and
     what follows stay) and passes the device the old class implied; a legacy autocast
-    also passes the dtype the old class passed (`torch.autocast("cuda",
-    dtype=torch.float16)`, `torch.autocast("cpu", dtype=torch.bfloat16)`), since
-    `torch.autocast` without one takes the enclosing region's (a `torch.cuda.amp.autocast()`
-    in a model's forward, called inside a bfloat16 region, runs float16); a decorator becomes a call of the
+    also passes the dtype and the weight cache the old class passed (`torch.autocast("cuda",
+    dtype=torch.float16, cache_enabled=True)`, `torch.autocast("cpu", dtype=torch.bfloat16,
+    cache_enabled=True)`), since `torch.autocast` without them takes the enclosing region's
+    (a `torch.cuda.amp.autocast()` in a model's forward, called inside a bfloat16 region,
+    runs float16; inside a region built with `cache_enabled=False` it would reread a weight
+    updated in place where the old one reused its cast copy); a decorator becomes a call of the
     modern decorator; `from torch.cuda.amp import autocast` becomes `from torch.amp
     import autocast` together with all of its uses, so no name is left unbound; an
     annotation needs no change. The object built is a `torch.amp.GradScaler` (or
     `torch.autocast`) rather than its deprecated subclass: the same state and methods,
-    told apart only by an `isinstance` test against the deprecated class.
+    told apart only by an `isinstance` test against the deprecated class, or by reading
+    the class's module (`type(s).__module__`, `repr(type(s))` in a log line), which no
+    fix can keep.
 
     No fix, the finding alone, where that cannot be shown: a bare reference to the
     class or function (a base class, `Scaler = torch.cuda.amp.GradScaler`,
     `functools.partial(...)`, a `cls=` default, `isinstance`), since
     `torch.amp.GradScaler`'s first parameter is `device` where the old class's is
-    `init_scale`; the constructions of a class the module also uses as a value, and an
+    `init_scale`; the constructions of a class the module also uses as a value (an
+    annotation counts where a decorator or a base class may test values against it:
+    `@validate_call`, `@typechecked`, `@f.register`, a pydantic model's field), and an
     import one such use goes through; an import the module re-exports (listed in
     `__all__`, or `import autocast as autocast`) or that another module of the project
     imports, since its importers call it the old way; an import chosen per device (`from
     torch.cuda.amp import autocast` in one branch, `from torch.cpu.amp import autocast`
     in the other); the constructions of a class that another module reachable from this
     one tests with `isinstance` (or uses as a value); a legacy autocast given
-    `**kwargs` and no `dtype`, or in a module that binds no name to `torch` (the dtype
+    `**kwargs` and no `dtype` or no `cache_enabled`, or in a module that binds no name to `torch` (the dtype
     needs one; amplint adds no import); `*args` passed to the legacy autocast; in a
     notebook, a name that an IPython line (`%time`, `%timeit`) uses, which amplint does
-    not rewrite; a module
+    not rewrite; an import followed by a star import, which may bind the name again; a module
     that sets autocast's global defaults (`torch.set_autocast_dtype`), which
     `torch.autocast(device)` reads where the legacy class passed float16 itself; a fix
     that would rewrite a line marked `# noqa: AMP401`; and a spelling that
@@ -87,8 +93,7 @@ class DeprecatedCudaAmp(Rule):
     where the message says which torch it needs.  Inside an f-string the device string
     takes the quote the f-string does not use, so that the fixed file parses on every
     Python the original parsed on (before 3.12 a replacement field cannot hold its own
-    quote); with both quotes taken there is no fix.  `cache_enabled` is left as written:
-    it decides whether cast copies of weights are reused within a region, never a value.
+    quote); with both quotes taken there is no fix.
 
     ## Runtime confirmation
     `amplint verify` records the FutureWarning PyTorch raises at that line.

@@ -323,7 +323,10 @@ class Fp16OverflowConstant(Rule):
 
     ## Fix safety
     Unsafe: replaces the literal with `torch.finfo(<tensor>.dtype).min` (or `.max`)
-    when the tensor is a plain name or attribute. In float32 the value becomes
+    when the tensor is a plain name or attribute and a module-level `import torch`
+    (or `import torch as th`) that always runs reaches the fill; not through an import
+    under `if TYPE_CHECKING:` or in another function, nor past a local named `torch`,
+    where the written `torch.finfo` would raise. In float32 the value becomes
     -3.4e38 instead of -1e9, and code that adds two such masks can reach -inf.
 
     ## Runtime confirmation
@@ -479,11 +482,13 @@ class Fp16OverflowConstant(Rule):
         bound = "min" if literal < 0 else "max"
         replacement = None
         subject = dotted(tensor) if tensor is not None else None
-        torch_name = self._torch_name()
-        if torch_name and self._is_direct(value):
+        # the written `finfo` reads the tensor (or dtype) named where the fill runs
+        named = tensor if subject is not None else dtype_expr if dtype_expr is not None and dotted(dtype_expr) else None
+        torch_name = self._torch_name_at(named) if named is not None and self._is_direct(value) else None
+        if torch_name:
             if subject is not None:
                 replacement = f"{torch_name}.finfo({subject}.dtype).{bound}"
-            elif dtype_expr is not None and dotted(dtype_expr) is not None:
+            else:
                 replacement = f"{torch_name}.finfo({dotted(dtype_expr)}).{bound}"
         statement = self.precision.statement(node) or node
         self.report(
@@ -573,9 +578,11 @@ class Fp16OverflowConstant(Rule):
             return bool(full) and (explicit or all(full))
         return False
 
-    def _torch_name(self) -> str | None:
-        names = self.model.imports.local_names_for("torch")
-        return names[0] if names else None
+    def _torch_name_at(self, node) -> str | None:
+        """The name that reads torch where `node` runs: bound by a module-level import that
+        always runs before it, and no local there (an import under TYPE_CHECKING or in another
+        function, or a parameter `torch`, made the written `torch.finfo` raise)."""
+        return self.model.deprecations.torch_name_at(node)
 
 
 def _names_a_dtype(value: cst.BaseExpression) -> bool:

@@ -502,6 +502,14 @@ def _autocast_contexts(call: str, dev: str) -> dict[str, str]:
         "plain": f"{_MODEL}with {call}:\n    y = model(x)\n    {_REPORT_AUTOCAST}\n",
         "nested_bf16": f"{_MODEL}with torch.autocast('{dev}', dtype=torch.bfloat16):\n    with {call}:\n        y = model(x)\n        {_REPORT_AUTOCAST}\n",
         "nested_fp16": f"{_MODEL}with torch.autocast('{dev}', dtype=torch.float16):\n    with {call}:\n        y = model(x)\n        {_REPORT_AUTOCAST}\n",
+        # The legacy classes pass cache_enabled=True; `torch.autocast` without it takes the
+        # enclosing region's: a weight updated in place inside the region is then read afresh
+        # where the legacy region reused its stale cast copy.
+        "nested_no_cache": (
+            f"{_MODEL}with torch.autocast('{dev}', dtype=torch.bfloat16, cache_enabled=False):\n    with {call}:\n"
+            f"        y = model(x)\n        with torch.no_grad():\n            model.weight.add_(1.0)\n"
+            f"        y2 = model(x)\n        {_REPORT_AUTOCAST}\n        print('stale', torch.equal(y, y2))\n"
+        ),
         "forward_in_bf16_region": (
             "class Net(torch.nn.Module):\n    def __init__(self):\n        super().__init__()\n        self.lin = torch.nn.Linear(4, 4)\n\n"
             f"    def forward(self, x):\n        with {call}:\n            y = self.lin(x)\n            {_REPORT_AUTOCAST}\n            return y\n\n"
@@ -710,10 +718,98 @@ def _one_line_variants() -> list[Case]:
     return out
 
 
+# A decorator that tests each argument against its parameter's annotation, as pydantic's
+# `validate_call`, typeguard and beartype do (written out: the harness needs none of them).
+_CHECKER = """
+import functools, inspect
+
+def checked(f):
+    sig = inspect.signature(f)
+    @functools.wraps(f)
+    def run(*args, **kwargs):
+        for name, value in sig.bind(*args, **kwargs).arguments.items():
+            kind = sig.parameters[name].annotation
+            if isinstance(kind, type) and not isinstance(value, kind):
+                raise TypeError(f"{name} is no {kind.__module__}.{kind.__qualname__}")
+        return f(*args, **kwargs)
+    return run
+"""
+
+
+def _checked_annotation_variants() -> list[Case]:
+    """A scaler passed to a function whose annotation a decorator checks with isinstance: the
+    constructions must stay instances of the deprecated class the annotation names."""
+    out = []
+    for spelling in ("full", "from", "module_alias"):
+        for dev in ("cuda", "cpu"):
+            imports, expr = SPELLINGS[spelling](dev, "GradScaler")
+            program = (f"{_CHECKER}\n@checked\ndef report(s: {expr}):\n    {_REPORT_SCALER}\n\n"
+                       f"s = {expr}(2.0**10)\nreport(s)\n")
+            out.append(Case(f"AMP401-checked_annotation-GradScaler-{dev}-{spelling}", (("train.py", f"{imports}\n{program}"),), ("train.py",)))
+    return out
+
+
+def _star_import_variants() -> list[Case]:
+    """A star import after the fixed import binds the name again: to the legacy class (from the
+    deprecated module), or to what a project module re-exports."""
+    out = []
+    for source in ("deprecated_module", "project_module"):
+        for dev in ("cuda", "cpu"):
+            star = f"from torch.{dev}.amp import *" if source == "deprecated_module" else "from helpers import *"
+            train = (f"import torch\nfrom torch.{dev}.amp import autocast\n{star}\n{_MODEL}"
+                     f"with autocast():\n    y = model(x)\n    {_REPORT_AUTOCAST}\n")
+            files = [("train.py", train)]
+            if source == "project_module":
+                files.append(("helpers.py", f"from torch.{dev}.amp import autocast as autocast\n\ndef helper():\n    pass\n"))
+            out.append(Case(f"AMP401-star_import_after-autocast-{dev}-{source}", tuple(files), ("train.py",)))
+    return out
+
+
+def _finfo_variants() -> list[Case]:
+    """AMP501's `torch.finfo(s.dtype).min` where `torch` may not read the module there: an
+    import for type checkers only, an import in another function, a parameter `torch`.  The
+    fill runs in float32 here (no overflow), and the script prints whether it masked."""
+    fill = ("def attend(q, mask{param}):\n    s = q @ q.t()\n    if q.dtype == torch_half:\n        s = s.half()\n"
+            "    return s.masked_fill(mask, -1e9)\n\n"
+            "q = randn(3, 4)\nout = attend(q, eye(3, dtype=bool_))\nprint(out.dtype, bool((out < -1e8).any()))\n")
+    heads = {
+        "type_checking_import": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import torch\n",
+        "import_in_other_function": "def version():\n    import torch\n    return torch.__version__\n",
+        "parameter_named_torch": "import torch\n",
+        "module_import": "import torch\n",
+    }
+    out = []
+    for name, head in heads.items():
+        param = ", torch=None" if name == "parameter_named_torch" else ""
+        text = (f"{head}from torch import randn, eye, bool as bool_, half as torch_half\n\n" + fill.format(param=param))
+        out.append(Case(f"AMP501-finfo_name-{name}", (("train.py", text),), ("train.py",)))
+    return out
+
+
+def _optional_scaler_variants() -> list[Case]:
+    """AMP103's `scaler.scale(loss)` where the scaler exists only with AMP on (`GradScaler() if
+    use_amp else None`, a step under `if scaler is not None:`): run with AMP off, the backward
+    runs and the scaler is None."""
+    out = []
+    guards = {"is_not_none": "if scaler is not None:", "flag": "if use_amp:", "truthiness": "if scaler:"}
+    for name, guard in guards.items():
+        text = ("import torch\n\nuse_amp = False\ntorch.manual_seed(0)\nmodel = torch.nn.Linear(4, 4)\n"
+                "opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+                "scaler = torch.amp.GradScaler('cpu') if use_amp else None\n"
+                "for _ in range(2):\n    opt.zero_grad()\n"
+                "    with torch.autocast('cpu', dtype=torch.float16, enabled=use_amp):\n"
+                "        loss = model(torch.randn(2, 4)).float().sum()\n    loss.backward()\n"
+                f"    {guard}\n        scaler.step(opt)\n        scaler.update()\n    else:\n        opt.step()\n"
+                "print(model.weight.sum().item())\n")
+        out.append(Case(f"AMP103-optional_scaler-{name}", (("train.py", text),), ("train.py",)))
+    return out
+
+
 def variants() -> list[Case]:
     """Every generated case; ids name the rule, the context, the object, the device, the spelling."""
     cases = (_single_file_variants() + _branch_variants() + _reexport_variants() + _isinstance_variants()
-             + _fstring_variants() + _notebook_variants() + _one_line_variants())
+             + _fstring_variants() + _notebook_variants() + _one_line_variants() + _checked_annotation_variants()
+             + _star_import_variants() + _finfo_variants() + _optional_scaler_variants())
     ids = [c.id for c in cases]
     assert len(ids) == len(set(ids)), "variant ids must be unique"
     return cases
