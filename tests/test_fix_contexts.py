@@ -130,15 +130,14 @@ def test_an_importer_the_resolver_cannot_follow_still_pins_the_fix(tmp_path_fact
 
 @pytest.mark.parametrize("setting", ["torch.set_autocast_cache_enabled(False)",
                                      'with torch.autocast("cpu", cache_enabled=False):\n    model.forward()'])
-def test_a_weight_cache_set_in_another_module_of_the_program_keeps_the_autocast(tmp_path: Path, setting: str) -> None:
+def test_a_weight_cache_set_in_another_module_of_the_program_is_kept_by_the_fix(tmp_path: Path, setting: str) -> None:
     """`train.py` disables the cache (or enters a region without it) around model.py's
-    legacy region: the legacy class turns the cache back on, `torch.autocast` would not."""
+    legacy region: the legacy class turns the cache back on, and so does the fixed call."""
     target = tmp_path / "model.py"
     target.write_text("import torch\n\ndef forward():\n    with torch.cpu.amp.autocast():\n        pass\n")
     (tmp_path / "train.py").write_text(f"import torch\nimport model\n{setting}\n")
-    assert offered(target) == [(4, False)]
-    (tmp_path / "train.py").write_text("import torch\nimport model\nmodel.forward()\n")
     assert offered(target) == [(4, True)]
+    assert 'torch.autocast("cpu", dtype=torch.bfloat16, cache_enabled=True)' in fixed(target.read_text(), str(target))
 
 
 def test_an_unrelated_dotted_import_does_not_pin_the_fix(tmp_path: Path) -> None:

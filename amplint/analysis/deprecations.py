@@ -198,33 +198,11 @@ class Deprecations:
 
     @cached_property
     def _autocast_defaults_changed(self) -> bool:
-        """Something the program runs may change the weight cache a region starts with,
-        which `torch.autocast(device)` takes from the enclosing state (`cache_enabled=None`)
-        where the legacy classes passed cache_enabled=True themselves: a global setter
-        (`torch.set_autocast_cache_enabled(False)`, also looked up by a string), or an
-        enclosing region entered with `cache_enabled=False`, in this module or in another
-        module of the same program.  (The dtype is passed by the fix, whatever the defaults.)"""
-        model = self.model
-        qualify = model.imports.qualify_text
-        if any(qualify(r.text) in AUTOCAST_DEFAULT_SETTERS for r in model.references):
-            return True
-        finder = _StringFinder(_CACHE_SETTING)
-        walk(model.module, finder)
-        if finder.found:
-            return True
-        project = model.project
-        if project is None:
-            return False
-        return any(_CACHE_SETTING.search(project.raw_text(p) or "") for p in _same_program(project, model.path))
-
-    @cached_property
-    def _cache_setting_calls(self) -> list[cst.Call]:
-        return [site.node for site in self.model.calls if _sets_cache(site.node)]
-
-    def _cache_set_besides(self, call: cst.Call) -> bool:
-        """Another call of this module enters a region with `cache_enabled` other than True:
-        `call` may run inside it (its own `cache_enabled=` is passed on by the fix)."""
-        return any(other is not call for other in self._cache_setting_calls)
+        """The module sets autocast's global defaults.  The fix writes the dtype and the cache
+        the legacy class passed, so the new call reads neither; the module that visibly
+        tunes them is still left as written (its author may be comparing the two)."""
+        qualify = self.model.imports.qualify_text
+        return any(qualify(r.text) in AUTOCAST_DEFAULT_SETTERS for r in self.model.references)
 
     @cached_property
     def references(self) -> list[DeprecatedRef]:
@@ -461,7 +439,7 @@ class Deprecations:
 
     def _modern_call(self, call: cst.Call, new_func: cst.BaseExpression, dep: Deprecation,
                      torch_alias: str | None) -> cst.Call | None:
-        if dep.new == "torch.autocast" and (self._autocast_defaults_changed or self._cache_set_besides(call)):
+        if dep.new == "torch.autocast" and self._autocast_defaults_changed:
             return None
         if (dep.new, dep.device) in self._used_as_value or self._used_as_value_elsewhere(dep):
             # NB: what this call builds is compared with (or derived from) the deprecated
@@ -766,17 +744,6 @@ class _StringFinder(cst.CSTVisitor):
 
     def visit_FormattedStringText(self, node: cst.FormattedStringText) -> None:
         self.found = self.found or bool(self.words.search(node.value))
-
-
-# Text that changes the autocast weight cache a nested region inherits (lowercase, as the
-# project index hands other modules' text).
-_CACHE_SETTING = re.compile(r"set_autocast_(?:cache_enabled|dtype|gpu_dtype|cpu_dtype)|cache_enabled\s*=\s*(?!true\b)", re.IGNORECASE)
-
-
-def _sets_cache(call: cst.Call) -> bool:
-    """`cache_enabled=` given anything but the literal True."""
-    return any(a.keyword is not None and a.keyword.value == "cache_enabled"
-               and not (isinstance(a.value, cst.Name) and a.value.value == "True") for a in call.args)
 
 
 def _same_program(project, path: str) -> set[str]:
