@@ -22,6 +22,7 @@ from dataclasses import replace
 import libcst as cst
 
 from amplint import parse_limits
+from amplint.analysis import memo
 from amplint.analysis.model import ModuleModel
 from amplint.config import Config
 from amplint.deep_codegen import codegen_without_c_recursion
@@ -369,7 +370,7 @@ def analyse(module: cst.Module, source: str, path: str, rules, *, crashes=None, 
     except Exception as exc:  # noqa: BLE001 - a model bug on one file must not stop the run
         _record_crash(crashes, "model", path, exc)
         return []
-    with (project.checking(model) if project is not None else nullcontext()) as used:
+    with (project.checking(model) if project is not None else nullcontext()) as used, memo.one_analysis():
         reports = _run_rules(model, rules, path, crashes, options)
     if reads is not None and used is not None:
         reads.merge(used)

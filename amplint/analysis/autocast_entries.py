@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
+from amplint.analysis import memo
 from amplint.analysis.names import dotted
 from amplint.analysis.torch_api import AUTOCAST_CONTEXTS
 from amplint.analysis.values import value_branches
@@ -68,30 +69,51 @@ class Arg:
 
 
 class _Walk:
-    """The steps of one `with` item's walk: their results by what they were asked, and
-    what each key names (held, so that no id is reused while the walk lasts)."""
+    """The steps of the walks from `with` items: their results by what they were asked (with
+    the depth each was worked out at), and what each key names (held, so that no id is
+    reused while the results last).  One lives for one `with` item, or for a whole module's
+    analysis (amplint/analysis/memo.py): every rule asks about the same items."""
 
     def __init__(self) -> None:
-        self.results: dict[tuple, list] = {}
+        self.results: dict[tuple, tuple[int, list | None]] = {}
         self.held: list = []
-        self.steps = 0
+        self.steps = 0  # of the present top-level question
 
 
 _walk: _Walk | None = None
 
 
-def _remembered(step, *key_objects):
-    """`step()`, or what it gave when asked the same before in this walk ([] past MAX_STEPS)."""
+def _asked(expr) -> object:
+    """What a step on `expr` depends on: a name's text (every value ever assigned to it in
+    the scope, whichever of its occurrences asks), else the node itself."""
+    if isinstance(expr, (cst.Name, cst.Attribute)):
+        text = dotted(expr)
+        if text is not None:
+            return text
+    return id(expr)
+
+
+def _remembered(step, kind: str, expr, scope, env, args, node, depth: int) -> list:
+    """`step()`, or what it gave when asked the same before at the same depth or a shallower
+    one (deeper ones were cut off sooner); [] for a question that is still being answered
+    (a name assigned from itself) and past MAX_STEPS."""
     walk_ = _walk
-    key = tuple(id(o) if not isinstance(o, int) else o for o in key_objects)
-    found = walk_.results.get(key)
-    if found is not None:
-        return found
+    key = (kind, _asked(expr), id(scope), id(env), id(args), id(node))
+    known = walk_.results.get(key)
+    if known is not None:
+        at, found = known
+        if found is None:
+            return []  # NB: a cycle (`ctx = autocast(...) if flag else ctx`): its answer is being made
+        if at <= depth:
+            return found
     walk_.steps += 1
     if walk_.steps > MAX_STEPS:
         return []
-    walk_.held.append(key_objects)
-    found = walk_.results[key] = step()
+    walk_.held.append((expr, scope, env, args, node))
+    walk_.results[key] = (depth, None)
+    # NB: each context once: a context reached on many paths would multiply the lists
+    found = list(dict.fromkeys(step()))
+    walk_.results[key] = (depth, found)
     return found
 
 
@@ -99,10 +121,11 @@ def entered(bindings, expr: cst.BaseExpression, scope, env: Bound | None = None,
     """The AutocastInfos `with <expr>:` (written in `scope`) may enter."""
     global _walk
     if _walk is not None:
-        return _remembered(lambda: _entered(bindings, expr, scope, env, depth), "entered", expr, scope, env, depth)
-    _walk = _Walk()
+        return _remembered(lambda: _entered(bindings, expr, scope, env, depth), "entered", expr, scope, env, None, None, depth)
+    _walk = memo.slot("autocast_entries", _Walk) or _Walk()
+    _walk.steps = 0
     try:
-        return _entered(bindings, expr, scope, env, depth)
+        return list(_remembered(lambda: _entered(bindings, expr, scope, env, depth), "entered", expr, scope, env, None, None, depth))
     finally:
         _walk = None
 

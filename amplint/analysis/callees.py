@@ -30,6 +30,7 @@ from pathlib import Path
 
 import libcst as cst
 
+from amplint.analysis import memo
 from amplint.analysis.names import dotted
 from amplint.analysis.walk import walk
 
@@ -236,10 +237,27 @@ def method_of(cls, name: str, vocabulary: frozenset | None = None) -> Callee | N
     return None
 
 
-def class_of_instance(expr: cst.BaseExpression, scope, depth: int = 0):
+def class_of_instance(expr: cst.BaseExpression, scope, depth: int = 0, _seen: dict | None = None):
     """The project class an expression holds an instance of, from what was assigned to it."""
     if depth > 3 or not isinstance(expr, (cst.Name, cst.Attribute)):
         return None
+    # What a name holds depends on its text and scope alone (every value ever assigned to
+    # it): each is worked out once per question.  A name rebound from itself many times
+    # (`module = wrap(module) if flag else module`) otherwise branches at every level.
+    # Kept for the whole analysis (amplint/analysis/memo.py), else for this question.
+    seen = _seen if _seen is not None else memo.slot("class_of_instance", dict)
+    if seen is None:
+        seen = {}
+    key = (dotted(expr), id(scope), depth)
+    if key in seen:
+        return seen[key][0]
+    seen[key] = (None, scope)  # NB: a cycle back to this name adds nothing; the scope is held (its id)
+    found = _class_of_instance(expr, scope, depth, seen)
+    seen[key] = (found, scope)
+    return found
+
+
+def _class_of_instance(expr: cst.BaseExpression, scope, depth: int, seen: dict):
     model = scope.model
     found = None
     for value, vscope in model.bindings.values.assigned(expr, scope):
@@ -248,7 +266,7 @@ def class_of_instance(expr: cst.BaseExpression, scope, depth: int = 0):
             if isinstance(branch, cst.Call):
                 cls = resolve_class(branch.func, vscope.model)
             elif isinstance(branch, (cst.Name, cst.Attribute)) and branch is not expr:
-                cls = class_of_instance(branch, vscope, depth + 1)
+                cls = class_of_instance(branch, vscope, depth + 1, seen)
             if cls is not None:
                 if found is not None and found != cls:
                     return None  # two classes: which method runs depends on the path

@@ -11,11 +11,13 @@ from functools import cached_property
 
 import libcst as cst
 
+from amplint.analysis import memo
 from amplint.analysis.names import dotted
 from amplint.analysis.walk import walk
 from amplint.analysis.torch_api import DTYPE_STRINGS, FULL_DTYPES, HALF_DTYPES
 
 _MAX_DEPTH = 6
+_PENDING = object()  # a name whose dtypes are being worked out (a cycle)
 # A dtype returned by a function is followed through this many levels of expressions
 # (a call costs two): `get_dtype` returning a value of its module's map is one call.
 _MAX_CALL_DEPTH = 4
@@ -129,13 +131,37 @@ class ValueResolver:
         if isinstance(expr, cst.Call):
             return self._returned_dtypes(expr, scope, depth)
         if isinstance(expr, (cst.Name, cst.Attribute)):
-            assigned = self.assigned(expr, scope)
-            if not assigned:
-                if isinstance(expr, cst.Name):
-                    return self._unpacked_dtypes(expr.value, scope, depth)
-                return None
-            return _union(self.dtypes(value, vscope, depth + 1) for value, vscope in assigned)
+            return self._name_dtypes(expr, scope, depth)
         return None
+
+    def _name_dtypes(self, expr: cst.Name | cst.Attribute, scope, depth: int) -> frozenset[str] | None:
+        """What a name may hold: every value ever assigned to it, asked once per analysis for
+        the name's text and scope (amplint/analysis/memo.py); a name assigned from itself
+        (`dtype = torch.float16 if flag else dtype`) adds nothing through the cycle."""
+        table = memo.slot("value_dtypes", dict)
+        text = dotted(expr)
+        if table is None or text is None:
+            return self._assigned_dtypes(expr, scope, depth)
+        key = (text, id(scope))
+        known = table.get(key)
+        if known is not None:
+            at, found, _ = known
+            if found is _PENDING:
+                return None  # NB: unknown adds nothing to a union that knows something
+            if at <= depth:
+                return found
+        table[key] = (depth, _PENDING, scope)  # NB: the scope is held, so its id is not reused
+        found = self._assigned_dtypes(expr, scope, depth)
+        table[key] = (depth, found, scope)
+        return found
+
+    def _assigned_dtypes(self, expr: cst.Name | cst.Attribute, scope, depth: int) -> frozenset[str] | None:
+        assigned = self.assigned(expr, scope)
+        if not assigned:
+            if isinstance(expr, cst.Name):
+                return self._unpacked_dtypes(expr.value, scope, depth)
+            return None
+        return _union(self.dtypes(value, vscope, depth + 1) for value, vscope in assigned)
 
     def _unpacked_dtypes(self, name: str, scope, depth: int) -> frozenset[str] | None:
         """`weight_dtype, save_dtype = prepare_dtype(args)`: the dtypes at that position of
