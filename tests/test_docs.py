@@ -171,6 +171,21 @@ def test_config_snippet(project: Path) -> None:
     }
 
 
+def test_set_up_runs_the_main_job_on_every_bundled_example() -> None:
+    """The README's first set-up command reports each example's bug, the preview rule's too
+    (train_clip_before_unscale.py shows AMP101, which runs only in preview)."""
+    block = re.search(r"## Set up\n.*?```bash\n(.*?)```", (ROOT / "README.md").read_text(), re.S).group(1)
+    (line,) = [x for x in block.splitlines() if x.startswith("pip install . && ")]
+    command = line.removeprefix("pip install . && ")
+    assert "--preview" in shlex.split(command)
+    proc = subprocess.run([*_amplint_command(command), "--isolated", "--no-cache", "--output-format", "json"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1, proc.stderr
+    found = {(Path(d["filename"]).name, d["code"]) for d in json.loads(proc.stdout)}
+    assert ("train_clip_before_unscale.py", "AMP101") in found
+    assert {name for name, _ in found} == {p.name for p in (ROOT / "examples").glob("*.py")}
+
+
 # --- editor set-up snippets: each starts `amplint server` (tests/test_server.py drives it) --
 
 
