@@ -114,9 +114,11 @@ class Tree:
         return [sys.executable, *self.runner, *args]
 
     def default_codes(self) -> str:
-        """The codes this tree runs by default, comma-separated (read from its registry)."""
-        code = ("from amplint.registry import ALL_RULES; "
-                "print(','.join(r.code for r in ALL_RULES if getattr(r, 'default_enabled', True)))")
+        """The codes this tree runs by default, comma-separated (read from its registry): a
+        preview-tier rule runs only with --preview, so it is none (trees before the tier have none)."""
+        code = ("from amplint import registry; from amplint.registry import ALL_RULES; "
+                "preview = getattr(registry, 'PREVIEW_CODES', ()); "
+                "print(','.join(r.code for r in ALL_RULES if getattr(r, 'default_enabled', True) and r.code not in preview))")
         return subprocess.run([sys.executable, "-c", code], env=self.env(), cwd=tempfile.gettempdir(),
                               check=True, capture_output=True, text=True).stdout.strip()
 

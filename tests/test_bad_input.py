@@ -19,6 +19,7 @@ from amplint.config import Config
 from amplint.engine import SourceError, check_source
 
 ROOT = Path(__file__).resolve().parent.parent
+# AMP101 is in the preview tier: a run that must report it passes --preview
 BAD_AMP101 = (ROOT / "fixtures" / "AMP101" / "bad_clip_between_backward_and_step.py").read_text(encoding="utf-8")
 AMP101_LINE = next(i for i, line in enumerate(BAD_AMP101.splitlines(), 1) if "expect: AMP101" in line)
 DEPRECATED = "import torch\n\nscaler = torch.cuda.amp.GradScaler()\n"
@@ -46,7 +47,7 @@ def error_lines(proc: subprocess.CompletedProcess) -> list[str]:
 def test_syntax_error_is_a_finding_like_line_and_other_files_are_still_checked(tmp_path: Path) -> None:
     (tmp_path / "a_broken.py").write_text("import torch\n\ndef f(:\n    pass\n")
     (tmp_path / "b_good.py").write_text(BAD_AMP101)
-    proc = amplint(str(tmp_path))
+    proc = amplint("--preview", str(tmp_path))
     no_traceback(proc)
     assert proc.returncode == 2
     assert error_lines(proc) == [f"{tmp_path / 'a_broken.py'}:3:7: error: SyntaxError: invalid syntax"]
@@ -113,7 +114,7 @@ def test_fifty_thousand_lines(tmp_path: Path) -> None:
     (tmp_path / "big.py").write_text(filler + BAD_AMP101)
     assert len((tmp_path / "big.py").read_text().splitlines()) == 50_000
     start = time.perf_counter()
-    proc = amplint(str(tmp_path / "big.py"), "--output-format", "json", timeout=900)
+    proc = amplint("--preview", str(tmp_path / "big.py"), "--output-format", "json", timeout=900)
     elapsed = time.perf_counter() - start
     no_traceback(proc)
     assert proc.returncode == 1

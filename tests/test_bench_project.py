@@ -44,19 +44,20 @@ CORPUS = {
         """,
     "pkg/plain.py": "def add(a, b):\n    return a + b\n",
 }
-# The clip lives in utils.py: train.py's AMP101 exists only if utils.py was read.
+# The unscaled step lives in utils.py: train.py's AMP104 exists only if utils.py was read.
+# (A stable rule: the benchmark times the default selection, which has no preview rule.)
 PROJECT = {
     "utils.py": """\
         import torch
 
 
-        def clip_gradients(model, max_norm):
-            return torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+        def step_optimizer(optimizer):
+            return optimizer.step()
         """,
     "train.py": """\
         import torch
 
-        from utils import clip_gradients
+        from utils import step_optimizer
 
         model = torch.nn.Linear(4, 1)
         optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -65,8 +66,7 @@ PROJECT = {
             with torch.autocast("cpu", dtype=torch.float16):
                 loss = model(torch.randn(2, 4)).sum()
             scaler.scale(loss).backward()
-            clip_gradients(model, 1.0)
-            scaler.step(optimizer)
+            step_optimizer(optimizer)
             scaler.update()
             optimizer.zero_grad()
         """,
@@ -156,7 +156,7 @@ def test_same_findings_needs_every_run_finished_and_equal():
 
 
 def test_end_to_end_on_a_tiny_tree_with_this_tree_as_baseline(tmp_path: Path, capsys):
-    # The corpus holds the two-module project too: the index-off run must miss its AMP101.
+    # The corpus holds the two-module project too: the index-off run must miss its AMP104.
     corpus = write(tmp_path / "corpus", {**CORPUS, **{f"pkg/{name}": text for name, text in PROJECT.items()}})
     project = write(tmp_path / "project", PROJECT)
     out = tmp_path / "figures.json"
@@ -171,23 +171,25 @@ def test_end_to_end_on_a_tiny_tree_with_this_tree_as_baseline(tmp_path: Path, ca
     assert [len(c["runs"][k]) for k in ("cold", "fill", "warm")] == [1, 1, 1]
     assert all(run["rc"] == 0 and run["wall_s"] > 0 for k in ("cold", "fill", "warm") for run in c["runs"][k][0])
     assert c["new_findings_identical"] is True
-    assert c["findings_by_code"] == {"new": {"AMP101": 1, "AMP401": 1}, "baseline": {"AMP101": 1, "AMP401": 1}}
+    assert c["findings_by_code"] == {"new": {"AMP104": 1, "AMP401": 1}, "baseline": {"AMP104": 1, "AMP401": 1}}
     for kind in ("cold", "warm"):
         assert c["summary"][kind]["wall_s"]["ratio_median"] > 0 and len(c["summary"][kind]["cpu_s"]["ratios"]) == 1
 
     d = report["decomposition"]
-    assert "AMP101" in d["baseline_codes"].split(",") and "AMP001" not in d["baseline_codes"].split(",")
+    assert "AMP104" in d["baseline_codes"].split(",") and "AMP001" not in d["baseline_codes"].split(",")
+    # the default selection: a preview rule is no default code, though enabled in its tier
+    assert "AMP101" not in d["baseline_codes"].split(",")
     (same_ref, same_new), = d["runs"]["rules"]
     (off, on), = d["runs"]["reading"]
     assert (same_ref["tree"], same_new["tree"], off["tree"], on["tree"]) == ("baseline", "new", "alone", "new")
     assert all(run["rc"] == 0 for run in (same_ref, same_new, off, on))
     assert d["summary"]["reading"]["cpu_s"]["ratio_median"] > 0
     assert "reading other modules: this tree with the project index on / off" in printed
-    assert "{'AMP401': 1}, new {'AMP101': 1, 'AMP401': 1}" in printed  # the index off misses the helper's clip
+    assert "{'AMP401': 1}, new {'AMP104': 1, 'AMP401': 1}" in printed  # the index off misses the helper's step
 
     f = report["single_file"]
     assert set(f["rows"]) >= {"python -c pass", "amplint --version (new)", "train.py cold (new)", "train.py warm (new)",
                               "train.py cold (baseline)", "train.py warm (baseline)"}
     assert f["same_as_whole_project"] is True
-    assert [(d["code"], d["location"]["row"]) for d in f["findings_new"]] == [("AMP101", 12)]
-    assert len(f["cross_module"]) == 1 and "via utils.clip_gradients" in f["cross_module"][0]
+    assert [(d["code"], d["location"]["row"]) for d in f["findings_new"]] == [("AMP104", 12)]
+    assert len(f["cross_module"]) == 1 and "via utils.step_optimizer" in f["cross_module"][0]

@@ -23,7 +23,9 @@ LEGACY = "import torch\n\nscaler = torch.cuda.amp.GradScaler()\nwith torch.cuda.
 
 
 def _tree(tmp_path: Path) -> Path:
-    """A few fixtures (findings, fixes, clean files) plus a file that does not parse."""
+    """A few fixtures (findings, fixes, clean files) plus a file that does not parse.
+
+    AMP101 is a preview rule: the checks of this tree run in preview, so its fixtures report."""
     src = tmp_path / "src"
     src.mkdir()
     for code in ("AMP101", "AMP201"):
@@ -52,7 +54,7 @@ def _forbid_analysis(monkeypatch) -> None:
 
 def test_warm_run_is_identical_and_reads_nothing(tmp_path, monkeypatch) -> None:
     src, cdir = _tree(tmp_path), tmp_path / "cache"
-    config = Config(root=tmp_path)
+    config = Config(root=tmp_path, preview=True)
     cold = check_paths([src], config, cache_dir=cdir)
     assert any(f.diagnostics for f in cold.files) and any(f.error for f in cold.files)
     assert any(d.fix for f in cold.files for d in f.diagnostics)
@@ -71,7 +73,7 @@ def test_warm_run_is_identical_and_reads_nothing(tmp_path, monkeypatch) -> None:
 
 def test_cache_directory_layout(tmp_path) -> None:
     src, cdir = _tree(tmp_path), tmp_path / "cache"
-    check_paths([src], Config(root=tmp_path), cache_dir=cdir)
+    check_paths([src], Config(root=tmp_path, preview=True), cache_dir=cdir)
     assert (cdir / "CACHEDIR.TAG").read_text().startswith("Signature: 8a477f597d28d172789f06886806bc55")
     assert (cdir / ".gitignore").read_text().splitlines()[-1] == "*"
     entries = [e for e in cdir.rglob("*.json") if e.parent.name != "sets"]  # sets: shared project listings
@@ -81,7 +83,7 @@ def test_cache_directory_layout(tmp_path) -> None:
 
 def test_touched_file_is_rehashed_not_reanalysed(tmp_path, monkeypatch) -> None:
     src, cdir = _tree(tmp_path), tmp_path / "cache"
-    config = Config(root=tmp_path)
+    config = Config(root=tmp_path, preview=True)
     cold = check_paths([src], config, cache_dir=cdir)
     for f in src.iterdir():
         os.utime(f)  # same bytes, new mtime
@@ -91,7 +93,7 @@ def test_touched_file_is_rehashed_not_reanalysed(tmp_path, monkeypatch) -> None:
 
 def test_changed_file_is_rechecked(tmp_path) -> None:
     src, cdir = _tree(tmp_path), tmp_path / "cache"
-    config = Config(root=tmp_path)
+    config = Config(root=tmp_path, preview=True)
     clean = src / "new.py"
     clean.write_text("import torch\n")
     assert not [f for f in check_paths([clean], config, cache_dir=cdir).files if f.diagnostics]
@@ -113,11 +115,11 @@ def test_same_size_change_within_racy_window_is_rechecked(tmp_path) -> None:
 
 def test_changed_configuration_is_rechecked(tmp_path) -> None:
     src, cdir = _tree(tmp_path), tmp_path / "cache"
-    only_101 = check_paths([src], Config(select=("AMP101",), root=tmp_path), cache_dir=cdir)
-    only_401 = check_paths([src], Config(select=("AMP401",), root=tmp_path), cache_dir=cdir)
+    only_101 = check_paths([src], Config(select=("AMP101",), root=tmp_path, preview=True), cache_dir=cdir)
+    only_401 = check_paths([src], Config(select=("AMP401",), root=tmp_path, preview=True), cache_dir=cdir)
     codes = lambda r: {d.code for d in r.diagnostics}  # noqa: E731
     assert codes(only_101) == {"AMP101"} and codes(only_401) == {"AMP401"}
-    assert _summary(only_401) == _summary(check_paths([src], Config(select=("AMP401",), root=tmp_path)))
+    assert _summary(only_401) == _summary(check_paths([src], Config(select=("AMP401",), root=tmp_path, preview=True)))
 
 
 def test_other_amplint_version_does_not_share_entries(tmp_path) -> None:
@@ -130,7 +132,7 @@ def test_other_amplint_version_does_not_share_entries(tmp_path) -> None:
 @pytest.mark.parametrize("garbage", [b"", b"{not json", b"[]", b'{"path": 3}', None])
 def test_corrupt_entry_is_a_miss_not_an_error(tmp_path, garbage) -> None:
     src, cdir = _tree(tmp_path), tmp_path / "cache"
-    config = Config(root=tmp_path)
+    config = Config(root=tmp_path, preview=True)
     cold = check_paths([src], config, cache_dir=cdir)
     for entry in cdir.rglob("*.json"):
         if garbage is None:  # well-formed JSON, malformed result
@@ -146,7 +148,7 @@ def test_corrupt_entry_is_a_miss_not_an_error(tmp_path, garbage) -> None:
 
 def test_fix_run_never_uses_a_stale_result(tmp_path) -> None:
     src, cdir = _tree(tmp_path), tmp_path / "cache"
-    config = Config(root=tmp_path)
+    config = Config(root=tmp_path, preview=True)
     before = check_paths([src], config, cache_dir=cdir)
     fixable = [f for f in before.files if any(d.fix for d in f.diagnostics)]
     assert fixable
@@ -160,16 +162,16 @@ def test_fix_run_never_uses_a_stale_result(tmp_path) -> None:
 def test_cli_flags(tmp_path, monkeypatch, capsys) -> None:
     src = _tree(tmp_path)
     monkeypatch.chdir(tmp_path)
-    assert main(["check", "--isolated", "--no-cache", "--exit-zero", str(src)]) in (0, 2)
+    assert main(["check", "--isolated", "--preview", "--no-cache", "--exit-zero", str(src)]) in (0, 2)
     assert not (tmp_path / ".amplint_cache").exists()
     first = capsys.readouterr()
-    main(["check", "--isolated", "--cache-dir", str(tmp_path / "elsewhere"), "--exit-zero", str(src)])
+    main(["check", "--isolated", "--preview", "--cache-dir", str(tmp_path / "elsewhere"), "--exit-zero", str(src)])
     second = capsys.readouterr()
     assert (tmp_path / "elsewhere" / "CACHEDIR.TAG").is_file() and not (tmp_path / ".amplint_cache").exists()
-    main(["check", "--isolated", "--exit-zero", str(src)])
+    main(["check", "--isolated", "--preview", "--exit-zero", str(src)])
     third = capsys.readouterr()
     assert (tmp_path / ".amplint_cache" / "CACHEDIR.TAG").is_file()
-    main(["check", "--isolated", "--exit-zero", str(src)])  # warm
+    main(["check", "--isolated", "--preview", "--exit-zero", str(src)])  # warm
     assert first == second == third == capsys.readouterr()
 
 
@@ -186,6 +188,7 @@ def _project_copy(tmp_path: Path, name: str) -> Path:
     return dest
 
 
+# The projects below show AMP101/AMP106, preview rules: their checks run in preview.
 def _codes_by_line(result) -> list:
     return sorted((Path(d.path).name, d.span.line, d.code) for d in result.diagnostics)
 
@@ -197,7 +200,7 @@ def test_editing_an_imported_module_recomputes_the_importer(tmp_path, monkeypatc
     from amplint.project.index import reset_shared
 
     project, cdir = _project_copy(tmp_path, "checkpoint_helper"), tmp_path / "cache"
-    config = Config(root=project)
+    config = Config(root=project, preview=True)
     target = [project / "train.py"] if one_file else [project]
     cold = check_paths(target, config, cache_dir=cdir)
     assert ("train.py", 27, "AMP106") in _codes_by_line(cold)
@@ -217,7 +220,7 @@ def test_editing_the_importer_recomputes_a_helpers_checkpoint_finding(tmp_path) 
     from amplint.project.index import reset_shared
 
     project, cdir = _project_copy(tmp_path, "checkpoint_helper"), tmp_path / "cache"
-    config = Config(root=project)
+    config = Config(root=project, preview=True)
     target = [project / "utils.py"]
     assert _codes_by_line(check_paths(target, config, cache_dir=cdir)) == [("utils.py", 6, "AMP106")]
     train = project / "train.py"
@@ -235,7 +238,7 @@ def test_a_module_that_appears_recomputes_the_importer(tmp_path) -> None:
     moved = project / "utils.py"
     text = moved.read_text()
     moved.unlink()
-    config = Config(root=project)
+    config = Config(root=project, preview=True)
     assert _codes_by_line(check_paths([project / "train.py"], config, cache_dir=cdir)) == []
     moved.write_text(text)
     reset_shared()
@@ -392,7 +395,7 @@ def stored(tmp_path_factory):
     cdir = tmp_path / "cache"
     files = []
     for tree in trees:
-        config = Config(root=tree if tree.name != "src" else tmp_path)
+        config = Config(root=tree if tree.name != "src" else tmp_path, preview=True)  # AMP101, AMP106 are preview
         reset_shared()
         cold = check_paths([tree], config, cache_dir=cdir)
         files += [(Path(f.path), config) for f in cold.files]
@@ -509,7 +512,7 @@ def test_a_malformed_entry_is_a_miss_and_the_check_gives_the_cold_result(tmp_pat
 
     src, cdir = _tree(tmp_path), tmp_path / "cache"
     project = _project_copy(tmp_path, "function_loaded_by_name")
-    runs = [([src], Config(root=tmp_path)), ([project], Config(root=project))]
+    runs = [([src], Config(root=tmp_path, preview=True)), ([project], Config(root=project))]
     cold = []
     for paths, config in runs:
         reset_shared()

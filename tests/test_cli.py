@@ -13,7 +13,7 @@ from amplint.docs import rule_page
 from amplint.registry import ALL_RULES, BY_CODE
 
 ROOT = Path(__file__).resolve().parent.parent
-BAD = ROOT / "fixtures" / "AMP101" / "bad_clip_between_backward_and_step.py"
+BAD = ROOT / "fixtures" / "AMP101" / "bad_clip_between_backward_and_step.py"  # AMP101 is a preview rule: --preview
 DEPRECATED = "import torch\n\nscaler = torch.cuda.amp.GradScaler()\n"
 
 
@@ -30,7 +30,7 @@ def amplint(*args: str, cwd: Path = ROOT, stdin: str | None = None) -> subproces
 
 
 def test_stdin_reports_under_the_stdin_filename() -> None:
-    proc = amplint("check", "--isolated", "--output-format", "json", "-", "--stdin-filename", "pkg/train.py",
+    proc = amplint("check", "--isolated", "--preview", "--output-format", "json", "-", "--stdin-filename", "pkg/train.py",
                    stdin=BAD.read_text())
     assert proc.returncode == 1, proc.stderr
     (d,) = json.loads(proc.stdout)
@@ -38,7 +38,7 @@ def test_stdin_reports_under_the_stdin_filename() -> None:
 
 
 def test_stdin_text_shows_the_source_line() -> None:
-    proc = amplint("check", "--isolated", "-", stdin=BAD.read_text())
+    proc = amplint("check", "--isolated", "--preview", "-", stdin=BAD.read_text())
     assert proc.returncode == 1
     assert f"-:{_expected_line(BAD)}:5: AMP101" in proc.stdout
     assert "torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)" in proc.stdout
@@ -131,10 +131,10 @@ def test_explain_prints_the_rule_page() -> None:
 
 
 def test_exit_codes() -> None:
-    assert amplint("check", "--isolated", str(BAD)).returncode == 1
+    assert amplint("check", "--isolated", "--preview", str(BAD)).returncode == 1
     good = ROOT / "fixtures" / "AMP101" / "good_unscale_then_clip.py"
-    assert amplint("check", "--isolated", str(good)).returncode == 0
-    assert amplint("check", "--isolated", "--exit-zero", str(BAD)).returncode == 0
+    assert amplint("check", "--isolated", "--preview", str(good)).returncode == 0
+    assert amplint("check", "--isolated", "--preview", "--exit-zero", str(BAD)).returncode == 0
     missing = amplint("check", "--isolated", "no/such/file.py")
     assert missing.returncode == 2 and "no/such/file.py" in missing.stderr
     unknown = amplint("check", "--isolated", "--select", "AMP999", str(BAD))

@@ -14,6 +14,7 @@ from amplint import __version__, output
 from amplint.diagnostics import Diagnostic, Span
 
 # AMP401 (safe fix) twice and AMP101 (unsafe fix): three findings, two fixable by --fix
+# (AMP101 is in the preview tier: the checks of TRAIN run with --preview)
 TRAIN = """\
 import torch
 
@@ -41,7 +42,7 @@ def project(tmp_path: Path) -> Path:
 
 
 def test_summary_counts_fixed_and_remaining_as_ruff_does(project: Path) -> None:
-    proc = amplint("check", "--isolated", "--fix", "train.py", cwd=project)
+    proc = amplint("check", "--isolated", "--preview", "--fix", "train.py", cwd=project)
     assert proc.returncode == 1
     assert "Found 3 errors (2 fixed, 1 remaining)." in proc.stdout.splitlines()
     assert output.summary(0, 4, 0, 0) == "Found 4 errors (4 fixed, 0 remaining)."
@@ -59,31 +60,31 @@ def test_exit_non_zero_on_fix(project: Path) -> None:
 
 
 def test_fix_only_fixes_and_neither_reports_nor_fails_on_the_rest(project: Path) -> None:
-    proc = amplint("check", "--isolated", "--fix-only", "train.py", cwd=project)
+    proc = amplint("check", "--isolated", "--preview", "--fix-only", "train.py", cwd=project)
     assert (proc.returncode, proc.stdout) == (0, "Fixed 2 errors.\n")
     assert "torch.cuda.amp" not in (project / "train.py").read_text()
-    again = amplint("check", "--isolated", "--fix-only", "--exit-non-zero-on-fix", "train.py", cwd=project)
+    again = amplint("check", "--isolated", "--preview", "--fix-only", "--exit-non-zero-on-fix", "train.py", cwd=project)
     assert (again.returncode, again.stdout) == (0, "")  # AMP101 is left, but that is the reporting hook's job
 
 
 def test_quiet_prints_findings_without_summary_and_silent_prints_nothing(project: Path) -> None:
-    quiet = amplint("check", "--isolated", "--quiet", "train.py", cwd=project)
+    quiet = amplint("check", "--isolated", "--preview", "--quiet", "train.py", cwd=project)
     assert quiet.returncode == 1 and "train.py:5:10: AMP401" in quiet.stdout and "Found" not in quiet.stdout
-    silent = amplint("check", "--isolated", "-s", "train.py", cwd=project)
+    silent = amplint("check", "--isolated", "--preview", "-s", "train.py", cwd=project)
     assert (silent.returncode, silent.stdout) == (1, "")
-    assert amplint("check", "--isolated", "-q", "-s", "train.py", cwd=project).returncode == 2  # one or the other
+    assert amplint("check", "--isolated", "--preview", "-q", "-s", "train.py", cwd=project).returncode == 2  # one or the other
 
 
 def test_add_noqa_silences_every_current_finding_once(project: Path) -> None:
-    proc = amplint("check", "--isolated", "--add-noqa", "train.py", cwd=project)
+    proc = amplint("check", "--isolated", "--preview", "--add-noqa", "train.py", cwd=project)
     assert (proc.returncode, proc.stdout) == (0, "Added 3 noqa directives.\n")
     text = (project / "train.py").read_text()
     assert "scaler = torch.cuda.amp.GradScaler()  # noqa: AMP401\n" in text
     assert "torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)  # noqa: AMP101\n" in text
-    assert amplint("check", "--isolated", "train.py", cwd=project).returncode == 0
-    assert amplint("check", "--isolated", "--add-noqa", "train.py", cwd=project).stdout == "Added 0 noqa directives.\n"
+    assert amplint("check", "--isolated", "--preview", "train.py", cwd=project).returncode == 0
+    assert amplint("check", "--isolated", "--preview", "--add-noqa", "train.py", cwd=project).stdout == "Added 0 noqa directives.\n"
     # and AMP001 agrees that every one of them is in use
-    assert amplint("check", "--isolated", "--extend-select", "AMP001", "train.py", cwd=project).returncode == 0
+    assert amplint("check", "--isolated", "--preview", "--extend-select", "AMP001", "train.py", cwd=project).returncode == 0
 
 
 def test_add_noqa_refuses_what_it_cannot_mean(project: Path) -> None:
@@ -105,7 +106,7 @@ def test_statistics_refuses_formats_made_for_findings(project: Path, fmt: str) -
 
 
 def test_statistics_json_lines_is_one_row_per_line(project: Path) -> None:
-    proc = amplint("check", "--isolated", "--statistics", "--output-format", "json-lines", "train.py", cwd=project)
+    proc = amplint("check", "--isolated", "--preview", "--statistics", "--output-format", "json-lines", "train.py", cwd=project)
     assert [json.loads(line)["code"] for line in proc.stdout.splitlines()] == ["AMP401", "AMP101"]
 
 
@@ -128,7 +129,7 @@ def test_sarif_uris_are_relative_to_the_repository_root_and_results_have_fingerp
     sub.mkdir(parents=True)
     (sub / "train.py").write_text(TRAIN)
     (sub / "moved.py").write_text(TRAIN.replace("import torch\n", "import torch\n\n\n"))  # same code, lines moved
-    proc = amplint("check", "--isolated", "--output-format", "sarif", ".", cwd=sub)
+    proc = amplint("check", "--isolated", "--preview", "--output-format", "sarif", ".", cwd=sub)
     assert proc.returncode == 1, proc.stderr
     log = json.loads(proc.stdout)
     run = log["runs"][0]
@@ -141,7 +142,7 @@ def test_sarif_uris_are_relative_to_the_repository_root_and_results_have_fingerp
         prints.setdefault(uri, []).append(r["partialFingerprints"]["amplint/v1"])
     assert all(len(set(v)) == len(v) for v in prints.values())  # two AMP401s on different lines differ
     # moving a finding's line does not change its fingerprint; another file does
-    moved = json.loads(amplint("check", "--isolated", "--output-format", "sarif", "moved.py", cwd=sub).stdout)
+    moved = json.loads(amplint("check", "--isolated", "--preview", "--output-format", "sarif", "moved.py", cwd=sub).stdout)
     assert [r["partialFingerprints"]["amplint/v1"] for r in moved["runs"][0]["results"]] == prints["src/pkg/moved.py"]
     assert set(prints["src/pkg/moved.py"]).isdisjoint(prints["src/pkg/train.py"])
 

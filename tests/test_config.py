@@ -44,8 +44,10 @@ def test_cli_in_a_subprocess_agrees(tmp_path: Path) -> None:
     assert proc.stdout == amplint("check", "--output-format", "json", ".", cwd=tmp_path).stdout
 
 
-def findings(*args: str, cwd: Path) -> set[tuple[str, str]]:
-    proc = amplint("check", "--output-format", "json", *args, cwd=cwd)
+def findings(*args: str, cwd: Path, preview: bool = True) -> set[tuple[str, str]]:
+    """What `check` reports, in preview unless told: the project's src/train.py shows AMP101,
+    a preview rule (test_defaults_without_config checks the default selection itself)."""
+    proc = amplint("check", "--output-format", "json", *(["--preview"] if preview else []), *args, cwd=cwd)
     assert proc.returncode in (0, 1), proc.stderr
     return {(Path(d["filename"]).as_posix(), d["code"]) for d in json.loads(proc.stdout)}
 
@@ -62,7 +64,14 @@ def project(tmp_path: Path) -> Path:
 
 
 def test_defaults_without_config(project: Path) -> None:
+    # AMP101 is in the preview tier (below 0.90 precision on unseen code, issue 27): not a default
+    assert findings(".", cwd=project, preview=False) == {("src/old.py", "AMP401"), ("legacy/amp.py", "AMP401")}
+    # and it runs under preview, from the command line or the configuration
     assert findings(".", cwd=project) == {
+        ("src/train.py", "AMP101"), ("src/old.py", "AMP401"), ("legacy/amp.py", "AMP401"),
+    }
+    (project / "pyproject.toml").write_text("[tool.amplint]\npreview = true\n")
+    assert findings(".", cwd=project, preview=False) == {
         ("src/train.py", "AMP101"), ("src/old.py", "AMP401"), ("legacy/amp.py", "AMP401"),
     }
 

@@ -24,7 +24,8 @@ from amplint.registry import ALL_RULES
 
 ROOT = Path(__file__).resolve().parent.parent
 SARIF_SCHEMA = ROOT.parent / "shared" / "data" / "sarif-schema-2.1.0.json"
-# AMP401 at 5:10 (safe fix) and AMP101 at 10:5 (unsafe fix)
+# AMP401 at 5:10 (safe fix) and AMP104 at 10:5: stable rules, what the README's snippets run by
+# default (AMP101, clipping before unscale_, stood here until it moved to the preview tier)
 TRAIN = """\
 import torch
 
@@ -35,8 +36,7 @@ for _ in range(2):
     with torch.autocast("cpu", dtype=torch.float16):
         loss = model(torch.randn(2, 4)).sum()
     scaler.scale(loss).backward()
-    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-    scaler.step(optimizer)
+    optimizer.step()
     scaler.update()
 """
 DEPRECATED = "import torch\n\nscaler = torch.cuda.amp.GradScaler()\n"  # AMP401 at 3:10
@@ -119,7 +119,7 @@ def test_ci_snippet_annotates_findings(project: Path) -> None:
     proc = subprocess.run(_amplint_command(command), cwd=project, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 1, "the CI job must fail on findings"
     assert sorted(re.findall(r"^::error title=amplint \((AMP\d+)\),file=([^,]+),line=(\d+)", proc.stdout, re.M)) == [
-        ("AMP101", "src/train.py", "10"), ("AMP401", "src/train.py", "5"), ("AMP401", "tests/test_old.py", "3"),
+        ("AMP104", "src/train.py", "10"), ("AMP401", "src/train.py", "5"), ("AMP401", "tests/test_old.py", "3"),
     ]
 
 
@@ -140,7 +140,7 @@ def test_flake8_snippet(project: Path) -> None:
     proc = subprocess.run([sys.executable, "-m", "flake8", "--format=%(path)s:%(row)d:%(col)d: %(code)s", "."],
                           cwd=project, capture_output=True, text=True, timeout=300)
     found = {line for line in proc.stdout.splitlines() if ": AMP" in line}
-    assert found == {"./src/train.py:10:5: AMP101", "./src/train.py:5:10: AMP401"}, proc.stdout + proc.stderr
+    assert found == {"./src/train.py:10:5: AMP104", "./src/train.py:5:10: AMP401"}, proc.stdout + proc.stderr
 
 
 def test_stdin_snippet(project: Path) -> None:
@@ -152,7 +152,7 @@ def test_stdin_snippet(project: Path) -> None:
     assert proc.returncode == 1
     rows = [json.loads(x) for x in proc.stdout.splitlines()]
     assert [(r["filename"], r["code"], r["location"]["row"]) for r in rows] == [
-        ("src/train.py", "AMP401", 5), ("src/train.py", "AMP101", 10),
+        ("src/train.py", "AMP401", 5), ("src/train.py", "AMP104", 10),
     ]
 
 
@@ -167,8 +167,23 @@ def test_config_snippet(project: Path) -> None:
                           capture_output=True, text=True, timeout=120, env={**os.environ, "NO_COLOR": "1"})
     assert proc.returncode == 1, proc.stderr
     assert {(d["filename"], d["code"]) for d in json.loads(proc.stdout)} == {
-        ("src/train.py", "AMP101"), ("src/train.py", "AMP401"),
+        ("src/train.py", "AMP104"), ("src/train.py", "AMP401"),
     }
+
+
+def test_set_up_runs_the_main_job_on_every_bundled_example() -> None:
+    """The README's first set-up command reports each example's bug, the preview rule's too
+    (train_clip_before_unscale.py shows AMP101, which runs only in preview)."""
+    block = re.search(r"## Set up\n.*?```bash\n(.*?)```", (ROOT / "README.md").read_text(), re.S).group(1)
+    (line,) = [x for x in block.splitlines() if x.startswith("pip install . && ")]
+    command = line.removeprefix("pip install . && ")
+    assert "--preview" in shlex.split(command)
+    proc = subprocess.run([*_amplint_command(command), "--isolated", "--no-cache", "--output-format", "json"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1, proc.stderr
+    found = {(Path(d["filename"]).name, d["code"]) for d in json.loads(proc.stdout)}
+    assert ("train_clip_before_unscale.py", "AMP101") in found
+    assert {name for name, _ in found} == {p.name for p in (ROOT / "examples").glob("*.py")}
 
 
 # --- editor set-up snippets: each starts `amplint server` (tests/test_server.py drives it) --

@@ -75,7 +75,7 @@ def test_unsafe_insert_fix_in_a_crlf_file_has_no_mixed_endings(tmp_path: Path) -
     src = (ROOT / "fixtures" / "AMP101" / "bad_clip_between_backward_and_step.py").read_text()
     target = tmp_path / "train.py"
     target.write_bytes(src.replace("\n", "\r\n").encode())
-    proc = amplint("--fix", "--unsafe-fixes", "--select", "AMP101", str(target))
+    proc = amplint("--fix", "--unsafe-fixes", "--preview", "--select", "AMP101", str(target))  # AMP101 is preview
     assert proc.returncode == 0, proc.stdout + proc.stderr
     raw = target.read_bytes()
     assert b"unscale_" in raw

@@ -100,14 +100,19 @@ def test_preview_rules_agree_in_preview(tmp_path: Path) -> None:
 
 
 def test_defaults_agree_without_any_selection() -> None:
-    """No --select at all: opt-in rules stay off in both (flake8 via extend_default_ignore)."""
+    """No --select at all: opt-in rules stay off in both (flake8 via extend_default_ignore), and
+    so do preview rules (AMP101 left the default selection for the preview tier, issue 27)."""
     # flake8 then runs its own pycodestyle/pyflakes checks too, so keep this to a few directories.
-    dirs = sorted({str(Path(p).parent) for p in FILES if any(p.startswith(f"fixtures/{c}/") for c in [*OPT_IN, "AMP101"])})
+    dirs = sorted({str(Path(p).parent) for p in FILES
+                   if any(p.startswith(f"fixtures/{c}/") for c in [*OPT_IN, "AMP101", "AMP102"])})
     from_flake8 = flake8(files=dirs)
     from_cli = amplint(files=dirs)
-    assert from_cli, "AMP101's bad fixtures must be reported"
+    assert "AMP102" in {c for *_, c in from_cli}, "a default rule's bad fixtures must be reported"
     assert from_flake8 == from_cli, _diff(from_flake8, from_cli)
     assert not {c for *_, c in from_flake8} & set(OPT_IN)
+    assert not {c for *_, c in from_flake8} & set(PREVIEW)
+    # AMP101 runs under preview (flake8's preview = true: test_preview_rules_agree_in_preview)
+    assert "AMP101" in {c for *_, c in amplint("--preview", files=dirs)}
 
 
 @pytest.mark.skipif(not OPT_IN, reason="the registry has no opt-in rule yet")

@@ -16,6 +16,7 @@ from amplint.engine import check_source
 from amplint.runner import check_paths, discover
 
 DEPRECATED = "scaler = torch.cuda.amp.GradScaler()"
+# Clips before unscale_ (AMP101, a preview rule: the checks of the `train` notebook run in preview)
 TRAIN_CELL = """\
 for _ in range(2):
     with torch.cuda.amp.autocast():
@@ -57,7 +58,7 @@ def amplint(*args: str, cwd: Path, stdin: str | None = None) -> subprocess.Compl
 
 
 def test_findings_name_their_cell_and_rows_count_within_it(train: Path) -> None:
-    proc = amplint("check", "--isolated", "train.ipynb", cwd=train.parent)
+    proc = amplint("check", "--isolated", "--preview", "train.ipynb", cwd=train.parent)
     assert proc.returncode == 1, proc.stderr
     lines = proc.stdout.splitlines()
     assert "train.ipynb:cell 3:3:10: AMP401 [*] `torch.cuda.amp.GradScaler` is deprecated since PyTorch 2.4" in lines
@@ -70,20 +71,20 @@ def test_findings_name_their_cell_and_rows_count_within_it(train: Path) -> None:
 
 
 def test_json_sarif_and_github_carry_the_cell(train: Path) -> None:
-    rows = json.loads(amplint("check", "--isolated", "--output-format", "json", "train.ipynb", cwd=train.parent).stdout)
+    rows = json.loads(amplint("check", "--isolated", "--preview", "--output-format", "json", "train.ipynb", cwd=train.parent).stdout)
     assert [(r["cell"], r["code"], r["location"]["row"], r["noqa_row"]) for r in rows] == [
         (3, "AMP401", 3, 3), (5, "AMP401", 2, 2), (5, "AMP101", 5, 5)]
-    sarif = json.loads(amplint("check", "--isolated", "--output-format", "sarif", "train.ipynb", cwd=train.parent).stdout)
+    sarif = json.loads(amplint("check", "--isolated", "--preview", "--output-format", "sarif", "train.ipynb", cwd=train.parent).stdout)
     result = sarif["runs"][0]["results"][0]
     assert result["properties"] == {"cell": 3} and result["locations"][0]["message"] == {"text": "cell 3"}
-    github = amplint("check", "--isolated", "--output-format", "github", "train.ipynb", cwd=train.parent).stdout
+    github = amplint("check", "--isolated", "--preview", "--output-format", "github", "train.ipynb", cwd=train.parent).stdout
     assert "title=amplint (AMP401%2C cell 3),file=train.ipynb,line=3,col=10" in github
     assert "::cell 3:3:10: AMP401" in github
 
 
 def test_fix_edits_only_the_cells_it_fixes_and_keeps_the_json_layout(train: Path) -> None:
     before = train.read_text()
-    proc = amplint("check", "--isolated", "--fix", "--unsafe-fixes", "train.ipynb", cwd=train.parent)
+    proc = amplint("check", "--isolated", "--preview", "--fix", "--unsafe-fixes", "train.ipynb", cwd=train.parent)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "Found 3 errors (3 fixed, 0 remaining)." in proc.stdout and "warning" not in proc.stderr
     after = train.read_text()
@@ -111,7 +112,7 @@ def test_fix_edits_only_the_cells_it_fixes_and_keeps_the_json_layout(train: Path
 
 def test_diff_is_per_cell_and_changes_nothing(train: Path) -> None:
     before = train.read_bytes()
-    proc = amplint("check", "--isolated", "--diff", "train.ipynb", cwd=train.parent)
+    proc = amplint("check", "--isolated", "--preview", "--diff", "train.ipynb", cwd=train.parent)
     assert proc.returncode == 1
     assert "--- a/train.ipynb:cell 3\n+++ b/train.ipynb:cell 3\n" in proc.stdout
     assert '+scaler = torch.amp.GradScaler("cuda")' in proc.stdout
@@ -119,11 +120,11 @@ def test_diff_is_per_cell_and_changes_nothing(train: Path) -> None:
 
 
 def test_noqa_inside_a_cell_and_add_noqa(train: Path) -> None:
-    proc = amplint("check", "--isolated", "--add-noqa", "train.ipynb", cwd=train.parent)
+    proc = amplint("check", "--isolated", "--preview", "--add-noqa", "train.ipynb", cwd=train.parent)
     assert proc.stdout.strip() == "Added 3 noqa directives.", proc.stderr
     cells = json.loads(train.read_text())["cells"]
     assert "".join(cells[2]["source"]).endswith("GradScaler()  # noqa: AMP401")
-    assert amplint("check", "--isolated", "train.ipynb", cwd=train.parent).returncode == 0
+    assert amplint("check", "--isolated", "--preview", "train.ipynb", cwd=train.parent).returncode == 0
 
 
 def test_directory_walks_include_notebooks_and_honour_excludes(tmp_path: Path) -> None:
@@ -168,7 +169,7 @@ def test_a_fix_that_would_break_the_cells_is_not_written(train: Path) -> None:
 
 
 def test_stdin_notebook_with_fix_writes_the_notebook_to_stdout(train: Path) -> None:
-    proc = amplint("check", "--isolated", "--fix", "--stdin-filename", "train.ipynb", "-", cwd=train.parent,
+    proc = amplint("check", "--isolated", "--preview", "--fix", "--stdin-filename", "train.ipynb", "-", cwd=train.parent,
                    stdin=train.read_text())
     nbformat.validate(nbformat.reads(proc.stdout, as_version=4))
     assert DEPRECATED not in proc.stdout and "cell 5:5:5: AMP101" in proc.stderr
@@ -176,7 +177,7 @@ def test_stdin_notebook_with_fix_writes_the_notebook_to_stdout(train: Path) -> N
 
 def test_check_source_on_the_joined_module_is_what_the_cli_reports(train: Path) -> None:
     nb = notebooks.load(train.read_text(), "train.ipynb")
-    found = notebooks.check(nb, lambda text: check_source(text, "train.ipynb"))
+    found = notebooks.check(nb, lambda text: check_source(text, "train.ipynb", Config(preview=True)))
     assert [(d.cell, d.span.line, d.code) for d in found] == [(3, 3, "AMP401"), (5, 2, "AMP401"), (5, 5, "AMP101")]
 
 
@@ -199,7 +200,7 @@ def test_other_json_layouts_are_kept_or_normalisation_is_said(tmp_path: Path, in
 
 
 def test_the_result_cache_keeps_cells(train: Path, tmp_path: Path) -> None:
-    config = Config(root=tmp_path)
+    config = Config(root=tmp_path, preview=True)
     cold = check_paths([train], config, cache_dir=tmp_path / "cache")
     warm = check_paths([train], config, cache_dir=tmp_path / "cache")
     assert [(d.cell, d.span, d.code) for d in warm.diagnostics] == [(d.cell, d.span, d.code) for d in cold.diagnostics]

@@ -20,6 +20,7 @@ SARIF_SCHEMA = ROOT.parent / "shared" / "data" / "sarif-schema-2.1.0.json"
 BAD = "fixtures/AMP101/bad_clip_between_backward_and_step.py"
 
 # A deprecated API (AMP401, safe fix) and clipping before unscale_ (AMP101, unsafe fix).
+# AMP101 is in the preview tier, so the checks of TRAIN and BAD run with --preview.
 TRAIN = '''\
 import torch
 
@@ -54,7 +55,7 @@ def _codes_at(proc) -> list[tuple[str, int, int]]:
 
 
 def test_text_is_ruff_like_with_source_caret_and_summary(train: Path) -> None:
-    proc = amplint("check", "--isolated", "train.py", cwd=train.parent)
+    proc = amplint("check", "--isolated", "--preview", "train.py", cwd=train.parent)
     assert proc.returncode == 1
     lines = proc.stdout.splitlines()
     assert "train.py:5:10: AMP401 [*] `torch.cuda.amp.GradScaler` is deprecated since PyTorch 2.4" in lines
@@ -77,7 +78,7 @@ def test_colour_only_on_a_tty(train: Path) -> None:
     master, slave = pty.openpty()
     env = {k: v for k, v in os.environ.items() if k not in ("NO_COLOR", "FORCE_COLOR")}
     proc = subprocess.run(
-        [sys.executable, "-m", "amplint", "check", "--isolated", "train.py"],
+        [sys.executable, "-m", "amplint", "check", "--isolated", "--preview", "train.py"],
         cwd=train.parent, stdout=slave, stderr=subprocess.PIPE, env=env, timeout=120,
     )
     os.close(slave)
@@ -94,7 +95,7 @@ def test_colour_only_on_a_tty(train: Path) -> None:
     assert proc.returncode == 1
     tty_text = b"".join(chunks).decode()
     assert "\x1b[1;31mAMP101\x1b[0m" in tty_text
-    piped = subprocess.run([sys.executable, "-m", "amplint", "check", "--isolated", "train.py"], cwd=train.parent,
+    piped = subprocess.run([sys.executable, "-m", "amplint", "check", "--isolated", "--preview", "train.py"], cwd=train.parent,
                            capture_output=True, text=True, env=env, timeout=120)
     assert "\x1b[" not in piped.stdout
 
@@ -107,8 +108,8 @@ def test_caret_keeps_tabs_and_show_fixes(tmp_path: Path) -> None:
 
 
 def test_json_and_json_lines_agree(train: Path) -> None:
-    as_json = amplint("check", "--isolated", "--output-format", "json", str(train))
-    as_lines = amplint("check", "--isolated", "--output-format", "json-lines", str(train))
+    as_json = amplint("check", "--isolated", "--preview", "--output-format", "json", str(train))
+    as_lines = amplint("check", "--isolated", "--preview", "--output-format", "json-lines", str(train))
     assert as_json.returncode == as_lines.returncode == 1
     objs = json.loads(as_json.stdout)
     assert [json.loads(line) for line in as_lines.stdout.splitlines()] == objs
@@ -120,7 +121,7 @@ def test_json_and_json_lines_agree(train: Path) -> None:
 
 
 def test_github_annotations(train: Path) -> None:
-    proc = amplint("check", "--isolated", "--output-format", "github", "train.py", cwd=train.parent)
+    proc = amplint("check", "--isolated", "--preview", "--output-format", "github", "train.py", cwd=train.parent)
     assert proc.returncode == 1
     assert proc.stdout.splitlines()[0] == (
         "::error title=amplint (AMP401),file=train.py,line=5,col=10,endLine=5,endColumn=35::"
@@ -136,7 +137,7 @@ def test_sarif_validates_against_the_official_schema(train: Path) -> None:
     if not SARIF_SCHEMA.is_file():
         pytest.skip(f"SARIF schema not found at {SARIF_SCHEMA} (it lives in the shared data folder next to the repo)")
     jsonschema = pytest.importorskip("jsonschema")
-    proc = amplint("check", "--isolated", "--output-format", "sarif", "train.py", cwd=train.parent)
+    proc = amplint("check", "--isolated", "--preview", "--output-format", "sarif", "train.py", cwd=train.parent)
     assert proc.returncode == 1
     log = json.loads(proc.stdout)
     schema = json.loads(SARIF_SCHEMA.read_text())
@@ -170,32 +171,34 @@ def test_sarif_with_no_findings_still_validates(tmp_path: Path) -> None:
 
 
 def test_statistics(train: Path) -> None:
-    proc = amplint("check", "--isolated", "--statistics", str(train))
+    proc = amplint("check", "--isolated", "--preview", "--statistics", str(train))
     assert proc.returncode == 1
     assert proc.stdout.splitlines() == ["1\tAMP101\t    clip-before-unscale", "1\tAMP401\t[*] deprecated-cuda-amp"]
-    as_json = json.loads(amplint("check", "--isolated", "--statistics", "--output-format", "json", str(train)).stdout)
+    as_json = json.loads(
+        amplint("check", "--isolated", "--preview", "--statistics", "--output-format", "json", str(train)).stdout)
     assert {r["code"]: r["count"] for r in as_json} == {"AMP101": 1, "AMP401": 1}
 
 
 def test_exit_zero_and_output_file(train: Path, tmp_path: Path) -> None:
     out = tmp_path / "reports" / "amplint.sarif"
-    proc = amplint("check", "--isolated", "--exit-zero", "--output-format", "sarif", "--output-file", str(out), str(train))
+    proc = amplint("check", "--isolated", "--preview", "--exit-zero", "--output-format", "sarif", "--output-file", str(out),
+                   str(train))
     assert proc.returncode == 0
     assert proc.stdout == ""
     assert len(json.loads(out.read_text())["runs"][0]["results"]) == 2
 
 
 def test_show_fixes_names_the_fix(train: Path) -> None:
-    proc = amplint("check", "--isolated", "--show-fixes", str(train))
+    proc = amplint("check", "--isolated", "--preview", "--show-fixes", str(train))
     assert "= help: Use `torch.amp.GradScaler(\"cuda\")`" in proc.stdout
     assert re.search(r"= help: Call `scaler.unscale_\(optimizer\)` before clipping \(unsafe", proc.stdout)
 
 
 def test_positions_match_between_formats() -> None:
     """json, github and sarif carry the same 1-based position for the same finding."""
-    j = amplint("check", "--isolated", "--output-format", "json", BAD)
-    g = amplint("check", "--isolated", "--output-format", "github", BAD)
-    s = amplint("check", "--isolated", "--output-format", "sarif", BAD)
+    j = amplint("check", "--isolated", "--preview", "--output-format", "json", BAD)
+    g = amplint("check", "--isolated", "--preview", "--output-format", "github", BAD)
+    s = amplint("check", "--isolated", "--preview", "--output-format", "sarif", BAD)
     (d,) = json.loads(j.stdout)
     (res,) = json.loads(s.stdout)["runs"][0]["results"]
     region = res["locations"][0]["physicalLocation"]["region"]
@@ -263,7 +266,7 @@ def test_a_file_that_cannot_be_analysed_is_in_every_machine_readable_format(tmp_
     (tmp_path / "broken.py").write_text(BROKEN)
     (tmp_path / "binary.py").write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00")
     (tmp_path / "train.py").write_text(TRAIN)
-    flags = ["check", "--isolated", "--no-cache", *(["--exit-zero"] if exit_zero else []), "--output-format"]
+    flags = ["check", "--isolated", "--preview", "--no-cache", *(["--exit-zero"] if exit_zero else []), "--output-format"]
     expected_rc = 0 if exit_zero else 2
 
     proc = amplint(*flags, "json", ".", cwd=tmp_path)
@@ -300,5 +303,6 @@ def test_a_file_that_cannot_be_analysed_is_in_every_machine_readable_format(tmp_
 
 def test_a_clean_sarif_run_says_it_succeeded(tmp_path: Path) -> None:
     (tmp_path / "train.py").write_text(TRAIN)
-    log = json.loads(amplint("check", "--isolated", "--no-cache", "--output-format", "sarif", ".", cwd=tmp_path).stdout)
+    log = json.loads(
+        amplint("check", "--isolated", "--preview", "--no-cache", "--output-format", "sarif", ".", cwd=tmp_path).stdout)
     assert log["runs"][0]["invocations"] == [{"executionSuccessful": True}]

@@ -81,6 +81,9 @@ def project(tmp_path: Path, hook_repo) -> Path:
     config = re.sub(r"(?m)^(\s*)rev: \S+", rf"\g<1>rev: {rev}", config, count=1)
     _git("init", "-q", cwd=tmp_path)
     (tmp_path / ".pre-commit-config.yaml").write_text(config)
+    # BAD clips before unscale_ (AMP101), a preview rule: this project turns the preview tier on,
+    # as a user does, so the hooks (plain `amplint check`) run it
+    (tmp_path / "pyproject.toml").write_text("[tool.amplint]\npreview = true\n")
     (tmp_path / "bad.py").write_text(BAD)
     (tmp_path / "good.py").write_text(GOOD)
     (tmp_path / "deprecated.py").write_text(DEPRECATED)

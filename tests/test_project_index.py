@@ -185,7 +185,7 @@ def test_a_helper_parsed_whole_for_another_file_is_not_parsed_again_when_checked
     )
     _tree(tmp_path, {"helpers.py": helper})
     path = str(tmp_path / "helpers.py")
-    config = Config()
+    config = Config(preview=True)  # AMP101 is a preview rule
     fresh = engine.check_source(helper, path, config, project=ProjectIndex())
     assert [d.code for d in fresh] == ["AMP101"]
 

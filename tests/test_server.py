@@ -35,6 +35,13 @@ for _ in range(2):
 TIMEOUT = 60
 
 
+def preview_project(folder: Path) -> Path:
+    """TRAIN clips before unscale_ (AMP101), a preview rule: the server runs it for the files of a
+    project whose [tool.amplint] says `preview = true`, as the CLI does."""
+    (folder / "pyproject.toml").write_text("[tool.amplint]\npreview = true\n")
+    return folder
+
+
 class Session:
     """A client, the server it started, and the diagnostics published per document."""
 
@@ -124,7 +131,7 @@ def test_initialize_announces_sync_and_code_actions(session) -> None:
 
 
 def test_open_publishes_exact_ranges_and_no_dead_link(session, tmp_path: Path) -> None:
-    path = tmp_path / "train.py"
+    path = preview_project(tmp_path) / "train.py"
     path.write_text("# on disk: something else\n")  # the buffer is unsaved: its text is what counts
     uri = session.open(path, TRAIN)
     found = sorted(session.diagnostics(uri), key=lambda d: d.range.start.line)
@@ -135,7 +142,7 @@ def test_open_publishes_exact_ranges_and_no_dead_link(session, tmp_path: Path) -
 
 
 def test_code_actions_fix_suppress_and_fix_all(session, tmp_path: Path) -> None:
-    uri = session.open(tmp_path / "train.py", TRAIN)
+    uri = session.open(preview_project(tmp_path) / "train.py", TRAIN)
     session.diagnostics(uri)
     actions = session.code_actions(uri, rng(4, 12))  # the cursor inside `torch.cuda.amp.GradScaler`
     titles = [a.title for a in actions]
@@ -156,7 +163,7 @@ def test_code_actions_fix_suppress_and_fix_all(session, tmp_path: Path) -> None:
 
 
 def test_did_change_rechecks_the_unsaved_text(session, tmp_path: Path) -> None:
-    uri = session.open(tmp_path / "train.py", TRAIN)
+    uri = session.open(preview_project(tmp_path) / "train.py", TRAIN)
     assert {d.code for d in session.diagnostics(uri)} == {"AMP401", "AMP101"}
     change = types.TextDocumentContentChangePartial(range=rng(4, 9, 34), text='torch.amp.GradScaler("cuda")')
     session.client.text_document_did_change(types.DidChangeTextDocumentParams(
@@ -172,7 +179,7 @@ def test_did_change_rechecks_the_unsaved_text(session, tmp_path: Path) -> None:
 
 def test_tool_amplint_is_read_like_the_cli(session, tmp_path: Path) -> None:
     (tmp_path / "pyproject.toml").write_text(
-        '[tool.amplint]\nignore = ["AMP101"]\nper-file-ignores = { "tests/*" = ["AMP401"] }\nextend-exclude = ["vendor/"]\n')
+        '[tool.amplint]\npreview = true\nignore = ["AMP101"]\nper-file-ignores = { "tests/*" = ["AMP401"] }\nextend-exclude = ["vendor/"]\n')
     assert [d.code for d in session.diagnostics(session.open(tmp_path / "train.py", TRAIN))] == ["AMP401"]
     (tmp_path / "tests").mkdir()
     assert list(session.diagnostics(session.open(tmp_path / "tests" / "test_x.py", TRAIN))) == []
@@ -214,7 +221,8 @@ def test_fix_all_lands_on_the_finding_after_a_character_splitlines_breaks_at(ses
 
 def test_other_languages_and_notebook_cells_are_left_alone(session, tmp_path: Path) -> None:
     assert list(session.diagnostics(session.open(tmp_path / "notes.md", TRAIN, language="markdown"))) == []
-    # a notebook cell alone is not a module; an untitled buffer is checked with the defaults
+    # a notebook cell alone is not a module; an untitled buffer is checked with the defaults,
+    # which leave out the preview tier (AMP101)
     cell = "vscode-notebook-cell:" + (tmp_path / "nb.ipynb").as_posix() + "#W0sZmlsZQ=="
     session.client.text_document_did_open(types.DidOpenTextDocumentParams(
         text_document=types.TextDocumentItem(uri=cell, language_id="python", version=1, text=TRAIN)))
@@ -222,7 +230,7 @@ def test_other_languages_and_notebook_cells_are_left_alone(session, tmp_path: Pa
     untitled = "untitled:Untitled-1"
     session.client.text_document_did_open(types.DidOpenTextDocumentParams(
         text_document=types.TextDocumentItem(uri=untitled, language_id="python", version=1, text=TRAIN)))
-    assert {d.code for d in session.diagnostics(untitled)} == {"AMP401", "AMP101"}
+    assert {d.code for d in session.diagnostics(untitled)} == {"AMP401"}
 
 
 def test_shutdown_and_exit_end_the_process(session) -> None:

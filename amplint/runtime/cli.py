@@ -69,6 +69,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "is about to take its step N+1")
     p.add_argument("--device", choices=("cpu",), default=None, help="emulate a CUDA script on the CPU")
     p.add_argument("--nan-guard", action="store_true", help="find the first module producing NaN/Inf (AMP901)")
+    p.add_argument("--preview", action="store_true",
+                   help="the static pass also runs the preview tier, as `check --preview` does (without it, the "
+                        "script's [tool.amplint] decides, `preview = true` included, as for `check`)")
     p.add_argument("--timeout", type=float, metavar="SECONDS", help="end the whole run after SECONDS (exit 124)")
     p.add_argument("--report", type=Path, help="write the JSON report here")
     p.add_argument("--profile", type=Path, help="profile the run into DIR (CPU activity only with --device cpu)")
@@ -126,7 +129,7 @@ def verify(argv: list[str]) -> int:
 
     diagnostics, errors = [], []
     if script:
-        diagnostics, _files, errors = static_agenda(Path(script))
+        diagnostics, _files, errors = static_agenda(Path(script), preview=args.preview)
     for e in errors:
         print(f"amplint verify: static check: {e}", file=sys.stderr)
 
