@@ -83,6 +83,8 @@ NOT_RUNTIME_VISIBLE = {
     "AMP108/bad_helper_unscales_again": ("behaved", "log_grad_norm is False: the first unscale_ never runs"),
     "AMP108/bad_clip_method_falls_through": ("not-run", "freeze_backbone is False: the clip returns before the second unscale_"),
     "AMP304/bad_dtype_option_rmsprop": ("behaved", "the option is off: parameters stay float32"),
+    "AMP107/bad_periodic_step_with_zero_grad_every_iteration": ("behaved", "accum = 1: every micro-batch steps"),
+    "AMP107/bad_skipped_step_keeps_gradients": ("behaved", "the loss is finite in every iteration: no step is skipped"),
     # A plain backward before scaler.step with the scaler on raises in torch when scale() never ran
     # ("_scale is None"): nothing is divided, so these fixtures keep AMP off and run.
     "AMP103/bad_plain_backward_in_the_training_loop_after_an_estimate": ("amp-switched-off", "use_amp = False: the GradScaler is disabled"),
@@ -133,11 +135,7 @@ def results(tmp_path_factory):
 # Static findings of 2026-12-06 that verify does not yet show the same way at run time (runtime
 # truth to be checked per case: a probe gap, or the fixture runs the other path); a good fixture
 # here draws a runtime finding its static rule now leaves alone.
-RUNTIME_GAPS = {
-    'AMP107/bad_periodic_step_with_zero_grad_every_iteration',
-    'AMP107/bad_skipped_step_keeps_gradients',
-    'AMP107/good_step_after_warmup_gate',
-}
+RUNTIME_GAPS: set[str] = set()
 _GAP_REASON = 'added 2026-12-06 with a static rule change; verify does not yet show it at run time (the probe does not see this shape, or the run takes the other path): strict, so it fails once verify agrees and the entry must go'
 
 
