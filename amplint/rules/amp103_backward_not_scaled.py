@@ -60,7 +60,9 @@ class BackwardNotScaled(Rule):
 
     ## Runtime confirmation
     `amplint verify` records backward calls on tensors that did not come from
-    `scaler.scale()` while a scaler with scale != 1 later steps the optimizer.
+    `scaler.scale()` while a scaler with scale != 1 later steps the optimizer; a
+    backward whose gradients `zero_grad()` clears before that step (an estimate
+    before training) does not count.
     """
 
     code = "AMP103"
