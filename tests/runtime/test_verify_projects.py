@@ -112,7 +112,6 @@ def results():
 # (a static finding not confirmed, a runtime AMP903 beside an AMP301 found at another line, or the
 # run raising under verify): strict, so each fails once verify agrees and its entry must go.
 RUNTIME_GAPS = {
-    'autocast_wrapper_no_scaler',
     'backward_wrapper_without_scaling',
     'checkpoint_function_in_layers',
     'checkpoint_scaler_inside_engine',
