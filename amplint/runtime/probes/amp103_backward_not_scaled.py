@@ -18,7 +18,10 @@ class BackwardNotScaledProbe(Probe):
     A plain backward whose gradients the script clears (`zero_grad()` of the optimizer or a
     module holding every parameter it wrote to) before the scaler steps is dropped: its
     gradients never reach the step (an estimate before training: Fisher, a gradient norm).
-    When its parameters cannot be told (a very large graph), it is kept."""
+    When its parameters cannot be told (a very large graph), it is kept.
+
+    A scaler that never scaled anything holds no scale: torch's step raises there (`_scale is
+    None`), so the evidence says `step_raises` instead of a division by the scale."""
 
     code = "AMP103"
 
@@ -63,8 +66,15 @@ class BackwardNotScaledProbe(Probe):
         if not self.pending or not torch_state.scaler_enabled(scaler):
             return
         scale = torch_state.scale_value(scaler)
+        if scale is None:
+            # Nothing was ever scaled in the run, so the scaler holds no scale yet: torch's step
+            # asserts `_scale is not None` and raises before dividing anything (the bug stops the
+            # run on a GPU too).  Still this backward's finding, but no division to report.
+            ev = {"scale": None, "scaled_by": 1.0, "scale_never_set": True, "step_raises": True}
+        else:
+            ev = {"scale": scale, "scaled_by": 1.0, "divided_by": scale}
         for api, stack, _ in self.pending:
-            self.sink.record_site(self.code, stack[0] if stack else None, {"backward": api, "scale": scale, "scaled_by": 1.0, "divided_by": scale}, stack=stack)
+            self.sink.record_site(self.code, stack[0] if stack else None, {"backward": api, **ev}, stack=stack)
         self.pending.clear()
 
 
