@@ -119,7 +119,6 @@ RUNTIME_GAPS = {
     'dtype_option_model_helper',
     'full_fp16_network',
     'half_net_factory',
-    'train_step_helper_inside_autocast',
 }
 _GAP_REASON = 'added 2026-12-06 with a static rule change; verify does not yet show it at run time (the probe does not see this shape, or the run takes the other path): strict, so it fails once verify agrees and the entry must go'
 
