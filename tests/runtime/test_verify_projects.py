@@ -115,7 +115,6 @@ def results():
 # run raising under verify): strict, so each fails once verify agrees and its entry must go.
 RUNTIME_GAPS = {
     'checkpoint_function_in_layers',
-    'checkpoint_scaler_inside_engine',
     'dtype_option_model_helper',
     'full_fp16_network',
     'half_net_factory',
