@@ -115,9 +115,6 @@ def results():
 # run raising under verify): strict, so each fails once verify agrees and its entry must go.
 RUNTIME_GAPS = {
     'checkpoint_function_in_layers',
-    'dtype_option_model_helper',
-    'full_fp16_network',
-    'half_net_factory',
 }
 _GAP_REASON = 'added 2026-12-06 with a static rule change; verify does not yet show it at run time (the probe does not see this shape, or the run takes the other path): strict, so it fails once verify agrees and the entry must go'
 
