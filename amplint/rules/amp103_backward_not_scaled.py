@@ -65,7 +65,11 @@ class BackwardNotScaled(Rule):
 
     ## Runtime confirmation
     `amplint verify` records backward calls on tensors that did not come from
-    `scaler.scale()` while a scaler with scale != 1 later steps the optimizer.
+    `scaler.scale()` while a scaler with scale != 1 later steps the optimizer; a
+    backward whose gradients `zero_grad()` clears before that step (an estimate
+    before training) does not count. A scaler that never scaled anything has no
+    scale yet, and torch's step raises there (`_scale is None`): confirmed with
+    `step_raises` instead of a division.
     """
 
     code = "AMP103"

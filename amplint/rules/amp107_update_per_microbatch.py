@@ -61,7 +61,11 @@ class UpdatePerMicrobatch(Rule):
 
     ## Runtime confirmation
     `amplint verify` counts `update` (and `unscale_`) calls against `scaler.step`
-    calls per scaler; more updates than steps confirms the finding.
+    calls per scaler. An update with no step and no inf check since the last one
+    confirms the finding at once (torch's `update` raises on it). An update with no
+    step after `unscale_` (a skipped step) confirms it only when the next backward
+    still finds those gradients on the parameters (`gradients_kept`: accumulation);
+    when `zero_grad()` cleared them first it was a skipped step, and nothing is reported.
     """
 
     code = "AMP107"

@@ -376,12 +376,16 @@ class NoqaLookup:
 def _runtime_findings(observations: list[dict], used: set[int], findings: list[Finding], noqa: NoqaLookup | None,
                       facts: RunFacts | None = None) -> list[RuntimeFinding]:
     runtime: list[RuntimeFinding] = []
+    confirming = {(observations[i]["code"], observations[i]["file"], observations[i]["line"]) for i in used}
     for i, o in enumerate(observations):
         if i in used:
             continue
         code = o["code"]
         if code in CONFIRMS_ONLY:
             continue
+        explained = o["evidence"].get("explained_by")
+        if explained and all(tuple(e) in confirming for e in explained):
+            continue  # the measured consequence of static findings it confirmed (AMP903 of an AMP301 cast)
         if code not in RUNTIME_ONLY and any(
             code == f.code and f.status == "confirmed" and _covers(o, _real(f.filename), f.line, f.line) for f in findings
         ):

@@ -14,6 +14,8 @@ Events (arguments):
   opt_init(optimizer)                      after Optimizer.__init__
   opt_step_pre(optimizer, in_scaler_step)  global optimizer step pre-hook (not fired on a skip)
   opt_step_post(optimizer, in_scaler_step)
+  zero_grad(owner, params)                 after Optimizer.zero_grad / Module.zero_grad: the
+                                           parameters whose gradients it cleared (a list)
   clip_pre(name, params, args, kwargs) / clip_post(name, params, args, kwargs, total_norm)
   backward(api, tensors)                   Tensor.backward / autograd.backward / autograd.grad
   autocast_enter(ctx)                      after an autocast context is entered
@@ -336,6 +338,23 @@ def install(bus: Bus):
 
     yield register_optimizer_step_pre_hook(pre_hook)
     yield register_optimizer_step_post_hook(post_hook)
+
+    # --- zero_grad: which gradients the script cleared (a plain backward's gradients that are
+    # cleared before the scaler steps never reach it: AMP103) ------------------------------------
+    def w_zero_grad(params_of):
+        def maker(orig):
+            def zero_grad(self, *a, **kw):
+                result = orig(self, *a, **kw)
+                if bus.wants("zero_grad"):
+                    emit("zero_grad", self, params_of(self))
+                return result
+
+            return zero_grad
+
+        return maker
+
+    yield wrap(torch.optim.Optimizer, "zero_grad", w_zero_grad(lambda opt: [p for g in opt.param_groups for p in g["params"]]))
+    yield wrap(torch.nn.Module, "zero_grad", w_zero_grad(lambda module: list(module.parameters())))
 
     # --- clipping (both public spellings; `from torch.nn.utils import clip_grad_norm_` binds at import) --
     import torch.nn.utils.clip_grad as clip_mod

@@ -82,6 +82,9 @@ LOST_UPDATES = RuntimeFinding("AMP903", "lost-updates", """
 
     ## How verify finds it
     A copy of the low-precision parameters before the step, compared after it, for a few steps.
+    When every low-precision parameter of that optimizer was cast by hand at a line `check`
+    reported (AMP301, confirmed), the loss is that finding's `lost_update_share`, not a finding
+    of its own.
 
     ## What to do
     Keep the parameters in float32 and use autocast (AMP301's fix); or keep float32 master weights

@@ -74,11 +74,18 @@ class ScalerNotCheckpointedProbe(Probe):
     def _load(self, obj):
         if isinstance(obj, torch_state.BaseGradScaler):
             self.scaler_loaded = True
-        elif self.state.enabled_scalers() and len(self.opt_loads) < 8:
-            self.opt_loads.append((self.sink.step, user_stack(1)))
+        elif isinstance(obj, torch.optim.Optimizer) and len(self.opt_loads) < 8:
+            # A resume often comes before the scaler exists (a training engine builds its own
+            # scaler after the entry has restored model and optimizer): kept with the count of
+            # enabled scalers built so far, and judged at the end if one was live then or built later.
+            self.opt_loads.append((self.sink.step, user_stack(1), bool(self.state.enabled_scalers()), self._enabled_built()))
+
+    def _enabled_built(self) -> int:
+        return self.state.facts.scalers["enabled"]
 
     def finish(self):
-        """A resume that restores the optimizer but never the scaler: the scale restarts at init_scale."""
+        """A resume that restores the optimizer but never the scaler, in a run whose enabled scaler
+        was live at the load or built after it: the scale restarts at init_scale."""
         # NB: after an error or a signal, the checkpoint (or resume) in flight at the last step may
         # have been cut short before its scaler part: only earlier steps are judged then.
         last = self.sink.step if self.ended_abnormally else None
@@ -87,10 +94,14 @@ class ScalerNotCheckpointedProbe(Probe):
                 self.sink.record_site(self.code, stack[0] if stack else None, evidence, stack=stack)
         if self.scaler_loaded:
             return
-        for step, stack in self.opt_loads:
-            if step == last:
+        built = self._enabled_built()
+        for step, stack, live, built_before in self.opt_loads:
+            if step == last or not (live or built > built_before):
                 continue
-            self.sink.record_site(self.code, stack[0] if stack else None, {"payload_holds": ["optimizer"], "restored": "optimizer", "scaler_restored": False}, stack=stack)
+            ev = {"payload_holds": ["optimizer"], "restored": "optimizer", "scaler_restored": False}
+            if not live:
+                ev["scaler_built_after_load"] = True
+            self.sink.record_site(self.code, stack[0] if stack else None, ev, stack=stack)
 
     def _save(self, obj):
         self._judging = None

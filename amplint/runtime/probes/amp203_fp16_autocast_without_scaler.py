@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from amplint.runtime import torch_state
+from amplint.runtime.attribution import user_stack
 from amplint.runtime.probes._base import Probe
 
 # GradScaler's default init_scale (what a scaler would have multiplied by), then lower scales, as
@@ -15,7 +16,8 @@ _MEASURED_BACKWARDS = 1  # two extra backward passes each; the first step says e
 
 class Fp16AutocastWithoutScalerProbe(Probe):
     """A backward after an enabled float16 autocast region entered with gradients on, on a tensor that no enabled scaler
-    scaled, then an optimizer step: recorded at the autocast `with`.
+    scaled, then an optimizer step: recorded at the autocast `with` (and the user frames that entered it: a
+    project wrapper's own `with` matches too).
 
     Evidence of underflow proper: before the first such backward, the gradients of the same loss
     are computed again with `torch.autograd.grad` (same graph, `retain_graph=True`, nothing
@@ -48,7 +50,9 @@ class Fp16AutocastWithoutScalerProbe(Probe):
         # A region entered with gradients off (`with torch.no_grad(), autocast(...)`: validation,
         # generation) builds no graph, so no later backward can run through its float16 outputs.
         if enabled and dtype == torch.float16 and torch.is_grad_enabled():
-            self.fp16_site = (device, site)
+            # The user frames too: a region entered inside the project's own wrapper (a
+            # contextmanager, a helper) is found at the wrapper's `with` as well as at its autocast.
+            self.fp16_site = (device, site, user_stack(1))
 
     def _backward(self, api, tensors):
         if self.fp16_site is None:
@@ -117,7 +121,7 @@ class Fp16AutocastWithoutScalerProbe(Probe):
     def _step(self, opt, in_scaler):
         if self.pending is None:
             return
-        device, site = self.pending
+        device, site, stack = self.pending
         self.pending = None
         zeros = total = 0
         for g in opt.param_groups:
@@ -130,7 +134,7 @@ class Fp16AutocastWithoutScalerProbe(Probe):
         ev.update(self.underflow or {"underflow_measured": False, "why_not": "the backward ran before any float16 region"})
         if not ev["underflow_measured"]:
             ev["zero_grad_share_note"] = "zeros of any cause (ReLU, zero-initialised weights): not a measure of underflow"
-        self.sink.record_site(self.code, site, ev)
+        self.sink.record_site(self.code, site, ev, stack=stack)
 
 
 PROBE = Fp16AutocastWithoutScalerProbe

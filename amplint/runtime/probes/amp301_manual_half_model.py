@@ -17,7 +17,9 @@ class ManualHalfModelProbe(Probe):
     or `param.data = <low-precision tensor>`);
     at an optimizer's first step, low-precision parameters it holds confirm the cast site.
     Evidence: dtypes, the optimizer, how many parameters; the share of updates lost comes from the
-    AMP903 probe's measurement (event `lost_updates`).  A parameter never cast but created in
+    AMP903 probe's measurement (event `lost_updates`), and when every low-precision parameter of
+    the optimizer was cast at a site recorded here, those sites are handed back to it (they explain
+    the lost updates: AMP903 is then this finding's evidence, correlate.py).  A parameter never cast but created in
     low precision because the default dtype was (`with set_default_dtype(torch.bfloat16):`
     around the model's construction) is AMP303's finding, not this one's."""
 
@@ -27,6 +29,7 @@ class ManualHalfModelProbe(Probe):
         self.cast_site: dict[int, tuple] = {}
         self.checked: weakref.WeakSet = weakref.WeakSet()
         self.confirmed: dict[int, list] = {}
+        self.all_cast: dict[int, bool] = {}  # id(optimizer) -> every low-precision parameter had a cast site
         self.by_default_dtype: set[int] = set()  # id(parameter) created low by the default dtype
         yield self.on("module_cast", self._cast)
         yield self.on("parameter_cast", self._parameter_cast)
@@ -62,6 +65,9 @@ class ManualHalfModelProbe(Probe):
                     entry = found.setdefault(key, {"stack": hit[0] if hit else [], "dtypes": set(), "params": 0, "how": hit[2] if hit else None})
                     entry["dtypes"].add(torch_state.dtype_name(p.dtype))
                     entry["params"] += 1
+        # Every low-precision parameter of this optimizer traced to a cast: its lost updates
+        # (AMP903's measurement) are this finding's evidence, not a finding of their own.
+        self.all_cast[id(opt)] = bool(found) and None not in found
         for key, e in found.items():
             stack = e["stack"]
             rec = self.sink.record_site(
@@ -72,9 +78,12 @@ class ManualHalfModelProbe(Probe):
             )
             self.confirmed.setdefault(id(opt), []).append(rec)
 
-    def _lost(self, opt, share):
-        for rec in self.confirmed.get(id(opt), []):
+    def _lost(self, opt, share, explained=None):
+        recs = self.confirmed.get(id(opt), [])
+        for rec in recs:
             rec["evidence"]["lost_update_share"] = share
+        if explained is not None and recs and self.all_cast.get(id(opt)):
+            explained.extend([self.code, rec["file"], rec["line"]] for rec in recs)
 
 
 PROBE = ManualHalfModelProbe

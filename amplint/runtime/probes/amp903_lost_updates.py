@@ -13,7 +13,10 @@ _MEASURED_STEPS = 3  # snapshots cost a copy of the low-precision weights; a few
 class LostUpdatesProbe(Probe):
     """For the first few steps of an optimizer holding float16/bfloat16 parameters: snapshot them
     before the step; after it, the share of elements with a non-zero gradient whose value did not
-    change is the share of updates lost to rounding.  Publishes `lost_updates(opt, share)`."""
+    change is the share of updates lost to rounding.  Publishes `lost_updates(opt, share, explained)`:
+    a subscriber that traced every low-precision parameter to a cast it recorded (AMP301) appends
+    that observation's [code, file, line] to `explained`, kept as `explained_by`; correlate.py then
+    reports the loss as that confirmed finding's evidence, not as a runtime finding of its own."""
 
     code = "AMP903"
 
@@ -57,14 +60,13 @@ class LostUpdatesProbe(Probe):
         if not tot[1]:
             return
         share = round(tot[0] / tot[1], 4)
-        self.bus.emit("lost_updates", opt, share)
+        explained: list = []  # [code, file, line] of the observations that cast these parameters (AMP301)
+        self.bus.emit("lost_updates", opt, share, explained)
         if tot[0]:
-            self.sink.record_site(
-                self.code,
-                self.state.site.get(id(opt)),
-                {"optimizer": type(opt).__name__, "param_dtypes": sorted(dtypes), "lost_update_share": share, "measured_steps": self.measured[id(opt)], "elements_with_grad": tot[1]},
-                update=True,
-            )
+            ev = {"optimizer": type(opt).__name__, "param_dtypes": sorted(dtypes), "lost_update_share": share, "measured_steps": self.measured[id(opt)], "elements_with_grad": tot[1]}
+            if explained:
+                ev["explained_by"] = explained
+            self.sink.record_site(self.code, self.state.site.get(id(opt)), ev, update=True)
 
 
 PROBE = LostUpdatesProbe
