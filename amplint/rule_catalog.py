@@ -41,6 +41,7 @@ CATALOG: tuple[RuleEntry, ...] = (
     RuleEntry("AMP112", "norm-of-scaled-gradients", True, "amp112_norm_of_scaled_gradients", "NormOfScaledGradients"),
     RuleEntry("AMP113", "update-between-steps", True, "amp113_update_between_steps", "UpdateBetweenSteps", "preview"),
     RuleEntry("AMP114", "scaled-autograd-grad", True, "amp114_scaled_autograd_grad", "ScaledAutogradGrad", "preview"),
+    RuleEntry("AMP115", "double-loss-scaling", True, "amp115_double_loss_scaling", "DoubleLossScaling", "preview"),
     RuleEntry("AMP201", "backward-inside-autocast", True, "amp201_backward_inside_autocast", "BackwardInsideAutocast"),
     RuleEntry("AMP202", "step-inside-autocast", True, "amp202_step_inside_autocast", "StepInsideAutocast"),
     RuleEntry("AMP203", "fp16-autocast-without-scaler", True, "amp203_fp16_autocast_without_scaler", "Fp16AutocastWithoutScaler"),

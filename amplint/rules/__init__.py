@@ -18,6 +18,7 @@ from amplint.rules.amp111_scale_divided_after_unscale import ScaleDividedAfterUn
 from amplint.rules.amp112_norm_of_scaled_gradients import NormOfScaledGradients
 from amplint.rules.amp113_update_between_steps import UpdateBetweenSteps
 from amplint.rules.amp114_scaled_autograd_grad import ScaledAutogradGrad
+from amplint.rules.amp115_double_loss_scaling import DoubleLossScaling
 from amplint.rules.amp201_backward_inside_autocast import BackwardInsideAutocast
 from amplint.rules.amp202_step_inside_autocast import StepInsideAutocast
 from amplint.rules.amp203_fp16_autocast_without_scaler import Fp16AutocastWithoutScaler
@@ -51,6 +52,7 @@ ALL_RULES = (
     NormOfScaledGradients,
     UpdateBetweenSteps,
     ScaledAutogradGrad,
+    DoubleLossScaling,
     BackwardInsideAutocast,
     StepInsideAutocast,
     Fp16AutocastWithoutScaler,
