@@ -48,6 +48,7 @@ CATALOG: tuple[RuleEntry, ...] = (
     RuleEntry("AMP204", "scaler-with-bf16", True, "amp204_scaler_with_bf16", "ScalerWithBf16"),
     RuleEntry("AMP205", "custom-function-without-custom-fwd", True, "amp205_custom_function_without_custom_fwd", "CustomFunctionWithoutCustomFwd"),
     RuleEntry("AMP206", "scaler-without-autocast", True, "amp206_scaler_without_autocast", "ScalerWithoutAutocast"),
+    RuleEntry("AMP207", "fp16-and-bf16-enabled", True, "amp207_fp16_and_bf16_enabled", "Fp16AndBf16Enabled", "preview"),
     RuleEntry("AMP301", "manual-half-model", True, "amp301_manual_half_model", "ManualHalfModel"),
     RuleEntry("AMP302", "redundant-input-cast", False, "amp302_redundant_input_cast", "RedundantInputCast"),
     RuleEntry("AMP303", "default-dtype-half", True, "amp303_default_dtype_half", "DefaultDtypeHalf"),

@@ -21,7 +21,7 @@ def _lines(source: str, code: str) -> list[int]:
     return [d.span.line for d in _findings(source, code)]
 
 
-@pytest.mark.parametrize("code", ("AMP115",))
+@pytest.mark.parametrize("code", ("AMP115", "AMP207"))
 def test_docstring_example_fires_and_use_instead_does_not(code: str) -> None:
     doc = BY_CODE[code].__doc__
     example, use_instead = re.findall(r"```python\n(.*?)```", doc, re.S)[:2]
@@ -30,14 +30,14 @@ def test_docstring_example_fires_and_use_instead_does_not(code: str) -> None:
     assert not _lines(head + textwrap.dedent(use_instead), code), f"{code}: the Use instead block should not fire"
 
 
-@pytest.mark.parametrize("code", ("AMP115",))
+@pytest.mark.parametrize("code", ("AMP115", "AMP207"))
 def test_new_rules_start_in_the_preview_tier(code: str) -> None:
     from amplint.rule_catalog import CATALOG
 
     assert next(e for e in CATALOG if e.code == code).tier == "preview"
 
 
-@pytest.mark.parametrize("code", ("AMP115",))
+@pytest.mark.parametrize("code", ("AMP115", "AMP207"))
 def test_explain_prints_the_rule_page(code: str, capsys) -> None:
     from amplint.cli import main
 
@@ -216,3 +216,186 @@ def test_a_project_class_named_trainer_is_not_transformers_trainer() -> None:
     src = HF.format(scaler="own_scaler", used="own_scaler", config="fp16=True").replace(
         "from transformers import Trainer, TrainingArguments", "from transformers import TrainingArguments\nclass Trainer:\n    pass")
     assert _lines(src, "AMP115") == []
+
+
+# --- AMP207 -----------------------------------------------------------------------------------
+
+
+def _amp207(body: str) -> list[int]:
+    return _lines(body, "AMP207")
+
+
+ARGS = """
+from transformers import TrainingArguments
+args = TrainingArguments(output_dir="out", {kwargs})
+"""
+
+
+@pytest.mark.parametrize("kwargs", ["fp16=True, bf16=True", "bf16=True, fp16=True, tf32=True", "fp16=1, bf16=True"])
+def test_training_arguments_with_both_literally_on_are_reported(kwargs: str) -> None:
+    assert _amp207(ARGS.format(kwargs=kwargs)) == [3]
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        "fp16=True",
+        "bf16=True",
+        "fp16=True, bf16=False",
+        'fp16=True, bf16="auto"',
+        "fp16=args.fp16, bf16=args.bf16",
+        "fp16=not is_bfloat16_supported(), bf16=is_bfloat16_supported()",
+        "fp16=True, bf16_full_eval=True",
+    ],
+)
+def test_training_arguments_without_two_literal_trues_are_not_reported(kwargs: str) -> None:
+    assert _amp207(ARGS.format(kwargs=kwargs)) == []
+
+
+def test_both_through_names_and_a_spread_dict_are_reported() -> None:
+    src = """
+    from transformers import Seq2SeqTrainingArguments
+    USE_FP16 = True
+    base = {"output_dir": "out", "fp16": USE_FP16, "bf16": True}
+    args = Seq2SeqTrainingArguments(**base)
+    """
+    assert _amp207(src) == [5]
+
+
+def test_a_message_names_both_settings() -> None:
+    (d,) = _findings(ARGS.format(kwargs="fp16=True, bf16=True"), "AMP207")
+    assert "`fp16=True`" in d.message and "`bf16=True`" in d.message
+
+
+INIT = """
+import deepspeed
+{config}
+engine, opt, _, _ = deepspeed.initialize(model=net, model_parameters=net.parameters(), {keyword}=ds_config)
+"""
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        'ds_config = {"fp16": {"enabled": True}, "bf16": {"enabled": True}}',
+        'ds_config = {"fp16": {"enabled": True, "loss_scale": 0}, "bfloat16": {"enabled": True}}',
+        "ds_config = dict(fp16=dict(enabled=True), bf16=dict(enabled=True), train_batch_size=8)",
+    ],
+    ids=["dict", "old-bfloat16-key", "dict-call"],
+)
+@pytest.mark.parametrize("keyword", ["config", "config_params"])
+def test_a_deepspeed_dict_enabling_both_is_reported_at_initialize(config: str, keyword: str) -> None:
+    assert _amp207(INIT.format(config=config, keyword=keyword)) == [4]
+
+
+def test_the_dict_built_elsewhere_is_a_related_location() -> None:
+    (d,) = _findings(INIT.format(config='ds_config = {"fp16": {"enabled": True}, "bf16": {"enabled": True}}', keyword="config"), "AMP207")
+    assert [r.span.line for r in d.related] == [3]
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        # fp16 with dynamic loss scaling from the default power: a valid fp16 config
+        'ds_config = {"fp16": {"enabled": True, "loss_scale": 0}}',
+        'ds_config = {"fp16": {"enabled": True, "loss_scale": 0}, "bf16": {"enabled": False}}',
+        # "auto" is filled in from the arguments; a missing "enabled" is DeepSpeed's default, off
+        'ds_config = {"fp16": {"enabled": "auto"}, "bf16": {"enabled": "auto"}}',
+        'ds_config = {"fp16": {"enabled": True}, "bf16": {}}',
+        'ds_config = {"fp16": {"enabled": args.fp16}, "bf16": {"enabled": True}}',
+        # a spread may override either section
+        'ds_config = {"fp16": {"enabled": True}, "bf16": {"enabled": True}, **overrides}',
+        # changed in place before DeepSpeed reads it
+        'ds_config = {"fp16": {"enabled": True}, "bf16": {"enabled": True}}\nds_config["bf16"]["enabled"] = args.bf16',
+        'ds_config = {"fp16": {"enabled": True}, "bf16": {"enabled": True}}\nds_config.update(precision_sections(args))',
+        'ds_config = {"fp16": {"enabled": True}, "bf16": {"enabled": True}}\nset_precision(ds_config, args)',
+        'ds_config = {"fp16": {"enabled": True}, "bf16": {"enabled": True}}\ndel ds_config["bf16"]',
+    ],
+)
+def test_deepspeed_configs_that_do_not_prove_both_are_not_reported(config: str) -> None:
+    assert _amp207(INIT.format(config=config, keyword="config")) == []
+
+
+def test_training_arguments_fp16_with_a_bf16_deepspeed_dict_are_reported() -> None:
+    src = """
+    from transformers import TrainingArguments
+    args = TrainingArguments(output_dir="out", fp16=True, deepspeed={"bf16": {"enabled": True}, "zero_optimization": {"stage": 3}})
+    """
+    assert _amp207(src) == [3]
+
+
+def test_lightning_16_mixed_with_a_deepspeed_strategy_is_one_precision() -> None:
+    src = """
+    import lightning.pytorch as pl
+    trainer = pl.Trainer(precision="16-mixed", strategy="deepspeed_stage_2")
+    """
+    assert _amp207(src) == []
+
+
+# --- AMP207: JSON configs named by a literal path ---------------------------------------------
+
+BOTH_JSON = '{"fp16": {"enabled": true, "loss_scale": 0}, "bf16": {"enabled": true}}'
+
+
+def _project(tmp_path, script: str, files: dict[str, str], where: str = "train.py"):
+    from amplint.project.index import ProjectIndex, Reads
+
+    (tmp_path / "pyproject.toml").write_text("[project]\nname = 'p'\n")
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    path = tmp_path / where
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(textwrap.dedent(script))
+    reads = Reads()
+    found = check_source(path.read_text(), str(path), select=["AMP207"], project=ProjectIndex(), reads=reads)
+    return [d.span.line for d in found], reads
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        'deepspeed.initialize(model=net, config="ds_config.json")',
+        'deepspeed.initialize(model=net, config=json.load(open("ds_config.json")))',
+        'TrainingArguments(output_dir="out", deepspeed="ds_config.json")',
+    ],
+)
+def test_a_json_config_next_to_the_script_is_read(tmp_path, call: str) -> None:
+    script = f"import json\nimport deepspeed\nfrom transformers import TrainingArguments\nx = {call}\n"
+    lines, reads = _project(tmp_path, script, {"ds_config.json": BOTH_JSON})
+    assert lines == [4]
+    # A dependency of the result: the cache recomputes it when the JSON file changes.
+    assert str(tmp_path / "ds_config.json") in reads.used
+
+
+def test_a_json_config_at_the_project_root_is_read_for_a_script_in_a_subfolder(tmp_path) -> None:
+    script = 'import deepspeed\ncfg = "configs/ds.json"\nengine = deepspeed.initialize(model=net, config=cfg)\n'
+    lines, _ = _project(tmp_path, script, {"configs/ds.json": BOTH_JSON}, where="scripts/train.py")
+    assert lines == [3]
+
+
+def test_a_missing_json_config_proves_nothing_and_is_watched_for(tmp_path) -> None:
+    script = 'import deepspeed\nengine = deepspeed.initialize(model=net, config="ds_config.json")\n'
+    lines, reads = _project(tmp_path, script, {})
+    assert lines == []
+    assert str(tmp_path / "ds_config.json") in reads.missing
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"fp16": {"enabled": true, "loss_scale": 0}}',
+        '{"fp16": {"enabled": "auto"}, "bf16": {"enabled": "auto"}}',
+        "not json {",
+        "[1, 2]",
+    ],
+)
+def test_json_configs_that_do_not_enable_both_are_not_reported(tmp_path, text: str) -> None:
+    script = 'import deepspeed\nengine = deepspeed.initialize(model=net, config="ds_config.json")\n'
+    lines, _ = _project(tmp_path, script, {"ds_config.json": text})
+    assert lines == []
+
+
+def test_text_without_a_place_on_disk_reads_no_json() -> None:
+    src = 'import deepspeed\nengine = deepspeed.initialize(model=net, config="ds_config.json")\n'
+    assert check_source(src, "<string>", select=["AMP207"]) == []

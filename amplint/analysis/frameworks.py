@@ -84,7 +84,7 @@ class PrecisionConflict:
     consumer: str  # `TrainingArguments(...)`
     fp16: str  # where float16 is enabled, a phrase
     bf16: str
-    related: tuple[cst.CSTNode, ...]  # nodes of this module that hold the settings
+    related: tuple[cst.CSTNode, ...]  # the config's node in this module, when it is not in the call
 
 
 # --- literal values ------------------------------------------------------------------------
@@ -382,7 +382,7 @@ def precision_conflicts(model) -> list[PrecisionConflict]:
             for name, into in (("fp16", fp16), ("bf16", bf16)):
                 expr = _always(call, name, scope, model, {True})
                 if expr is not None:
-                    into.append(_Source(f"`{_setting(call, name, expr, model)}`", expr if call_arg(call, None, name) is expr else None))
+                    into.append(_Source(f"`{_setting(call, name, expr, model)}`", None))
             ds = call_arg(call, None, "deepspeed")
         elif qual in DEEPSPEED_INITIALIZE:
             consumer = f"`{dotted(call.func) or 'deepspeed.initialize'}(...)`"
@@ -393,6 +393,7 @@ def precision_conflicts(model) -> list[PrecisionConflict]:
             config = deepspeed_config(ds, scope, model)
             if config is not None:
                 mapping, origin, node = config
+                node = None if node is ds else node  # written in the call: the finding is there
                 for keys, into in ((_DS_FP16, fp16), (_DS_BF16, bf16)):
                     for k in keys:
                         section = mapping.get(k)
