@@ -32,13 +32,15 @@ class DoubleLossScaling(Rule):
     or never used to scale; a transformers `Trainer` subclass that uses the Trainer's own
     `self.scaler` (the one older transformers built for `fp16=True`).
 
-    Hunted in public code: Lightning-AI/pytorch-lightning#5140 and
-    huggingface/accelerate#439 describe the mistake (a script that kept its own
-    `GradScaler` when moved to the framework); the code search found the framework side
-    on its own (an `Accelerator(mixed_precision=args.mixed_precision)` script that
-    prepares its optimizer, Lightning and transformers `Trainer` configurations) and
-    trainers that keep a scaler of their own beside a class named `Trainer` that is not
-    transformers' (not flagged: the framework must be imported).
+    Hunted in public code (the code search, before writing the rule): the framework side
+    is common on its own (an Accelerate script with
+    `Accelerator(mixed_precision=args.mixed_precision)` that `prepare`s its optimizer and
+    calls `accelerator.backward(loss)`; transformers and Lightning trainers configured
+    for fp16), and so are project trainers that keep a `GradScaler` beside a class of
+    their own named `Trainer` (not transformers': not flagged, the framework must be
+    imported). The search found no public script with both scalers in one file; the
+    shapes here follow the reports issue 29 cites (Lightning-AI/pytorch-lightning#5140,
+    huggingface/accelerate#439).
 
     ## Why is this bad?
     The framework already multiplies the loss by its own scale and unscales, checks and

@@ -32,13 +32,14 @@ class Fp16AndBf16Enabled(Rule):
     config that the code changes after building it (`cfg["bf16"]["enabled"] = False`,
     `cfg.update(...)`, or hands to a function that may).
 
-    Hunted in public code: dict configs passed to `deepspeed.initialize(config=config)`
-    with `"fp16": {"enabled": True}` (image-classification training scripts) and module-level
-    DeepSpeed dicts with `"loss_scale": 0` and `"initial_scale_power": 16`; notebooks and
-    fine-tuning scripts that choose between the two at run time
-    (`"fp16": not is_bfloat16_supported(), "bf16": is_bfloat16_supported()`, which must
-    stay silent). Both enabled literally is what users report in the transformers and
-    DeepSpeed issue threads after copying a bf16 config over an fp16 one.
+    Hunted in public code: DeepSpeed configs written as dicts and passed to
+    `deepspeed.initialize(config=config)` with `"fp16": {"enabled": True}`
+    (Supreeth04/ResNet50-ImageNet-1k, deepspeed_train.py), module-level DeepSpeed dicts
+    with `"loss_scale": 0` and `"initial_scale_power": 16` (IDEA-Research/hana,
+    config/deepspeed.py), and fine-tuning argument dicts that choose at run time
+    (`"fp16": not is_bfloat16_supported(), "bf16": is_bfloat16_supported()`), which must
+    stay silent. The checks that make both-on fatal are in transformers'
+    `TrainingArguments` and DeepSpeed's config model (quoted below).
 
     ## Why is this bad?
     float16 and bfloat16 are alternatives: a run computes in one of them. Recent
