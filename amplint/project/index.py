@@ -878,6 +878,35 @@ class ProjectIndex:
         entry = self._raw_imports(_abs(path))
         return entry[1] if entry is not None else frozenset()
 
+    def data_file(self, importer: str, relative: str) -> tuple[str, str] | None:
+        """(path, text) of a data file the code at `importer` names by a literal relative path
+        (a DeepSpeed `ds_config.json`), looked for as a script run from its own folder or from
+        the project root would find it; noted as read (or as missing), so a cached result is
+        recomputed when the file changes or appears.  None when it is in neither place, too
+        large or unreadable."""
+        if not relative or os.path.isabs(relative) or "\0" in relative:
+            return None
+        folder = os.path.dirname(_abs(importer))
+        root = layout.project_root(Path(folder))
+        candidates = [os.path.normpath(os.path.join(folder, relative))]
+        if root is not None:
+            candidates.append(os.path.normpath(os.path.join(str(root), relative)))
+        for candidate in dict.fromkeys(candidates):
+            try:
+                st = os.stat(candidate)
+            except OSError:
+                continue
+            self._note_used(candidate, st.st_size, st.st_mtime_ns)
+            if st.st_size > MAX_DEPENDENCY_BYTES:
+                return None
+            try:
+                with open(candidate, encoding="utf-8") as f:
+                    return candidate, f.read()
+            except (OSError, UnicodeDecodeError):
+                return None
+        self._note_missing(candidates)
+        return None
+
     def raw_text(self, path: str) -> str | None:
         """A project file's text, lowercased (cached by stat; noted as read)."""
         return self._raw_text(_abs(path))

@@ -18,12 +18,14 @@ from amplint.rules.amp111_scale_divided_after_unscale import ScaleDividedAfterUn
 from amplint.rules.amp112_norm_of_scaled_gradients import NormOfScaledGradients
 from amplint.rules.amp113_update_between_steps import UpdateBetweenSteps
 from amplint.rules.amp114_scaled_autograd_grad import ScaledAutogradGrad
+from amplint.rules.amp115_double_loss_scaling import DoubleLossScaling
 from amplint.rules.amp201_backward_inside_autocast import BackwardInsideAutocast
 from amplint.rules.amp202_step_inside_autocast import StepInsideAutocast
 from amplint.rules.amp203_fp16_autocast_without_scaler import Fp16AutocastWithoutScaler
 from amplint.rules.amp204_scaler_with_bf16 import ScalerWithBf16
 from amplint.rules.amp205_custom_function_without_custom_fwd import CustomFunctionWithoutCustomFwd
 from amplint.rules.amp206_scaler_without_autocast import ScalerWithoutAutocast
+from amplint.rules.amp207_fp16_and_bf16_enabled import Fp16AndBf16Enabled
 from amplint.rules.amp301_manual_half_model import ManualHalfModel
 from amplint.rules.amp302_redundant_input_cast import RedundantInputCast
 from amplint.rules.amp303_default_dtype_half import DefaultDtypeHalf
@@ -51,12 +53,14 @@ ALL_RULES = (
     NormOfScaledGradients,
     UpdateBetweenSteps,
     ScaledAutogradGrad,
+    DoubleLossScaling,
     BackwardInsideAutocast,
     StepInsideAutocast,
     Fp16AutocastWithoutScaler,
     ScalerWithBf16,
     CustomFunctionWithoutCustomFwd,
     ScalerWithoutAutocast,
+    Fp16AndBf16Enabled,
     ManualHalfModel,
     RedundantInputCast,
     DefaultDtypeHalf,
