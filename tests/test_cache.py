@@ -273,7 +273,7 @@ def test_a_result_that_depends_on_the_whole_project_is_stored_once_and_never_sta
     from amplint.project.index import reset_shared
 
     project, cdir = _project_copy(tmp_path, "function_loaded_by_name"), tmp_path / "cache"
-    config = Config(root=project)
+    config = Config(root=project, preview=True)  # AMP205 is a preview rule
     target = [project / "ops.py"] if one_file else [project]
     assert [c for _, _, c in _codes_by_line(check_paths(target, config, cache_dir=cdir))] == ["AMP205"]
     sets = list(cdir.rglob("sets/*.json"))

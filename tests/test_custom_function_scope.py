@@ -58,7 +58,7 @@ def _check_project(root: Path, files: dict[str, str]):
         (root / name).write_text(textwrap.dedent(text))
     project_index.reset_shared()
     try:
-        result = check_paths([root / "layers.py"], Config(root=root, select=("AMP205",)), jobs=1)
+        result = check_paths([root / "layers.py"], Config(root=root, select=("AMP205",), preview=True), jobs=1)
     finally:
         project_index.reset_shared()
     assert not result.errors and not result.crashes

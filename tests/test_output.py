@@ -241,7 +241,7 @@ def test_a_multi_line_expression_in_a_message_is_quoted_on_one_line(tmp_path: Pa
         "        scaler.scale(\n            loss\n        ).backward()\n"
         "        z = torch.log(\n            x\n        )\n"
     )
-    proc = amplint("check", "--isolated", "--no-cache", "--extend-select", "AMP502", "a.py", cwd=tmp_path)
+    proc = amplint("check", "--isolated", "--no-cache", "--preview", "--extend-select", "AMP502", "a.py", cwd=tmp_path)
     assert proc.returncode == 1
     headers = [line for line in proc.stdout.splitlines() if line.startswith("a.py:")]
     assert headers == [
@@ -249,11 +249,11 @@ def test_a_multi_line_expression_in_a_message_is_quoted_on_one_line(tmp_path: Pa
         "a.py:9:13: AMP502 `torch.log(x)` has no clamp or eps and can produce inf/NaN in float16",
     ]
     assert not [line for line in proc.stdout.splitlines() if line.strip() in ("loss", "x", ")` runs inside an autocast region")]
-    github = amplint("check", "--isolated", "--no-cache", "--extend-select", "AMP502", "--output-format", "github", "a.py",
-                     cwd=tmp_path)
+    github = amplint("check", "--isolated", "--no-cache", "--preview", "--extend-select", "AMP502", "--output-format", "github",
+                     "a.py", cwd=tmp_path)
     assert len(github.stdout.splitlines()) == 2
     # JSON and SARIF keep the message as the rule wrote it (their consumers parse, not split)
-    rows = json.loads(amplint("check", "--isolated", "--no-cache", "--output-format", "json", "a.py", cwd=tmp_path).stdout)
+    rows = json.loads(amplint("check", "--isolated", "--no-cache", "--preview", "--output-format", "json", "a.py", cwd=tmp_path).stdout)
     assert rows[0]["message"].startswith("`scaler.scale(\n")
 
 
