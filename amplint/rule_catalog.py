@@ -50,7 +50,7 @@ CATALOG: tuple[RuleEntry, ...] = (
     RuleEntry("AMP206", "scaler-without-autocast", True, "amp206_scaler_without_autocast", "ScalerWithoutAutocast"),
     RuleEntry("AMP207", "fp16-and-bf16-enabled", True, "amp207_fp16_and_bf16_enabled", "Fp16AndBf16Enabled", "preview"),
     RuleEntry("AMP301", "manual-half-model", True, "amp301_manual_half_model", "ManualHalfModel"),
-    RuleEntry("AMP302", "redundant-input-cast", False, "amp302_redundant_input_cast", "RedundantInputCast"),
+    RuleEntry("AMP302", "redundant-input-cast", False, "amp302_redundant_input_cast", "RedundantInputCast", "preview"),
     RuleEntry("AMP303", "default-dtype-half", True, "amp303_default_dtype_half", "DefaultDtypeHalf"),
     RuleEntry("AMP304", "fp16-eps-underflow", True, "amp304_fp16_eps_underflow", "Fp16EpsUnderflow"),
     RuleEntry("AMP305", "trains-a-cast-copy", True, "amp305_trains_a_cast_copy", "TrainsACastCopy"),

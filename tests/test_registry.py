@@ -43,18 +43,28 @@ def test_lookup_tables_cover_every_rule() -> None:
         registry.expand("AMP6")  # no AMP6xx group
 
 
+def _tier(code: str) -> str:
+    from amplint.rule_catalog import CATALOG
+
+    return next(e.tier for e in CATALOG if e.code == code)
+
+
 @pytest.mark.parametrize("opt_in", [r.code for r in ALL_RULES if not r.default_enabled])
 def test_a_selector_selects_every_rule_it_names_opt_in_ones_included(opt_in: str) -> None:
     """As in Ruff: ALL, a prefix, a code and a name each select every rule they name; an
-    opt-in rule is only off by default (only a preview tier would stay behind its own switch)."""
+    opt-in rule is only off by default.  A preview rule stays behind its own switch too:
+    selected, it runs with preview and not without."""
     name = registry.BY_CODE[opt_in].name
     selectors = ["ALL", "AMP", opt_in[:4], opt_in[:5], opt_in, opt_in.lower(), name]
+    preview = _tier(opt_in) == "preview"
     assert opt_in not in registry.resolve_codes()
+    assert opt_in not in registry.resolve_codes(preview=True)
     for selector in selectors:
         assert opt_in in registry.expand_codes(selector), selector
-        assert opt_in in registry.resolve_codes(select=[selector]), selector
-        assert opt_in in registry.resolve_codes(extend_select=[selector]), selector
-        assert opt_in not in registry.resolve_codes(select=[selector], ignore=[opt_in]), selector
+        assert opt_in in registry.resolve_codes(select=[selector], preview=True), selector
+        assert opt_in in registry.resolve_codes(extend_select=[selector], preview=True), selector
+        assert (opt_in in registry.resolve_codes(select=[selector])) is not preview, selector
+        assert opt_in not in registry.resolve_codes(select=[selector], ignore=[opt_in], preview=True), selector
     # a prefix names exactly the codes that start with it
     group = opt_in[:4]
     assert registry.expand_codes(group) == sorted(r.code for r in ALL_RULES if r.code.startswith(group))
