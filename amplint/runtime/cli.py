@@ -69,9 +69,13 @@ def build_parser() -> argparse.ArgumentParser:
                         "is about to take its step N+1")
     p.add_argument("--device", choices=("cpu",), default=None, help="emulate a CUDA script on the CPU")
     p.add_argument("--nan-guard", action="store_true", help="find the first module producing NaN/Inf (AMP901)")
-    p.add_argument("--preview", action="store_true",
-                   help="the static pass also runs the preview tier, as `check --preview` does (without it, the "
-                        "script's [tool.amplint] decides, `preview = true` included, as for `check`)")
+    # The run confirms or refutes each static finding, and only a confirmed one fails: so the static
+    # pass runs the preview tier too (clip-before-unscale among it), unlike a plain `check`.
+    p.add_argument("--preview", dest="preview", action="store_true", default=True,
+                   help="the static pass runs the preview tier too (the default: the run confirms or refutes "
+                        "each finding, and only a confirmed one fails)")
+    p.add_argument("--no-preview", dest="preview", action="store_false",
+                   help="the static pass runs what the script's [tool.amplint] selects, as a plain `check` does")
     p.add_argument("--timeout", type=float, metavar="SECONDS", help="end the whole run after SECONDS (exit 124)")
     p.add_argument("--report", type=Path, help="write the JSON report here")
     p.add_argument("--profile", type=Path, help="profile the run into DIR (CPU activity only with --device cpu)")
