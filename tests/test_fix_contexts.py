@@ -19,20 +19,11 @@ import pytest
 
 from amplint import fixes, notebooks
 from amplint.engine import check_source
-from amplint.project.index import reset_shared
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
-@pytest.fixture(autouse=True)
-def _fresh_project_index(tmp_path, monkeypatch):
-    """Each source is checked as `t.py` of a project of its own: the files around it are
-    what a test puts there (this repository's own tests import modules by strings)."""
-    (tmp_path / ".git").mkdir()
-    monkeypatch.chdir(tmp_path)
-    reset_shared()
-    yield
-    reset_shared()
+pytestmark = pytest.mark.usefixtures("a_project_of_its_own")  # tests/conftest.py
 
 
 def fixed(source: str, path: str = "t.py", **kw) -> str:

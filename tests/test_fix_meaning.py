@@ -17,7 +17,6 @@ import pytest
 
 from amplint import fixes
 from amplint.engine import SourceError, check_source, parse
-from amplint.project.index import reset_shared
 from amplint.registry import ALL_RULES
 from amplint.testing import fixture_cases
 
@@ -25,15 +24,7 @@ ROOT = Path(__file__).resolve().parent.parent
 EVERY_RULE = [r.code for r in ALL_RULES]
 
 
-@pytest.fixture(autouse=True)
-def _a_project_of_its_own(tmp_path, monkeypatch):
-    """Each source is checked as `t.py` of a project of its own: the files around it are
-    what a test puts there (this repository's own tests import modules by strings)."""
-    (tmp_path / ".git").mkdir()
-    monkeypatch.chdir(tmp_path)
-    reset_shared()
-    yield
-    reset_shared()
+pytestmark = pytest.mark.usefixtures("a_project_of_its_own")  # tests/conftest.py
 
 
 def fixes_of(source: str, code: str = "AMP401") -> list[tuple[int, str | None]]:
