@@ -559,3 +559,27 @@ def test_a_real_other_python_keeps_its_entries_apart(tmp_path) -> None:
         asked += 1
     if not asked:
         pytest.skip("no other Python here can import amplint.cache")
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs on this system")
+@pytest.mark.parametrize("odd", ["fifo", "fifo-package-init", "link-to-dev-zero"])
+def test_a_fifo_or_device_beside_the_checked_file_is_no_dependency_to_read(tmp_path, odd) -> None:
+    """The cache hashes the files a result depends on (the project's listing included): a FIFO
+    there would block the read forever, /dev/zero would never end.  Only regular files are read,
+    as a walk promises; a check with the cache on ends, twice, as one without it does."""
+    import subprocess
+
+    (tmp_path / "pyproject.toml").write_text("")
+    (tmp_path / "train.py").write_text("import torch\nmodel = torch.nn.Linear(2, 2).half()\n"
+                                       "opt = torch.optim.SGD(model.parameters(), lr=0.1)\n")
+    if odd == "fifo":
+        os.mkfifo(tmp_path / "other.py")
+    elif odd == "fifo-package-init":
+        (tmp_path / "sub").mkdir()
+        os.mkfifo(tmp_path / "sub" / "__init__.py")
+    else:
+        (tmp_path / "z.py").symlink_to("/dev/zero")
+    command = [sys.executable, "-m", "amplint", "check", "--cache-dir", str(tmp_path / ".cache"), "train.py"]
+    for _ in range(2):  # cold, then answered from the cache
+        proc = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=120)  # NB: a hang guard
+        assert proc.returncode == 1 and "AMP301" in proc.stdout, proc.stdout + proc.stderr
