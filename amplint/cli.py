@@ -7,6 +7,7 @@ Exit codes: 0 clean, 1 findings, 2 usage or internal error (ruff's convention).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 from pathlib import Path
@@ -576,6 +577,7 @@ def _emit(args, diagnostics, fixed: int, *, sources: dict | None, stream=None, u
             text = output.fix_only_summary(fixed) if fmt == "text" and not args.quiet else ""
             if text:
                 out.write(text + "\n")
+            out.flush()
             return True
         if sources is None and not args.statistics and fmt in ("text", "json", "json-lines", "sarif"):
             sources = _read_sources(diagnostics)  # the lines under findings, noqa rows, fingerprints
@@ -595,6 +597,7 @@ def _emit(args, diagnostics, fixed: int, *, sources: dict | None, stream=None, u
                 fixable = sum(1 for d in diagnostics if output.shows_fix_marker(d, args.unsafe_fixes))
                 hidden = sum(1 for d in diagnostics if d.fix is not None) - fixable
                 out.write(output.summary(len(diagnostics), fixed, fixable, hidden, unchecked) + "\n")
+        out.flush()  # NB: a file's last buffer is written here, not at close: a full disk is said below
     except OSError as exc:
         if isinstance(exc, BrokenPipeError):
             raise  # `| head`: main() keeps that quiet
@@ -603,7 +606,8 @@ def _emit(args, diagnostics, fixed: int, *, sources: dict | None, stream=None, u
         return False
     finally:
         if out is not sys.stdout and out is not sys.stderr:
-            out.close()
+            with contextlib.suppress(OSError):  # a failed write was reported above
+                out.close()
     return True
 
 

@@ -217,6 +217,18 @@ def test_an_output_file_that_cannot_be_written_is_a_clear_error(tmp_path: Path, 
     assert proc.stderr == f"amplint: error: --output-file {path}: {reason}\n"
 
 
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="no /dev/full on this system")
+@pytest.mark.parametrize("extra", [(), ("--exit-zero",), ("--fix-only",)])
+def test_an_output_file_whose_last_write_fails_is_a_clear_error(tmp_path: Path, extra: tuple) -> None:
+    """A full disk shows at the last buffer's write, which a file gets at its close: the
+    report was not written, so exit 2 with the reason, as for any file that cannot be written."""
+    (tmp_path / "ok.py").write_text(DEPRECATED)
+    proc = amplint("--isolated", "--no-cache", *extra, "--output-file", "/dev/full", "ok.py", cwd=tmp_path)
+    no_traceback(proc)
+    assert proc.returncode == 2
+    assert proc.stderr == "amplint: error: cannot write --output-file /dev/full: No space left on device\n"
+
+
 # --- item 11: messages -----------------------------------------------------------------------
 
 
