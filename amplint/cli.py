@@ -173,7 +173,7 @@ def cmd_check(args) -> int:
     from amplint.runner import RunResult, check_paths
 
     if args.output_file is not None:
-        problem = _output_file_problem(args.output_file)
+        problem = _output_file_problem(args.output_file, list(args.paths) or [Path(".")])
         if problem:  # before the run: a long check whose report cannot be written is wasted
             print(f"amplint: error: --output-file {args.output_file}: {problem}", file=sys.stderr)
             return EXIT_ERROR
@@ -282,10 +282,12 @@ def _print_source_error(e) -> None:
     print(f"{e.path}:{e.line}:{e.col0 + 1}: error: {e.reason}", file=sys.stderr)
 
 
-def _output_file_problem(path: Path) -> str | None:
+def _output_file_problem(path: Path, inputs=()) -> str | None:
     """Why --output-file cannot be written, found before the run (its folders are created)."""
     if path.is_dir():
         return "it is a directory"
+    if path.suffix in (".py", ".pyi", ".ipynb") and path.exists() and _among(path, inputs):
+        return "it is one of the files checked, and the report would replace its code"
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         with open(path, "a", encoding="utf-8"):
@@ -295,6 +297,18 @@ def _output_file_problem(path: Path) -> str | None:
     except OSError as exc:
         return f"cannot write it: {exc.strerror or exc}"
     return None
+
+
+def _among(path: Path, inputs) -> bool:
+    """`path` is one of `inputs` or lies below one of them (a checked folder)."""
+    real = os.path.realpath(path)
+    for given in inputs:
+        if str(given) == "-":
+            continue
+        root = os.path.realpath(given)
+        if real == root or real.startswith(root.rstrip(os.sep) + os.sep):
+            return True
+    return False
 
 
 def _check_flag_problem(args) -> str | None:

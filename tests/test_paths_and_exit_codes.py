@@ -229,6 +229,16 @@ def test_an_output_file_whose_last_write_fails_is_a_clear_error(tmp_path: Path, 
     assert proc.stderr == "amplint: error: cannot write --output-file /dev/full: No space left on device\n"
 
 
+@pytest.mark.parametrize("checked", [("ok.py", "other.py"), (".",)], ids=["named", "in-a-checked-folder"])
+def test_an_output_file_that_is_a_checked_file_is_refused_and_the_code_kept(tmp_path: Path, checked: tuple) -> None:
+    (tmp_path / "ok.py").write_text(DEPRECATED)
+    (tmp_path / "other.py").write_text(DEPRECATED)
+    proc = amplint("--isolated", "--no-cache", "--output-file", "other.py", *checked, cwd=tmp_path)
+    no_traceback(proc)
+    assert proc.returncode == 2 and "it is one of the files checked" in proc.stderr, proc.stderr
+    assert (tmp_path / "other.py").read_text() == DEPRECATED
+
+
 # --- item 11: messages -----------------------------------------------------------------------
 
 
