@@ -289,7 +289,7 @@ def main() -> int:
     trees = fetch(cache)
     rows, problems, notes = [], [], []
     for spec, tree in trees.items():
-        result = runner.check_paths([tree], Config(root=tree), jobs=None)
+        result = runner.check_paths([tree], Config(root=tree, preview=True), jobs=None)
         counts = Counter()
         sites, owners = [], []
         pairs = []
@@ -356,7 +356,7 @@ def _check(text: str, path: str, tree: Path):
     from amplint.config import Config
     from amplint.engine import check_source
 
-    return check_source(text, path, Config(root=tree))
+    return check_source(text, path, Config(root=tree, preview=True))
 
 
 if __name__ == "__main__":
