@@ -506,12 +506,14 @@ def main(argv: list[str]) -> int:
     if stopped is not None:
         return _stopped(args, report, stopped)
     ref = runs["fp32"]
-    if ref["exit_code"] != 0 or not ref["losses"]:
+    if ref["exit_code"] != 0 or not any(_finite(v) for v in ref["losses"]):
         # NB: a failed reference is no reference, even with losses recorded before it failed: a
-        # script that raises in every run must not read as "within tolerance".
+        # script that raises in every run must not read as "within tolerance"; nor may one whose
+        # every fp32 loss is NaN (a NaN deviation exceeds no tolerance).
         why = (f"the fp32 reference run failed (exit {ref['exit_code']}: {ref['ended']}); nothing was compared"
                if ref["exit_code"] != 0 else
-               f"the fp32 reference run recorded no loss ({ref['ended']}, exit {ref['exit_code']})")
+               f"the fp32 reference run recorded no loss ({ref['ended']}, exit {ref['exit_code']})" if not ref["losses"] else
+               f"the fp32 reference run recorded no finite loss (all {len(ref['losses'])} NaN or Inf); nothing was compared")
         report.update(diverged=None, error=why, status="reference-failed")
         _write_report(args.report, report)
         return _error(why)

@@ -337,6 +337,32 @@ def test_a_script_failing_in_every_run_is_a_failed_reference_not_within_toleranc
     assert "fp32 reference run failed (exit 1: raised ValueError: boom)" in err
 
 
+NAN_EVERYWHERE = """
+import torch
+torch.manual_seed(0)
+model = torch.nn.Linear(4, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for step in range(4):
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        loss = model(torch.ones(2, 4)).float().pow(2).mean() * float("nan")
+    loss.backward()
+    opt.step()
+    opt.zero_grad()
+"""
+
+
+def test_a_reference_whose_every_loss_is_nan_is_a_failed_reference_not_within_tolerance(tmp_path, capsys):
+    """NaN in every run, fp32 included: a NaN deviation exceeds no tolerance, so without this
+    the comparison read "within tolerance", exit 0, having compared nothing."""
+    script, report = tmp_path / "nan_everywhere.py", tmp_path / "report.json"
+    script.write_text(NAN_EVERYWHERE)
+    code = compare.main(["--steps", "3", "--report", str(report), "--", sys.executable, str(script)])
+    data = json.loads(report.read_text())
+    assert code == 2
+    assert data["status"] == "reference-failed" and data["diverged"] is None
+    assert "recorded no finite loss" in capsys.readouterr().err
+
+
 def test_a_mixed_precision_run_failing_where_fp32_completes_is_reported_failed(tmp_path, capsys):
     script, report = tmp_path / "amp_only_fails.py", tmp_path / "report.json"
     script.write_text(AMP_ONLY_FAILS)
