@@ -52,6 +52,9 @@ from pathlib import Path
 
 from amplint import __version__
 from amplint.diagnostics import Applicability, Diagnostic, Edit, Fix, Related, Span
+# NB: only a regular file is read: a dependency path may have become a FIFO (a read waits
+# forever) or a link to /dev/zero (one never ends)
+from amplint.sources import read_bytes
 
 CACHE_DIR_NAME = ".amplint_cache"
 FORMAT = "v2"  # v2: entries record the project files they depend on
@@ -308,7 +311,7 @@ def _digest_if_unchanged(path: str, size: int, mtime_ns: int) -> str | None:
     sha = _DIGESTS.get(key)
     if sha is None:
         try:
-            sha = hashlib.sha256(_regular_file_bytes(path)).hexdigest()
+            sha = hashlib.sha256(read_bytes(path)).hexdigest()
         except OSError:
             return None
         if len(_DIGESTS) >= 100_000:  # a long-lived process (the language server) forgets
@@ -318,15 +321,6 @@ def _digest_if_unchanged(path: str, size: int, mtime_ns: int) -> str | None:
 
 
 _UNSEEN = object()
-
-
-def _regular_file_bytes(path: str) -> bytes:
-    """The bytes of a regular file, OSError for anything else: a dependency path may have
-    become a FIFO (whose read waits forever) or a link to /dev/zero (which never ends)."""
-    with open(path, "rb", opener=lambda p, flags: os.open(p, flags | getattr(os, "O_NONBLOCK", 0))) as f:
-        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
-            raise OSError(f"{path}: not a regular file")
-        return f.read()
 
 
 class FileStates:
@@ -369,7 +363,7 @@ class FileStates:
     def digest(self, path: str) -> str | None:
         if path not in self._digests:
             try:
-                self._digests[path] = hashlib.sha256(_regular_file_bytes(path)).hexdigest()
+                self._digests[path] = hashlib.sha256(read_bytes(path)).hexdigest()
             except (OSError, ValueError):
                 self._digests[path] = None
         return self._digests[path]
