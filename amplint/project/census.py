@@ -21,6 +21,11 @@ SKIPPED_FOLDERS = frozenset(
     {"__pycache__", "node_modules", "site-packages", "dist-packages", "build", "dist", "venv", "env", ".venv",
      ".tox", ".nox", ".eggs", ".mypy_cache", ".pytest_cache", ".amplint_cache"}
 )
+def holds_code(folder_name: str) -> bool:
+    """Whether a folder of that name may hold the project's own code (not hidden, not skipped)."""
+    return folder_name not in SKIPPED_FOLDERS and not folder_name.startswith(".")
+
+
 # A project larger than this is not searched upward (the answer would cost more than
 # the check); the facts that need it are then judged from the module alone.
 MAX_PROJECT_FILES = 20_000
@@ -44,7 +49,7 @@ def list_project(boundary: str) -> Listing:
             folders.append((root, os.stat(root).st_mtime_ns))
         except OSError:
             continue
-        dirs[:] = sorted(d for d in dirs if d not in SKIPPED_FOLDERS and not d.startswith("."))
+        dirs[:] = sorted(d for d in dirs if holds_code(d))
         for name in sorted(names):
             if name.endswith(".py"):
                 files.append(os.path.join(root, name))

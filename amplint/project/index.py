@@ -29,7 +29,7 @@ from pathlib import Path
 
 from amplint.prefilter import Attr, Word
 from amplint.project import layout
-from amplint.project.census import SKIPPED_FOLDERS
+from amplint.project.census import holds_code
 
 # Source bytes of parsed modules kept per process (a libcst tree takes ~700x that).
 MODEL_BUDGET_BYTES = 1_500_000
@@ -1067,7 +1067,7 @@ def _subfolders(folder: str) -> list[str]:
     try:
         with os.scandir(folder) as entries:
             return [e.path for e in entries
-                    if e.is_dir(follow_symlinks=False) and e.name not in SKIPPED_FOLDERS and not e.name.startswith(".")]
+                    if e.is_dir(follow_symlinks=False) and holds_code(e.name)]
     except OSError:
         return []
 
