@@ -245,6 +245,44 @@ def test_a_module_that_appears_recomputes_the_importer(tmp_path) -> None:
     assert [c for _, _, c in _codes_by_line(check_paths([project / "train.py"], config, cache_dir=cdir))] == ["AMP101"]
 
 
+@pytest.mark.parametrize("appears", ["src-folder", "project-marker"])
+def test_a_new_import_root_recomputes_the_importer(tmp_path, appears) -> None:
+    """Where Python looks for `from utils import ...` depends on folders and markers that
+    may not exist yet: a `src/` folder under the project root (the src layout) and the
+    project root itself (the nearest folder with pyproject.toml, setup.cfg, setup.py or
+    .git).  Creating either changes what the import means, so each is a dependency of the
+    cached result, absent or not."""
+    from amplint.project.index import reset_shared
+
+    project, cdir = _project_copy(tmp_path, "clip_helper"), tmp_path / "cache"
+    utils_text = (project / "utils.py").read_text()
+    (project / "utils.py").unlink()
+    if appears == "src-folder":
+        # train.py in a scripts folder; utils.py will appear in src/ under the root.
+        scripts = project / "scripts"
+        scripts.mkdir()
+        (project / "train.py").rename(scripts / "train.py")
+        train, created = scripts / "train.py", project / "src" / "utils.py"
+    else:
+        # No marker yet: the scripts folder alone is searched; utils.py waits at the top.
+        (project / "pyproject.toml").unlink()
+        scripts = project / "scripts"
+        scripts.mkdir()
+        (project / "train.py").rename(scripts / "train.py")
+        (project / "utils.py").write_text(utils_text)
+        train, created = scripts / "train.py", project / "pyproject.toml"
+    config = Config(root=project, preview=True)
+    assert _codes_by_line(check_paths([train], config, cache_dir=cdir)) == []
+    created.parent.mkdir(exist_ok=True)
+    created.write_text(utils_text if created.name == "utils.py" else "")
+    reset_shared()
+    warm = _codes_by_line(check_paths([train], config, cache_dir=cdir))
+    reset_shared()
+    cold = _codes_by_line(check_paths([train], config))
+    assert [c for _, _, c in cold] == ["AMP101"]
+    assert warm == cold
+
+
 @pytest.mark.parametrize("one_file", [False, True], ids=["tree", "one-file"])
 def test_editing_the_option_choices_in_the_bin_script_recomputes_the_backend(tmp_path, one_file) -> None:
     """backend.py reads `args.train_dtype`, declared with its choices in asr_train.py (an

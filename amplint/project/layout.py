@@ -18,7 +18,8 @@ user checks).
 
 Every lookup reports the paths it tried (`Resolution.probed`), found or not, because a
 cached result depends on them: creating `utils.py` next to `train.py` changes what
-`import utils` means.
+`import utils` means, and so does creating a project marker below the root or the
+root's `src/` (they change the roots searched).
 """
 
 from __future__ import annotations
@@ -129,6 +130,27 @@ def _import_roots(folder: str) -> tuple[str, ...]:
     return tuple(out)
 
 
+@lru_cache(maxsize=4096)
+def _root_probes(folder: str) -> tuple[str, ...]:
+    """The absent paths whose creation would change the roots searched from `folder`:
+    each project marker in every folder below the project root (or up to the top of the
+    file system when there is none: a pyproject.toml created there makes a new root),
+    and the root's `src/` while it does not exist.  Every resolution reports them as
+    probed, so a cached result that depends on them is recomputed when one appears."""
+    top = _project_root(folder)
+    out: list[str] = []
+    d = folder
+    while d != top:
+        out += [os.path.join(d, marker) for marker in PROJECT_MARKERS]
+        parent = os.path.dirname(d)
+        if parent == d:
+            break
+        d = parent
+    if top is not None and not os.path.isdir(os.path.join(top, "src")):
+        out.append(os.path.join(top, "src"))
+    return tuple(out)
+
+
 def boundary(path: Path) -> Path:
     """The folder that bounds the project of `path`: nothing above it is read."""
     return Path(_boundary(os.path.dirname(os.path.abspath(path))))
@@ -161,7 +183,7 @@ def _resolve_in(folder: str, dotted: str) -> Resolution:
     if not dotted or not all(part.isidentifier() for part in dotted.split(".")):
         return Resolution(None, ())
     limit = _boundary(folder)
-    probed: list[str] = []
+    probed: list[str] = list(_root_probes(folder))
     for root in _import_roots(folder):
         own_folder = root == folder
         if not own_folder and not _inside(root, limit):
@@ -212,7 +234,7 @@ def _names_in(folder: str) -> frozenset[str]:
 
 def clear_caches() -> None:
     """Forget what the file system looked like (files created or removed since)."""
-    for cached in (project_root, _project_root, _unpacked_wheel, package_root, _package_root, _package_parts, _import_roots, _boundary, _resolve_in, _find, _names_in):
+    for cached in (project_root, _project_root, _unpacked_wheel, package_root, _package_root, _package_parts, _import_roots, _root_probes, _boundary, _resolve_in, _find, _names_in):
         cached.cache_clear()
 
 
