@@ -498,7 +498,9 @@ def _toml_type(value: object) -> str:
 
 def load(path: Path) -> Config:
     data = _read_toml(path)
-    if path.name != "pyproject.toml":
+    if path.name != "pyproject.toml" and "tool" not in data:
+        # A bare table (amplint.toml).  One with a `tool` key is pyproject-shaped whatever
+        # its name (`tool` is no amplint key): read its [tool.amplint] as pyproject.toml's.
         return from_table(data, path)
     return from_pyproject(data, path)
 

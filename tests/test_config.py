@@ -125,6 +125,10 @@ def test_config_path_and_isolated(project: Path, tmp_path_factory) -> None:
     other.write_text('select = ["AMP401"]\n')  # a bare table, like ruff.toml
     assert {c for _, c in findings("--config", str(other), ".", cwd=project)} == {"AMP401"}
     assert {c for _, c in findings("--isolated", ".", cwd=project)} == {"AMP101", "AMP401"}
+    # A pyproject-shaped file under another name ([tool.amplint] in ci.toml) reads as one.
+    shaped = other.with_name("ci.toml")
+    shaped.write_text('[tool.amplint]\nselect = ["AMP401"]\n')
+    assert {c for _, c in findings("--config", str(shaped), ".", cwd=project)} == {"AMP401"}
 
 
 @pytest.mark.parametrize(
