@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import libcst as cst
 
 from amplint.analysis.names import dotted
@@ -20,9 +22,12 @@ class ScalerInLoop(Rule):
     """
     ## What it does
     Flags `GradScaler(...)` constructed inside a training loop: lexically in a loop
-    body, or in a function (`train_one_epoch`) that is called from inside a loop, at
-    the construction in the same module and at the call in the loop for a function of
-    another module.
+    body, or in a function (`train_one_epoch`) that is called from inside a loop, in
+    the same module or in another one. The finding points at the construction: the
+    function that builds its own scaler per call is what to change (the loop that
+    calls it is named in the message and as a related location). An object that owns
+    a scaler (`NativeScaler()`, built in its `__init__`) and is itself built anew in
+    the loop is reported at that construction in the loop.
 
     A loop over independent runs (cross-validation folds, seeds, experiments) that
     builds a new optimizer in the same iteration is not flagged: a fresh scaler per
@@ -75,12 +80,34 @@ class ScalerInLoop(Rule):
     imported_tokens = (0,)
 
     def check(self) -> None:
-        proto = protocol(self.model)
-        b = self.model.bindings
+        seen: set[int] = set()
+        for ev, how in self._per_iteration(self.model):
+            if ev.scope.model is not self.model:
+                if not _through_constructor(ev):
+                    # A function of another module that builds its own scaler per call
+                    # (`train_one_epoch`): reported at its construction, when that module
+                    # is checked (like a checkpoint helper's write, AMP106).
+                    continue
+                # An object that owns a scaler (`NativeScaler()`) built anew per
+                # iteration here: its `__init__` is right, the loop is ours to report.
+                self.report_event(ev, ctor=self._ctor(ev, self.model), how=how)
+                continue
+            if id(ev.node) in seen:
+                continue
+            seen.add(id(ev.node))
+            self.report(ev.node, ctor=self._ctor(ev, self.model), how=how)
+        self._check_built_for_importers(seen)
+
+    def _per_iteration(self, model):
+        """(event, how) for each scaler construction that one run of `model`'s code
+        repeats per iteration of a training loop: lexically in the loop, or in a function
+        called from it (the event is then inlined at the call)."""
+        proto = protocol(model)
+        b = model.bindings
         disabled = {id(c.call) for c in b.scaler_constructions if c.enabled is False}
         targets = {id(c.call): c.target for c in b.scaler_constructions}
         seen: set[int] = set()
-        for graph in self.model.steps:
+        for graph in model.steps:
             for ev in graph.of_kind(Kind.SCALER_NEW):
                 if id(ev.node) in disabled or not ev.loops or id(ev.node) in seen or id(ev.anchor) in seen:
                     continue
@@ -92,26 +119,62 @@ class ScalerInLoop(Rule):
                 loop = ev.loops[-1]
                 if ev.inlined and not _contains(loop.node, ev.anchor):
                     # `main()` called at module level runs the epoch loop that calls
-                    # `train()`: reported at the call in the loop (main's own graph),
+                    # `train()`: found at the call in the loop (main's own graph),
                     # not at `main()`.
                     continue
-                if self._independent_run(loop.node):
+                if self._independent_run(loop.node, model):
                     continue
                 if ev.inlined and self._builds_optimizer(ev.scope.node, ev.scope.model):
                     continue  # the called function sets up a whole run
                 how = ""
                 if ev.inlined:
-                    how = f" (through `{self.model.module.code_for_node(ev.anchor.func)}()`, called in a loop)"
-                ctor = self.model.module.code_for_node(ev.node.func) + "(...)"
+                    how = f" (through `{model.module.code_for_node(ev.anchor.func)}()`, called in a loop)"
                 seen.add(id(ev.node))
                 if ev.inlined:
                     seen.add(id(ev.anchor))  # one finding per call, whichever branch builds it
-                if ev.scope.model is self.model:
-                    self.report(ev.node, ctor=ctor, how=how)
-                else:
-                    # Built in another module's function, called in a loop here: the
-                    # loop is ours to report, at the call; the note names the construction.
-                    self.report_event(ev, ctor=ctor, how=how)
+                yield ev, how
+
+    def _check_built_for_importers(self, reported: set[int]) -> None:
+        """A function here builds a scaler and another module calls it in its loop
+        (`engine.train_one_epoch`, called once per epoch by `main.py`): reported here, at
+        the construction, with the loop's place as a related location."""
+        if self.model.project is None:
+            return
+        here = os.path.abspath(self.model.path)
+        by_function: dict[str, list[cst.Call]] = {}
+        for c in self.model.bindings.scaler_constructions:
+            scope = c.scope
+            if c.enabled is False or id(c.call) in reported or scope is None or scope.is_module:
+                continue
+            by_function.setdefault(scope.name, []).append(c.call)
+        if not by_function:
+            return
+        words = {name.split(".")[-1].lower() for name in by_function}
+
+        def wanted(text: str) -> bool:
+            return any(w in text for w in words)
+
+        project = self.model.project
+        for path in project.importers_among(self.model.path, wanted):
+            other = project.model_at(path)
+            if other is None:
+                continue
+            for ev, _ in self._per_iteration(other):
+                home = ev.scope.model
+                if home is other or not ev.inlined or os.path.abspath(home.path) != here or _through_constructor(ev):
+                    continue
+                mine = _same_construction(home, ev.node, by_function.get(ev.scope.name, ()), self.model)
+                if mine is None or id(mine) in reported:
+                    continue
+                reported.add(id(mine))
+                called = other.module.code_for_node(ev.anchor.func)
+                how = f" (through `{called}()`, called in a loop in {os.path.basename(other.path)})"
+                self.report(mine, ctor=self.model.module.code_for_node(mine.func) + "(...)", how=how,
+                            related=((other, ev.anchor, f"`{called}()` is called in a loop here"),))
+
+    @staticmethod
+    def _ctor(ev, model) -> str:
+        return ev.scope.model.module.code_for_node(ev.node.func) + "(...)"
 
     @staticmethod
     def _built_by_an_engine(ev) -> bool:
@@ -125,14 +188,14 @@ class ScalerInLoop(Rule):
                 return True
         return False
 
-    def _independent_run(self, loop: cst.CSTNode) -> bool:
+    def _independent_run(self, loop: cst.CSTNode, model) -> bool:
         if isinstance(loop, cst.For):
             names = [dotted(n) or "" for n in _target_names(loop.target)]
             for n in names:
                 words = n.lower().replace("-", "_").split("_")
                 if any(w in _RUN_WORDS or w.rstrip("s") in _RUN_WORDS for w in words):
                     return True
-        return self._builds_optimizer(loop.body, self.model)
+        return self._builds_optimizer(loop.body, model)
 
     @staticmethod
     def _builds_optimizer(node: cst.CSTNode | None, model) -> bool:
@@ -141,6 +204,22 @@ class ScalerInLoop(Rule):
         finder = _OptimizerFinder(model)
         node.visit(finder)
         return finder.found
+
+
+def _through_constructor(ev) -> bool:
+    """The scaler is built while an object is constructed (`NativeScaler()` -> `__init__`)."""
+    return any(step.rpartition(".")[2] == "__init__" for step in ev.via)
+
+
+def _same_construction(home, node: cst.Call, candidates, model) -> cst.Call | None:
+    """The construction of this module's `candidates` that `node` (found in `home`, a model
+    of the same file that an importer's analysis used) stands for."""
+    for call in candidates:
+        if call is node:
+            return call
+    text = home.module.code_for_node(node)
+    same = [call for call in candidates if model.module.code_for_node(call) == text]
+    return same[0] if len(same) == 1 else None
 
 
 def _contains(root: cst.CSTNode, target: cst.CSTNode) -> bool:
