@@ -212,3 +212,21 @@ def test_a_partial_parse_keeps_a_kept_function_whole_after_a_character_splitline
     assert "def b():\n    x = 1\n    return x\n" in cut
     assert "return 1" not in cut and "return 3" not in cut
     assert len(cut.split("\n")) == len(text.split("\n"))
+
+
+def test_a_namespace_package_is_imported_from_the_folder_above_it(tmp_path) -> None:
+    """`src/train.py` writes `from src.helper import init_opt` with no `__init__.py` and
+    no project marker: the only way that import works is a script run from above `src/`
+    (`python main.py`), so the folder above is searched, and only for a name that starts
+    with a folder the importing file is inside."""
+    from amplint.project import layout
+
+    for name in ("src/train.py", "src/helper.py", "src/utils/log.py", "main.py", "other/run.py"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("x = 1\n")
+    layout.clear_caches()
+    assert layout.resolve_module("src.helper", tmp_path / "src" / "train.py").path == tmp_path / "src" / "helper.py"
+    assert layout.resolve_module("src.helper", tmp_path / "src" / "utils" / "log.py").path == tmp_path / "src" / "helper.py"
+    # Outside src/, nothing says where `src` would come from: not resolved by this rule.
+    assert layout.resolve_module("src.helper", tmp_path / "other" / "run.py").path is None
+    assert layout.resolve_module("src.missing", tmp_path / "src" / "train.py").path is None

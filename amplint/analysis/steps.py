@@ -1059,3 +1059,14 @@ class StepGraphs:
     def all_events(self) -> Iterator[Event]:
         for g in self:
             yield from g.events
+
+
+def same_construction(home, node: cst.Call, candidates, model) -> cst.Call | None:
+    """The construction of this module's `candidates` that `node` (found in `home`, a model
+    of the same file that an importer's analysis used) stands for."""
+    for call in candidates:
+        if call is node:
+            return call
+    text = home.module.code_for_node(node)
+    same = [call for call in candidates if model.module.code_for_node(call) == text]
+    return same[0] if len(same) == 1 else None

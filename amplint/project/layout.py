@@ -9,7 +9,9 @@ places searched are, in order:
    (a module inside `pkg/sub/` is imported as `pkg.sub.mod` from there);
 3. the project root: the nearest folder upward with `pyproject.toml`, `setup.cfg`,
    `setup.py` or `.git`;
-4. `src/` under the project root (the src layout).
+4. `src/` under the project root (the src layout);
+5. for `import pkg.mod` written inside a folder `pkg/` (at any depth), the folder above
+   that `pkg/`: a namespace package (no `__init__.py`) imported by a script run from there.
 
 Relative imports are resolved from the importing file's package, as the interpreter
 does.  Nothing outside these roots is ever read: installed packages are not the
@@ -193,7 +195,28 @@ def _resolve_in(folder: str, dotted: str) -> Resolution:
         probed.extend(tried)
         if hit is not None and _inside(hit, bound):
             return Resolution(Path(hit), tuple(probed))
+    above = _namespace_root(folder, dotted.split(".")[0])
+    if above is not None:
+        tried, hit = _find(above, dotted)
+        probed.extend(tried)
+        if hit is not None:
+            return Resolution(Path(hit), tuple(probed))
     return Resolution(None, tuple(probed))
+
+
+def _namespace_root(folder: str, first: str) -> str | None:
+    """The folder above the nearest enclosing folder named `first`, when the importing file
+    lives inside it: `src/train.py` importing `src.helper` from a `src/` without
+    `__init__.py` (a namespace package) is run from the folder above (`python main.py`
+    there puts it on `sys.path`), the only place from which that import can work."""
+    d = folder
+    while True:
+        if os.path.basename(d) == first:
+            return os.path.dirname(d)
+        parent = os.path.dirname(d)
+        if parent == d:
+            return None
+        d = parent
 
 
 @lru_cache(maxsize=65536)

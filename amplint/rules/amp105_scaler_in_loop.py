@@ -8,7 +8,7 @@ import libcst as cst
 
 from amplint.analysis.names import dotted
 from amplint.analysis.scaler_protocol import protocol
-from amplint.analysis.steps import MANAGED_RECEIVER_WORDS, Kind
+from amplint.analysis.steps import MANAGED_RECEIVER_WORDS, Kind, same_construction
 from amplint.analysis.casts import OPTIMIZER_TOKENS
 from amplint.prefilter import Attr, Word
 from amplint.rules._base import Rule
@@ -163,7 +163,7 @@ class ScalerInLoop(Rule):
                 home = ev.scope.model
                 if home is other or not ev.inlined or os.path.abspath(home.path) != here or _through_constructor(ev):
                     continue
-                mine = _same_construction(home, ev.node, by_function.get(ev.scope.name, ()), self.model)
+                mine = same_construction(home, ev.node, by_function.get(ev.scope.name, ()), self.model)
                 if mine is None or id(mine) in reported:
                     continue
                 reported.add(id(mine))
@@ -209,17 +209,6 @@ class ScalerInLoop(Rule):
 def _through_constructor(ev) -> bool:
     """The scaler is built while an object is constructed (`NativeScaler()` -> `__init__`)."""
     return any(step.rpartition(".")[2] == "__init__" for step in ev.via)
-
-
-def _same_construction(home, node: cst.Call, candidates, model) -> cst.Call | None:
-    """The construction of this module's `candidates` that `node` (found in `home`, a model
-    of the same file that an importer's analysis used) stands for."""
-    for call in candidates:
-        if call is node:
-            return call
-    text = home.module.code_for_node(node)
-    same = [call for call in candidates if model.module.code_for_node(call) == text]
-    return same[0] if len(same) == 1 else None
 
 
 def _contains(root: cst.CSTNode, target: cst.CSTNode) -> bool:

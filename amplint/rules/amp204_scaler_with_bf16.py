@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import os
+
 import libcst as cst
 
 from amplint.analysis.bindings import call_arg
 from amplint.analysis.precision import precision_of, scaler_only_for_bf16
 from amplint.analysis.torch_api import HALF_DTYPES
-from amplint.analysis.steps import Kind
-from amplint.prefilter import CodeWord
+from amplint.analysis.steps import Kind, same_construction
 from amplint.rules._base import Rule
 
 
@@ -24,6 +25,12 @@ class ScalerWithBf16(Rule):
     bfloat16 runs: built under a bf16 flag (`if args.bf16: return GradScaler()`, in a
     helper of this or another module) or `enabled=amp_dtype == torch.bfloat16` (the
     condition turned the wrong way round), where a bfloat16 autocast may run.
+
+    The finding points at the construction. A helper of another module that builds
+    the scaler whatever the precision is reported at the call that takes it for a
+    bfloat16-only module; one that builds it only for bfloat16 holds the mistake
+    itself and is reported at its own construction (the caller as a related location),
+    also when the helper's file is checked alone.
 
     ## Why is this bad?
     bfloat16 has float32's exponent range: gradients do not underflow, so there is
@@ -55,11 +62,53 @@ class ScalerWithBf16(Rule):
     name = "scaler-with-bf16"
     message = "`GradScaler` is used with bfloat16 autocast, which needs no loss scaling"
     requires_any = ("GradScaler",)
-    and_requires_any = ((CodeWord("autocast"),),)  # as in AMP201
+    # No autocast needed in the file itself: a helper that builds the scaler only for
+    # bfloat16 runs is reported at its construction when an importer enters the autocast.
     imported_tokens = (0,)  # the scaler may be built by a project helper
 
     def check(self) -> None:
-        view = precision_of(self.model)
+        always, sometimes = self._bf16_runs(self.model)
+        reported: set[int] = set()
+        if always or sometimes:
+            for c in self.model.bindings.scaler_constructions:
+                if c.enabled is False:
+                    continue
+                if not always and not scaler_only_for_bf16(c.call, c.scope, self.model):
+                    continue
+                enabled = call_arg(c.call, None, "enabled")
+                if enabled is not None and not scaler_only_for_bf16(c.call, c.scope, self.model) and self._tests_fp16(enabled, self.model):
+                    continue
+                reported.add(id(c.call))
+                self.report(c.call)
+            # Built by a helper of another module (`scaler = build_scaler(cfg)`) that builds
+            # it whatever the precision: reported at the call, where this module takes the
+            # scaler it uses with bfloat16.  (A helper that builds it only for bfloat16 holds
+            # the mistake itself: reported at its construction, when it is checked.)
+            nearest: dict[int, object] = {}
+            for graph in self.model.steps:
+                for ev in graph.of_kind(Kind.SCALER_NEW):
+                    if ev.scope.model is self.model or ev.enabled is False:
+                        continue
+                    if scaler_only_for_bf16(ev.node, ev.scope, ev.scope.model):
+                        continue
+                    if not always:
+                        continue
+                    enabled = call_arg(ev.node, None, "enabled")
+                    if enabled is not None and self._tests_fp16(enabled, ev.scope.model):
+                        continue
+                    # `main()` at module level reaches the same construction through main's
+                    # own call: one finding, at the call nearest to it.
+                    known = nearest.get(id(ev.node))
+                    if known is None or len(ev.via) < len(known.via):
+                        nearest[id(ev.node)] = ev
+            for ev in nearest.values():
+                self.report_event(ev)
+        self._check_built_for_bf16_importers(reported)
+
+    @staticmethod
+    def _bf16_runs(model) -> tuple[bool, bool]:
+        """(every autocast of `model` is bfloat16, one may be)."""
+        view = precision_of(model)
         dtypes = view.autocast_dtypes
         # Every autocast is bfloat16 (a float16 path that only older GPUs without bfloat16
         # take does not count) ...
@@ -67,32 +116,52 @@ class ScalerWithBf16(Rule):
         # ... or one may be, and the scaler exists or is enabled only when the run is in
         # bfloat16 (`if args.bf16: scaler = GradScaler()`, `enabled=dtype == torch.bfloat16`).
         sometimes = dtypes is None or "bfloat16" in dtypes
-        if not always and not sometimes:
-            return  # no autocast, or only float16 (or float32) ones
+        return always, sometimes
+
+    def _check_built_for_bf16_importers(self, reported: set[int]) -> None:
+        """A function here builds its scaler only for bfloat16 runs (`GradScaler() if
+        use_bf16 else None`) and a module that imports it trains under bfloat16 autocast
+        with it: reported at the construction, with the call as a related location."""
+        if self.model.project is None:
+            return
+        by_function: dict[str, list[cst.Call]] = {}
         for c in self.model.bindings.scaler_constructions:
-            if c.enabled is False:
+            if c.enabled is False or id(c.call) in reported or c.scope is None or c.scope.is_module:
                 continue
-            if not always and not scaler_only_for_bf16(c.call, c.scope, self.model):
+            if scaler_only_for_bf16(c.call, c.scope, self.model):
+                by_function.setdefault(c.scope.name, []).append(c.call)
+        if not by_function:
+            return
+        here = os.path.abspath(self.model.path)
+        words = {name.split(".")[-1].lower() for name in by_function}
+
+        def wanted(text: str) -> bool:
+            return "autocast" in text and any(w in text for w in words)
+
+        project = self.model.project
+        for path in project.importers_among(self.model.path, wanted):
+            other = project.model_at(path)
+            if other is None:
                 continue
-            enabled = call_arg(c.call, None, "enabled")
-            if enabled is not None and not scaler_only_for_bf16(c.call, c.scope, self.model) and self._tests_fp16(enabled, self.model):
+            always, sometimes = self._bf16_runs(other)
+            if not (always or sometimes):
                 continue
-            self.report(c.call)
-        # Built by a helper of another module (`scaler = build_scaler(cfg)`): reported at
-        # the call, where this module takes the scaler it uses with bfloat16.
-        reported: set[int] = set()
-        for graph in self.model.steps:
-            for ev in graph.of_kind(Kind.SCALER_NEW):
-                if ev.scope.model is self.model or ev.enabled is False or id(ev.anchor) in reported:
-                    continue
-                only_bf16 = scaler_only_for_bf16(ev.node, ev.scope, ev.scope.model)
-                if not always and not only_bf16:
-                    continue
-                enabled = call_arg(ev.node, None, "enabled")
-                if enabled is not None and not only_bf16 and self._tests_fp16(enabled, ev.scope.model):
-                    continue
-                reported.add(id(ev.anchor))
-                self.report_event(ev)
+            nearest: dict[int, tuple[cst.Call, object]] = {}
+            for graph in other.steps:
+                for ev in graph.of_kind(Kind.SCALER_NEW):
+                    home = ev.scope.model
+                    if home is other or not ev.inlined or os.path.abspath(home.path) != here:
+                        continue
+                    mine = same_construction(home, ev.node, by_function.get(ev.scope.name, ()), self.model)
+                    if mine is None or id(mine) in reported:
+                        continue
+                    known = nearest.get(id(mine))
+                    if known is None or len(ev.via) < len(known[1].via):
+                        nearest[id(mine)] = (mine, ev)  # the call nearest the construction, not `main()`
+            for mine, ev in nearest.values():
+                reported.add(id(mine))
+                called = other.module.code_for_node(ev.anchor.func)
+                self.report(mine, related=((other, ev.anchor, f"`{called}()` takes this scaler for bfloat16 autocast here"),))
 
     @staticmethod
     def _tests_fp16(expr: cst.BaseExpression, model) -> bool:
