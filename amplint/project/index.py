@@ -289,7 +289,8 @@ class ProjectIndex:
         module, whole or in part."""
         from amplint import sources
         from amplint.analysis.model import ModuleModel
-        from amplint.engine import SourceError, parse
+        from amplint.diagnostics import SourceError
+        from amplint.parsing import parse
         from amplint.prefilter import package_of
         from amplint.project.partial import partial_source
 
