@@ -846,7 +846,7 @@ class ProjectIndex:
     def runs_autocast(self, path: str) -> bool:
         """The module enters autocast that may be enabled, or builds an enabled scaler;
         its text is looked at first, and it is parsed only if it names either."""
-        from amplint.analysis.precision import runs_autocast
+        from amplint.analysis.precision import may_run_autocast, runs_autocast
         from amplint.prefilter import code_text
 
         key = _abs(path)
@@ -1127,8 +1127,3 @@ def reset_shared() -> None:
     _SHARED = None
     layout.clear_caches()
     census.clear()
-
-
-def may_run_autocast(text: str) -> bool:
-    """What `ProjectIndex.runs_autocast` needs in a module's lowercased text before parsing it."""
-    return "autocast" in text or "gradscaler" in text
