@@ -4,7 +4,7 @@ The static half (`check`) never imports torch; `amplint.runtime` is the only pac
 that does.
 """
 
-__version__ = "0.1.0"
+from amplint.version import __version__ as __version__  # re-exported: `amplint.__version__`
 
 
 def check_source(source, path="<string>", config=None, **kwargs):

@@ -50,7 +50,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from amplint import __version__
+from amplint.version import __version__
 from amplint.diagnostics import Applicability, Diagnostic, Edit, Fix, Related, Span
 # NB: only a regular file is read: a dependency path may have become a FIFO (a read waits
 # forever) or a link to /dev/zero (one never ends)

@@ -90,8 +90,22 @@ def _load(entry: RuleEntry) -> type:
     # NB: through the package, which imports every rule by name (no import by string on
     # the static side: tests/test_no_execution.py)
     from amplint import rules
+    from amplint.project import index
 
+    # NB: the project index reads a module's definitions for the words the rules look for in
+    # imported code; it may not import the rules, so they are handed in when one is loaded
+    index.take_rule_tokens(imported_tokens_of_rules)
     return getattr(rules, entry.class_name)
+
+
+def imported_tokens_of_rules() -> list:
+    """Every token of every rule's `imported_tokens` groups (the project index's relevance words)."""
+    tokens = []
+    for rule in _tables()["ALL_RULES"]:
+        groups = (rule.requires_any, *rule.and_requires_any)
+        for i in rule.imported_tokens:
+            tokens.extend(groups[i])
+    return tokens
 
 
 @lru_cache(maxsize=1)

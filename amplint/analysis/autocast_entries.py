@@ -34,8 +34,44 @@ import libcst as cst
 from amplint.analysis import memo
 from amplint.analysis.names import dotted
 from amplint.analysis.torch_api import AUTOCAST_CONTEXTS
-from amplint.analysis.values import value_branches
+from amplint.analysis.syntax import returned_values, value_branches
 from amplint.analysis.walk import walk
+
+
+@dataclass(frozen=True)
+class AutocastInfo:
+    """One autocast context: what we can tell without running it."""
+
+    node: cst.CSTNode
+    device: str | None  # "cuda", "cpu", or None when decided at run time
+    dtypes: frozenset[str] | None  # possible dtypes; None when unknown
+    enabled: bool | None  # False only for a literal `enabled=False`
+    managed: bool = False  # accelerator.autocast(): the library chooses
+    # Its bfloat16 is picked by the hardware (`if torch.cuda.is_bf16_supported():`): that is
+    # what runs on any GPU that supports it; a float16 alternative only on older ones.
+    bf16_where_supported: bool = False
+
+    @property
+    def may_be_enabled(self) -> bool:
+        return self.enabled is not False
+
+    @property
+    def may_reduce_precision(self) -> bool:
+        """It may run ops in a low dtype: not disabled, and not known to ask only for float32
+        (`autocast(dtype=torch.float32)` around a router gate is torch's "keep this fp32"
+        idiom: torch disables an autocast whose dtype it does not lower to)."""
+        if not self.may_be_enabled:
+            return False
+        return self.dtypes is None or not self.dtypes <= {"float32", "float64"}
+
+    @property
+    def may_be_fp16(self) -> bool:
+        return self.dtypes is not None and "float16" in self.dtypes
+
+    @property
+    def may_be_bf16(self) -> bool:
+        return self.dtypes is not None and "bfloat16" in self.dtypes
+
 
 # How many calls, names and wrappers are followed from one `with` item.
 MAX_DEPTH = 6
@@ -177,8 +213,6 @@ def _produced(bindings, func: cst.BaseExpression, scope, env: Bound | None, args
     if isinstance(func, cst.Attribute) and func.attr.value == "autocast" and qual is None:
         receiver = (dotted(func.value) or "").lower()
         if "accelerator" in receiver or "fabric" in receiver:
-            from amplint.analysis.bindings import AutocastInfo
-
             return [AutocastInfo(node=node, device=None, dtypes=None, enabled=None, managed=True)]
     if isinstance(func, cst.Call):
         return _called_result(func, scope, env, args, node, depth)
@@ -251,7 +285,7 @@ def _wrapper(func: cst.BaseExpression, scope, node: cst.Call, depth: int):
         if callee is None or callee.scope is None or callee.fn.name.value == "__init__":
             return None
         return callee.fn, callee.scope
-    from amplint.analysis.bindings import function_named
+    from amplint.analysis.callees import function_named
 
     found = function_named(func, scope)
     if found is None:
@@ -262,7 +296,7 @@ def _wrapper(func: cst.BaseExpression, scope, node: cst.Call, depth: int):
 
 
 def _is_library(qual: str, model) -> bool:
-    from amplint.analysis.callees import is_external
+    from amplint.project.layout import is_external
 
     return is_external(qual, model.path)
 
@@ -428,8 +462,6 @@ def _rebinds(value: cst.BaseExpression, name: str) -> bool:
 
 
 def _returned(fn: cst.FunctionDef) -> list[cst.BaseExpression]:
-    from amplint.analysis.bindings import returned_values
-
     return returned_values(fn)
 
 

@@ -13,6 +13,8 @@ from functools import cached_property
 
 import libcst as cst
 
+from amplint.analysis.autocast_entries import AutocastInfo
+from amplint.analysis.callees import function_named
 from amplint.analysis.names import attr_name, dotted
 from amplint.analysis.torch_api import (
     AUTOCAST_DEFAULT_DTYPE,
@@ -23,20 +25,9 @@ from amplint.analysis.torch_api import (
     SHARDED_SCALER_CONSTRUCTORS,
 )
 from amplint.analysis.spread_kwargs import hardware_gated_values, spread_keyword
-from amplint.analysis.values import ValueResolver, value_branches
+from amplint.analysis.syntax import call_arg, value_branches
+from amplint.analysis.values import ValueResolver
 from amplint.analysis.walk import walk
-
-
-def call_arg(call: cst.Call, position: int | None, keyword: str | None) -> cst.BaseExpression | None:
-    """The argument passed at `position` (0-based, positional only) or as `keyword`."""
-    positional = [a for a in call.args if a.keyword is None and not a.star]
-    if keyword is not None:
-        for a in call.args:
-            if a.keyword is not None and a.keyword.value == keyword:
-                return a.value
-    if position is not None and position < len(positional):
-        return positional[position].value
-    return None
 
 
 @dataclass(frozen=True)
@@ -47,41 +38,6 @@ class ScalerConstruction:
     enabled: bool | None  # literal value of `enabled=`, None when decided at run time
     sharded: bool
     qualname: str
-
-
-@dataclass(frozen=True)
-class AutocastInfo:
-    """One autocast context: what we can tell without running it."""
-
-    node: cst.CSTNode
-    device: str | None  # "cuda", "cpu", or None when decided at run time
-    dtypes: frozenset[str] | None  # possible dtypes; None when unknown
-    enabled: bool | None  # False only for a literal `enabled=False`
-    managed: bool = False  # accelerator.autocast(): the library chooses
-    # Its bfloat16 is picked by the hardware (`if torch.cuda.is_bf16_supported():`): that is
-    # what runs on any GPU that supports it; a float16 alternative only on older ones.
-    bf16_where_supported: bool = False
-
-    @property
-    def may_be_enabled(self) -> bool:
-        return self.enabled is not False
-
-    @property
-    def may_reduce_precision(self) -> bool:
-        """It may run ops in a low dtype: not disabled, and not known to ask only for float32
-        (`autocast(dtype=torch.float32)` around a router gate is torch's "keep this fp32"
-        idiom: torch disables an autocast whose dtype it does not lower to)."""
-        if not self.may_be_enabled:
-            return False
-        return self.dtypes is None or not self.dtypes <= {"float32", "float64"}
-
-    @property
-    def may_be_fp16(self) -> bool:
-        return self.dtypes is not None and "float16" in self.dtypes
-
-    @property
-    def may_be_bf16(self) -> bool:
-        return self.dtypes is not None and "bfloat16" in self.dtypes
 
 
 class Bindings:
@@ -348,30 +304,6 @@ class Bindings:
         return frozenset(found) if found else None
 
 
-def function_named(expr: cst.BaseExpression, scope):
-    """(FunctionDef, its ModuleModel) that a name refers to: a function nested in an
-    enclosing scope, one of the module, or one imported from the project (if relevant)."""
-    from amplint.analysis.callees import project_symbol
-
-    model = scope.model
-    if isinstance(expr, cst.Name):
-        s = scope
-        while s is not None:
-            for inner in model.scopes:
-                if inner.parent is s and isinstance(inner.node, cst.FunctionDef) and inner.node.name.value == expr.value:
-                    return inner.node, model
-            s = s.parent
-        if expr.value in model.functions:
-            return model.functions[expr.value], model
-    qual = model.qualify(expr)
-    symbol = project_symbol(qual, model) if qual is not None else None
-    if symbol is not None and symbol.kind == "function" and "." not in symbol.name and symbol.relevant():
-        fn = symbol.node
-        if fn is not None:
-            return fn, symbol.model
-    return None
-
-
 def autocast_entered_in(fn: cst.FunctionDef, model, depth: int = 0) -> list[AutocastInfo]:
     """The autocast contexts `with` statements inside `fn` (nested functions included) enter."""
     collector = _WithCollector(model, fn)
@@ -415,27 +347,3 @@ def receiver_name(call: cst.Call) -> str | None:
 
 def method_name(call: cst.Call) -> str | None:
     return attr_name(call.func) if isinstance(call.func, cst.Attribute) else None
-
-
-def returned_values(fn: cst.FunctionDef) -> list[cst.BaseExpression]:
-    """The expressions `fn` returns (not those of functions nested in it)."""
-    collector = _ReturnCollector(fn)
-    walk(fn, collector)
-    return collector.values
-
-
-class _ReturnCollector(cst.CSTVisitor):
-    # NB: at module level, not inside the function: `walk` plans its dispatch once per class.
-    def __init__(self, fn: cst.FunctionDef) -> None:
-        self.fn = fn
-        self.values: list[cst.BaseExpression] = []
-
-    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
-        return node is self.fn
-
-    def visit_Lambda(self, node: cst.Lambda) -> bool:
-        return False
-
-    def visit_Return(self, node: cst.Return) -> None:
-        if node.value is not None:
-            self.values.append(node.value)

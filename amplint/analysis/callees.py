@@ -22,25 +22,15 @@ callee: the call is opaque, which costs recall, never precision.
 
 from __future__ import annotations
 
-import os
-import sys
 from dataclasses import dataclass
-from functools import lru_cache
-from pathlib import Path
 
 import libcst as cst
 
 from amplint.analysis import memo
 from amplint.analysis.names import dotted
 from amplint.analysis.walk import walk
+from amplint.project.layout import is_external
 
-# Roots that are never the project's own modules: asking the file system about every
-# `torch.nn.functional` call would only cost time.
-EXTERNAL_ROOTS = frozenset(getattr(sys, "stdlib_module_names", ())) | frozenset(
-    {"torch", "torchvision", "torchaudio", "numpy", "np", "scipy", "apex", "accelerate", "lightning",
-     "pytorch_lightning", "deepspeed", "transformers", "diffusers", "timm", "peft", "einops", "tqdm",
-     "wandb", "tensorboard", "pandas", "PIL", "cv2", "sklearn", "matplotlib", "yaml", "omegaconf", "hydra"}
-)
 # Class names of training engines (see steps.MANAGED_RECEIVER_WORDS).
 _ENGINE_WORDS = ("accelerator", "fabric", "engine", "deepspeed", "trainer", "strategy")
 # How far a class's bases are followed (`class A(B)`, `class B(C)` ...).
@@ -141,22 +131,26 @@ def project_symbol(qual: str, model):
     return project.resolve(qual, model)
 
 
-def is_external(qualified: str, importer) -> bool:
-    """A well-known library (`torch`, the standard library), unless it is the importer's own
-    package (transformers' modules import `transformers.utils`)."""
-    root = qualified.split(".")[0]
-    if root not in EXTERNAL_ROOTS:
-        return False
-    text = str(importer)
-    return text[:1] == "<" or _own_top_package(os.path.dirname(os.path.abspath(text))) != root
-
-
-@lru_cache(maxsize=4096)
-def _own_top_package(folder: str) -> str | None:
-    from amplint.project.layout import package_parts
-
-    parts = package_parts(Path(folder))
-    return parts[0] if parts else None
+def function_named(expr: cst.BaseExpression, scope):
+    """(FunctionDef, its ModuleModel) that a name refers to: a function nested in an
+    enclosing scope, one of the module, or one imported from the project (if relevant)."""
+    model = scope.model
+    if isinstance(expr, cst.Name):
+        s = scope
+        while s is not None:
+            for inner in model.scopes:
+                if inner.parent is s and isinstance(inner.node, cst.FunctionDef) and inner.node.name.value == expr.value:
+                    return inner.node, model
+            s = s.parent
+        if expr.value in model.functions:
+            return model.functions[expr.value], model
+    qual = model.qualify(expr)
+    symbol = project_symbol(qual, model) if qual is not None else None
+    if symbol is not None and symbol.kind == "function" and "." not in symbol.name and symbol.relevant():
+        fn = symbol.node
+        if fn is not None:
+            return fn, symbol.model
+    return None
 
 
 def _is_super_call(expr: cst.BaseExpression) -> bool:
@@ -295,7 +289,7 @@ def _annotated_class(name: str, scope):
 
 
 def _branches(expr):
-    from amplint.analysis.values import value_branches
+    from amplint.analysis.syntax import value_branches
 
     return value_branches(expr)
 

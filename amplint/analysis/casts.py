@@ -16,11 +16,10 @@ from functools import cached_property
 
 import libcst as cst
 
-from amplint.analysis.bindings import call_arg
 from amplint.analysis.names import dotted
 from amplint.analysis.walk import walk
-from amplint.analysis.torch_api import HALF_CAST_METHODS
-from amplint.analysis.values import value_branches
+from amplint.analysis.syntax import call_arg, returned_values, value_branches
+from amplint.analysis.torch_api import HALF_CAST_METHODS, MODULE_RETURNING
 from amplint.prefilter import identifier_span
 
 _FROM_PRETRAINED_DTYPE_KWARGS = ("torch_dtype", "dtype")
@@ -350,8 +349,6 @@ class Casts:
     def _caller_casts(self, cast: ModuleCast) -> list:
         """The module of `cast` as the callers of its function see it: (caller model, cast
         naming what the call returns or the argument it passes for the module)."""
-        from amplint.analysis.bindings import returned_values
-
         scope = cast.scope
         fn = scope.node
         if not isinstance(fn, cst.FunctionDef) or scope.cls is not None or self._after_training(cast):
@@ -369,7 +366,7 @@ class Casts:
         found = []
         for model, site in callers_of(scope):
             if param is not None:
-                from amplint.analysis.scaler_protocol import argument_for
+                from amplint.analysis.syntax import argument_for
 
                 arg = argument_for(site.node, scope, param)
                 text = dotted(arg) if arg is not None else None
@@ -478,7 +475,7 @@ class Casts:
         before `save_pretrained` once the loop is over.  A cast inside the training loop
         is not after it.
         """
-        from amplint.analysis.steps import Kind
+        from amplint.analysis.step_kinds import Kind
 
         scope = cast.scope
         body = getattr(scope.node, "body", None)
@@ -612,12 +609,6 @@ def _non_local(expr: cst.BaseExpression, scope) -> bool:
     if "." in text and scope.self_name == head:
         return True
     return not scope.binds(head) or getattr(scope, "is_module", False)
-
-
-# Module methods that return the module itself, so `m.to(...).eval()` is still `m`.
-MODULE_RETURNING = frozenset(
-    {"to", "cuda", "cpu", "xpu", "npu", "eval", "train", "requires_grad_", "half", "bfloat16", "float", "double", "to_empty"}
-)
 
 
 def _chained_receiver(node: cst.BaseExpression) -> cst.Call | None:

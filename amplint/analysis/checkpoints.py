@@ -16,11 +16,10 @@ import libcst as cst
 
 import re
 
-from amplint.analysis.bindings import returned_values, call_arg
 from amplint.analysis.callees import resolve_call
 from amplint.analysis.names import dotted
-from amplint.analysis.scaler_protocol import argument_for
-from amplint.analysis.steps import Kind
+from amplint.analysis.step_kinds import Kind
+from amplint.analysis.syntax import argument_for, call_arg, returned_values
 from amplint.analysis.walk import walk
 
 MODEL = "model"

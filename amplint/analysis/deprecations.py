@@ -495,7 +495,7 @@ class Deprecations:
 
     # --- case 1: the full path from a torch alias ---------------------------------------
     def _full_path_fix(self, r, dep: Deprecation, torch_alias: str) -> list | None:
-        from amplint.rules._base import Replace
+        from amplint.changes import Replace
 
         new_func = cst.parse_expression(f"{torch_alias}.{dep.new.removeprefix('torch.')}")
         call = self._call_of_func.get(id(r.node))
@@ -516,7 +516,7 @@ class Deprecations:
         return {local: full for local, full in self.model.imports.items() if full in _DEPRECATED_MODULES}
 
     def _fix_group(self, groups: list[_Group], module_aliases: dict[str, str]) -> None:
-        from amplint.rules._base import Replace
+        from amplint.changes import Replace
 
         changes: list = []
         statements: list[cst.CSTNode] = []
@@ -564,7 +564,7 @@ class Deprecations:
                 ref.needs = needs
 
     def _use_changes(self, group: _Group) -> list | None:
-        from amplint.rules._base import Replace
+        from amplint.changes import Replace
 
         changes: list = []
         uses_of_local = [r for r in self.model.references if r.context != "import" and r.text.split(".")[0] == group.local]

@@ -87,7 +87,7 @@ def managed_unscale(call: cst.Call) -> bool:
 
 def measures_only(call: cst.Call, model) -> bool:
     """`clip_grad_norm_(params, max_norm=float("inf"))`: a norm, no clipping."""
-    from amplint.analysis.bindings import call_arg
+    from amplint.analysis.syntax import call_arg
 
     name = (dotted(call.func) or "").rsplit(".", 1)[-1]
     if not name.startswith("clip_grad_norm"):
@@ -104,8 +104,7 @@ def clips_nothing(clip) -> bool:
     through its own caller's parameter: HF Trainer measures with
     `self._mixed_mesh_grad_norm(model, float("inf"))`, whose body clips with `max_norm`.
     """
-    from amplint.analysis.bindings import call_arg
-    from amplint.analysis.scaler_protocol import argument_for
+    from amplint.analysis.syntax import argument_for, call_arg
 
     call, scope = clip.node, clip.scope
     threshold = call_arg(call, 1, "max_norm") or call_arg(call, 1, "clip_value")
@@ -341,7 +340,7 @@ def _divides_value_by_scale(scope, call: cst.Call, through) -> bool:
 def is_loss_scale(expr: cst.BaseExpression | None, scope, through=(), depth: int = 0) -> bool:
     """`expr` is the scaler's current loss scale: `scaler.get_scale()`, `scaler._scale`, a
     name assigned one in the scope, or a parameter the calls that reached the scope passed one."""
-    from amplint.analysis.scaler_protocol import argument_for
+    from amplint.analysis.syntax import argument_for
 
     if expr is None or depth > _MAX_DEPTH:
         return False

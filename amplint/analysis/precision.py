@@ -346,6 +346,11 @@ def runs_autocast(model) -> bool:
     return view.enabled_scaler or any(info.may_reduce_precision for _, _, info in view.autocast_sites)
 
 
+def may_run_autocast(text: str) -> bool:
+    """What `ProjectIndex.runs_autocast` needs in a module's lowercased text before parsing it."""
+    return "autocast" in text or "gradscaler" in text
+
+
 def autocast_from_importers(model) -> tuple[str, bool] | None:
     """Where the code of this module may run under autocast entered elsewhere in the
     project: (path, True) for a module that imports it, directly or through others
@@ -356,8 +361,6 @@ def autocast_from_importers(model) -> tuple[str, bool] | None:
     project = model.project
     if project is None:
         return None
-    from amplint.project.index import may_run_autocast
-
     importers = project.importers_among(model.path, may_run_autocast)
     for path in importers:
         if project.runs_autocast(path):

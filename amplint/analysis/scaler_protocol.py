@@ -29,9 +29,9 @@ from typing import Callable
 
 import libcst as cst
 
-from amplint.analysis.bindings import call_arg
 from amplint.analysis.conditions import contradicts, facts, negate
 from amplint.analysis.names import dotted
+from amplint.analysis.syntax import argument_for, call_arg
 from amplint.analysis.walk import walk
 from amplint.analysis.steps import Event, Kind, Point, StepGraph
 from amplint.prefilter import Attr, Word
@@ -284,21 +284,6 @@ def _disjoint(ga: tuple[Guard, ...], gb: tuple[Guard, ...]) -> bool:
             if x.cond and contradicts((x.cond, x.holds), (y.cond, y.holds)):
                 return True
     return False
-
-
-def argument_for(call: cst.Call, callee, param: str) -> cst.BaseExpression | None:
-    """The argument `call` passes for parameter `param` of the function of scope `callee`."""
-    for a in call.args:
-        if a.keyword is not None and a.keyword.value == param:
-            return a.value
-    params = list(callee.params)
-    if callee.self_name is not None and params and params[0] == callee.self_name:
-        params = params[1:]
-    if param not in params or any(a.star for a in call.args):
-        return None
-    positional = [a for a in call.args if a.keyword is None]
-    index = params.index(param)
-    return positional[index].value if index < len(positional) else None
 
 
 _CACHE: "weakref.WeakKeyDictionary[object, ScalerProtocol]" = weakref.WeakKeyDictionary()

@@ -15,18 +15,19 @@ unscale_?") instead of walking the CST themselves.
 
 from __future__ import annotations
 
-import enum
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Callable, Iterator
 
 import libcst as cst
 
-from amplint.analysis.bindings import AutocastInfo, call_arg
+from amplint.analysis.autocast_entries import AutocastInfo
 from amplint.analysis.callees import class_of_instance, resolve_call
 from amplint.analysis.conditions import Fact, consistent, facts
 from amplint.analysis.grad_norms import is_grad_norm, managed_unscale
 from amplint.analysis.names import dotted
+from amplint.analysis.step_kinds import Kind
+from amplint.analysis.syntax import call_arg, value_branches
 from amplint.analysis.walk import walk
 from amplint.analysis.torch_api import (
     AUTOGRAD_BACKWARD,
@@ -36,7 +37,6 @@ from amplint.analysis.torch_api import (
     SCALER_CONSTRUCTORS,
     SHARDED_SCALER_CONSTRUCTORS,
 )
-from amplint.analysis.values import value_branches
 
 MAX_INLINE_DEPTH = 3
 
@@ -55,23 +55,6 @@ MANAGED_RECEIVER_WORDS = ("accelerator", "fabric", "engine", "deepspeed", "train
 SCALING_LIBRARY_WORDS = ("accelerator", "fabric")
 # LightningModule's own clipping method (it does not unscale; see `classify`).
 LIGHTNING_CLIP = "clip_gradients"
-
-
-class Kind(enum.Enum):
-    BACKWARD = "backward"
-    UNSCALE = "unscale_"
-    CLIP = "clip"
-    SCALER_STEP = "scaler.step"
-    OPT_STEP = "optimizer.step"
-    UPDATE = "update"
-    ZERO_GRAD = "zero_grad"
-    SCALER_NEW = "GradScaler()"
-    SAVE = "save"
-    LOAD = "load_state_dict"  # `x.load_state_dict(...)`: restoring state (scaler or optimizer role set)
-    # A norm of gradients (`p.grad.norm()`, `get_total_norm(grads)`; amplint/analysis/grad_norms.py).
-    GRAD_NORM = "grad norm"
-    # A library call that unscales a managed backward's gradients (`accelerator.clip_grad_norm_`).
-    MANAGED_UNSCALE = "managed unscale"
 
 
 @dataclass(frozen=True, eq=False)

@@ -183,3 +183,9 @@ AUTOCAST_FLOAT32_OPS = (AUTOCAST_SENSITIVE_OPS - AUTOCAST_LOWER_PRECISION_OPS) |
      "binary_cross_entropy_with_logits", "cosine_embedding_loss", "hinge_embedding_loss", "margin_ranking_loss",
      "multilabel_margin_loss", "multi_margin_loss", "poisson_nll_loss", "soft_margin_loss", "triplet_margin_loss"}
 )
+
+
+# Module methods that return the module itself, so `m.to(...).eval()` is still `m`.
+MODULE_RETURNING = frozenset(
+    {"to", "cuda", "cpu", "xpu", "npu", "eval", "train", "requires_grad_", "half", "bfloat16", "float", "double", "to_empty"}
+)

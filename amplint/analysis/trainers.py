@@ -25,8 +25,8 @@ import re
 
 import libcst as cst
 
-from amplint.analysis.bindings import call_arg
 from amplint.analysis.names import dotted
+from amplint.analysis.syntax import call_arg
 from amplint.analysis.walk import walk
 
 # Qualified names of trainer classes that train the `model` they are given.
@@ -133,7 +133,7 @@ def _trainer_constructed(call: cst.Call, scope) -> str | None:
 def _model_argument(call: cst.Call) -> cst.BaseExpression | None:
     """`model=...` or the first positional argument (the trainers' first parameter), under
     the module-returning methods chained on it (`model.half()` is `model`)."""
-    from amplint.analysis.casts import MODULE_RETURNING
+    from amplint.analysis.torch_api import MODULE_RETURNING
 
     arg = call_arg(call, 0, "model")
     while isinstance(arg, cst.Call) and isinstance(arg.func, cst.Attribute) and arg.func.attr.value in MODULE_RETURNING:

@@ -13,6 +13,7 @@ import libcst as cst
 
 from amplint.analysis import memo
 from amplint.analysis.names import dotted
+from amplint.analysis.syntax import value_branches
 from amplint.analysis.walk import walk
 from amplint.analysis.torch_api import DTYPE_STRINGS, FULL_DTYPES, HALF_DTYPES
 
@@ -27,15 +28,6 @@ DTYPE_VOCABULARY = frozenset({"float16", "bfloat16", "half", "float32", "dtype",
 _DTYPE_OPTION_WORDS = ("dtype", "precision")
 
 
-def _branches(expr: cst.BaseExpression) -> list[cst.BaseExpression]:
-    """The sub-expressions a value may come from (`a if c else b`, `a or b`, `(a)`)."""
-    if isinstance(expr, cst.IfExp):
-        return [*_branches(expr.body), *_branches(expr.orelse)]
-    if isinstance(expr, cst.BooleanOperation):
-        return [*_branches(expr.left), *_branches(expr.right)]
-    return [expr]
-
-
 def _union(possibilities) -> frozenset[str] | None:
     """Everything any alternative may be; unknown (None) only when nothing known was found."""
     found: set[str] = set()
@@ -48,10 +40,6 @@ def _union(possibilities) -> frozenset[str] | None:
     if found:
         return frozenset(found)
     return None if unknown else frozenset()
-
-
-def value_branches(expr: cst.BaseExpression) -> list[cst.BaseExpression]:
-    return _branches(expr)
 
 
 class ValueResolver:
@@ -100,7 +88,7 @@ class ValueResolver:
             return scope.model.bindings.values.dtypes(expr, scope, depth)
         if expr is None or depth > _MAX_DEPTH:
             return None
-        return _union(self._dtype_of(branch, scope, depth) for branch in _branches(expr))
+        return _union(self._dtype_of(branch, scope, depth) for branch in value_branches(expr))
 
     def _dtype_of(self, expr: cst.BaseExpression, scope, depth: int) -> frozenset[str] | None:
         if scope.model is not None and scope.model is not self.model:  # a scope of another module
@@ -166,7 +154,7 @@ class ValueResolver:
     def _unpacked_dtypes(self, name: str, scope, depth: int) -> frozenset[str] | None:
         """`weight_dtype, save_dtype = prepare_dtype(args)`: the dtypes at that position of
         the tuples the function returns (of this module or another of the project)."""
-        from amplint.analysis.bindings import returned_values
+        from amplint.analysis.syntax import returned_values
         from amplint.analysis.callees import resolve_call
 
         if depth >= _MAX_CALL_DEPTH or scope.assignments.get(name) != []:
@@ -205,7 +193,7 @@ class ValueResolver:
         return self._parameter_dtypes(expr.value, scope, depth)
 
     def _parameter_dtypes(self, name: str, scope, depth: int) -> frozenset[str] | None:
-        from amplint.analysis.scaler_protocol import argument_for
+        from amplint.analysis.syntax import argument_for
 
         fn = scope.node
         if not isinstance(fn, cst.FunctionDef) or name not in scope.params or scope.cls is not None or depth >= _MAX_CALL_DEPTH:
@@ -241,7 +229,7 @@ class ValueResolver:
     def _returned_dtypes(self, call: cst.Call, scope, depth: int) -> frozenset[str] | None:
         """`get_dtype(cfg.dtype)` of this module or of another module of the project: the
         dtypes any of its `return` expressions may hold (a linter reports what can happen)."""
-        from amplint.analysis.bindings import returned_values
+        from amplint.analysis.syntax import returned_values
         from amplint.analysis.callees import resolve_call
 
         if depth >= _MAX_CALL_DEPTH:
@@ -279,7 +267,7 @@ class ValueResolver:
         if expr is None or depth > _MAX_DEPTH:
             return None
         found: set[str] = set()
-        for branch in _branches(expr):
+        for branch in value_branches(expr):
             if isinstance(branch, cst.SimpleString) and isinstance(branch.evaluated_value, str):
                 found.add(branch.evaluated_value)
                 continue

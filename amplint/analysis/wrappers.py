@@ -31,8 +31,8 @@ import libcst as cst
 
 from amplint.analysis.callees import Callee, ForeignClass, bases_of, method_of, resolve_call
 from amplint.analysis.names import dotted
+from amplint.analysis.syntax import value_branches
 from amplint.analysis.torch_api import SCALER_CONSTRUCTORS, SHARDED_SCALER_CONSTRUCTORS
-from amplint.analysis.values import value_branches
 from amplint.analysis.walk import walk
 
 _PROPERTY_DECORATORS = frozenset({"property", "functools.cached_property", "cached_property"})
@@ -245,7 +245,7 @@ def _through_star_import(func: cst.BaseExpression, model) -> str | None:
 
 
 def _literally_disabled(call: cst.Call, qual: str, model) -> bool:
-    from amplint.analysis.bindings import call_arg
+    from amplint.analysis.syntax import call_arg
 
     position = 4 if qual.startswith(("torch.cuda", "torch.cpu")) else 5
     return model.bindings.values.literal_bool(call_arg(call, position, "enabled")) is False
@@ -318,6 +318,6 @@ class _MentionFinder(cst.CSTVisitor):
 
 
 def _returned(fn: cst.FunctionDef) -> list[cst.BaseExpression]:
-    from amplint.analysis.bindings import returned_values
+    from amplint.analysis.syntax import returned_values
 
     return returned_values(fn)

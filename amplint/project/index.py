@@ -289,7 +289,8 @@ class ProjectIndex:
         module, whole or in part."""
         from amplint import sources
         from amplint.analysis.model import ModuleModel
-        from amplint.engine import SourceError, parse
+        from amplint.diagnostics import SourceError
+        from amplint.parsing import parse
         from amplint.prefilter import package_of
         from amplint.project.partial import partial_source
 
@@ -845,7 +846,7 @@ class ProjectIndex:
     def runs_autocast(self, path: str) -> bool:
         """The module enters autocast that may be enabled, or builds an enabled scaler;
         its text is looked at first, and it is parsed only if it names either."""
-        from amplint.analysis.precision import runs_autocast
+        from amplint.analysis.precision import may_run_autocast, runs_autocast
         from amplint.prefilter import code_text
 
         key = _abs(path)
@@ -994,25 +995,33 @@ def _outside_imports(code: str) -> str:
     return "".join(parts)
 
 
+# The rules' `imported_tokens` groups, handed in by amplint.registry when it loads a rule
+# (`take_rule_tokens`): the index must not import the rules, whose analyses ask the index.
+_rule_tokens = None
+
+
+def take_rule_tokens(tokens) -> None:
+    """`tokens()`: every token of the groups the rules say an imported module may hold."""
+    global _rule_tokens
+    _rule_tokens = tokens
+
+
 def _interesting(lowered: str) -> bool:
     """The text holds a word of some vocabulary the project index reads for."""
-    return any(word in lowered for word in _interesting_words())
+    return any(word in lowered for word in _interesting_words(_rule_tokens))
 
 
 @lru_cache(maxsize=1)
-def _interesting_words() -> tuple[str, ...]:
+def _interesting_words(rule_tokens=None) -> tuple[str, ...]:
     """Literal words without which no token of the vocabularies, nor of a rule's
     `imported_tokens` groups, can be in a text (checked by tests/test_projects.py)."""
     from amplint.analysis.casts import OPTIMIZER_VOCABULARY
     from amplint.analysis.tensor_flow import RESHAPE_VOCABULARY
-    from amplint.registry import ALL_RULES
 
     words = {"step", "save"}  # the two patterns of CALLEE_VOCABULARY
     tokens = [*CALLEE_VOCABULARY, *VALUE_VOCABULARY, *RESHAPE_VOCABULARY, *OPTIMIZER_VOCABULARY]
-    for rule in ALL_RULES:
-        groups = (rule.requires_any, *rule.and_requires_any)
-        for i in rule.imported_tokens:
-            tokens.extend(groups[i])
+    if rule_tokens is not None:
+        tokens.extend(rule_tokens())
     todo = list(tokens)
     while todo:
         t = todo.pop()
@@ -1126,8 +1135,3 @@ def reset_shared() -> None:
     _SHARED = None
     layout.clear_caches()
     census.clear()
-
-
-def may_run_autocast(text: str) -> bool:
-    """What `ProjectIndex.runs_autocast` needs in a module's lowercased text before parsing it."""
-    return "autocast" in text or "gradscaler" in text

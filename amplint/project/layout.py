@@ -27,6 +27,7 @@ root's `src/` (they change the roots searched).
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -275,3 +276,28 @@ def split_qualified(qualified: str, importer: Path) -> tuple[Resolution, str]:
         if found.path is not None:
             return Resolution(found.path, tuple(probed)), ".".join(parts[cut:])
     return Resolution(None, tuple(probed)), ""
+
+
+# Roots that are never the project's own modules: asking the file system about every
+# `torch.nn.functional` call would only cost time.
+EXTERNAL_ROOTS = frozenset(getattr(sys, "stdlib_module_names", ())) | frozenset(
+    {"torch", "torchvision", "torchaudio", "numpy", "np", "scipy", "apex", "accelerate", "lightning",
+     "pytorch_lightning", "deepspeed", "transformers", "diffusers", "timm", "peft", "einops", "tqdm",
+     "wandb", "tensorboard", "pandas", "PIL", "cv2", "sklearn", "matplotlib", "yaml", "omegaconf", "hydra"}
+)
+
+
+def is_external(qualified: str, importer) -> bool:
+    """A well-known library (`torch`, the standard library), unless it is the importer's own
+    package (transformers' modules import `transformers.utils`)."""
+    root = qualified.split(".")[0]
+    if root not in EXTERNAL_ROOTS:
+        return False
+    text = str(importer)
+    return text[:1] == "<" or _own_top_package(os.path.dirname(os.path.abspath(text))) != root
+
+
+@lru_cache(maxsize=4096)
+def _own_top_package(folder: str) -> str | None:
+    parts = package_parts(Path(folder))
+    return parts[0] if parts else None

@@ -114,7 +114,7 @@ def imported_files(code: str, path: Path, package: str | None, missing: set | No
     `missing` collects the paths looked for in vain (creating one changes the answer).
     Well-known libraries (`torch`, the standard library) are not looked for.
     """
-    from amplint.analysis.callees import is_external
+    from amplint.project.layout import is_external
 
     found: dict[Path, None] = {}  # NB: ordered, and a set's lookup: a file may import hundreds of names
     own = os.path.abspath(path)

@@ -15,6 +15,7 @@ from typing import ClassVar
 
 import libcst as cst
 
+from amplint.changes import InsertBefore, RemoveStatement, Replace
 from amplint.diagnostics import Applicability
 
 # AMP0xx: meta rules about amplint's own comments (AMP001); AMP1xx-AMP9xx: see DESIGN.md.
@@ -30,30 +31,6 @@ class FixAvailability(enum.Enum):
 
 
 # --- fix building blocks: CST-level, converted to text edits by the engine --------------
-
-
-@dataclass(frozen=True, eq=False)
-class Replace:
-    """Replace `node` with `new` (a CST node or source text for an expression/statement, or
-    a `FlattenSentinel` of statements in place of the statement `node`, printed in order)."""
-
-    node: cst.CSTNode
-    new: cst.CSTNode | cst.FlattenSentinel | str
-
-
-@dataclass(frozen=True, eq=False)
-class InsertBefore:
-    """Insert `code` as its own line(s) before `statement`, at the statement's indentation."""
-
-    statement: cst.CSTNode
-    code: str
-
-
-@dataclass(frozen=True, eq=False)
-class RemoveStatement:
-    """Delete a whole statement line (its trailing newline included)."""
-
-    statement: cst.CSTNode
 
 
 @dataclass(frozen=True, eq=False)
