@@ -319,10 +319,15 @@ class _PerFileMatcher:
     and absolute paths too) that matches the file's path; or, as a bare glob, the file's
     name (`"__init__.py"` anywhere).  `*` and `?` also match `/`; `**/` is zero or more
     folders (`**/foo.py` matches a `foo.py` at the top); `[abc]`, `[!abc]` and `{a,b}`
-    as in Ruff's globs.  A pattern naming a folder also covers what lies below it.
+    as in Ruff's globs.  A pattern naming a folder also covers what lies below it.  A
+    leading `!` negates the pattern, as in Ruff: `"!tests/**" = [...]` ignores the codes
+    in every file outside `tests/`.
     """
 
     def __init__(self, pattern: str) -> None:
+        self._negated = pattern.startswith("!")
+        if self._negated:
+            pattern = pattern[1:]
         if not pattern.strip():
             raise ConfigError(f"per-file-ignores: pattern {pattern!r} is an empty pattern, which matches no file")
         if "\0" in pattern:
@@ -343,6 +348,9 @@ class _PerFileMatcher:
     def matches(self, full: str, name: str, base: Path) -> bool:
         """`full`: the file's real absolute path (posix); `name`: its file name; `base`: the
         (real) directory the pattern is relative to."""
+        return self._matches(full, name, base) != self._negated
+
+    def _matches(self, full: str, name: str, base: Path) -> bool:
         if self._name.fullmatch(name):
             return True
         regex = self._compiled.get(str(base))

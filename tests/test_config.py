@@ -498,6 +498,9 @@ def test_an_empty_select_selects_nothing_and_says_so(project: Path) -> None:
     ("a/../b/*.py", ["b/x.py"], ["a/x.py"]),
     ("../proj/x.py", ["x.py"], ["y.py"]),
     ("*.py", ["x.py", "a/b/x.py"], []),
+    # A leading `!` negates (Ruff): the codes are ignored everywhere the rest does not match.
+    ("!b.py", ["a.py", "c/a.py"], ["b.py", "c/b.py"]),
+    ("!tests/**", ["a.py", "src/tests/a.py"], ["tests/a.py", "tests/deep/b.py"]),
 ])
 def test_per_file_ignores_match_as_ruff_does(tmp_path: Path, pattern: str, ignored: list, kept: list) -> None:
     root = tmp_path / "proj"
@@ -507,6 +510,8 @@ def test_per_file_ignores_match_as_ruff_does(tmp_path: Path, pattern: str, ignor
     for rel in kept:
         assert "AMP401" not in config._per_file_ignored(root / rel), (pattern, rel)
     # absolute patterns, and files named through a relative path from elsewhere
+    if pattern.startswith("!"):
+        return
     absolute = from_table({"per-file-ignores": {f"{root}/{ignored[0]}": ["AMP401"]}}, root / "pyproject.toml")
     assert "AMP401" in absolute._per_file_ignored(root / ignored[0])
 
