@@ -445,8 +445,10 @@ def main(argv: list[str]) -> int:
         return EXIT_ERROR if exc.code not in (0, None) else EXIT_CLEAN
     if not args.command:
         return _error("no command (use `amplint compare -- python train.py`)")
-    if args.steps < 1 or args.tolerance <= 0 or args.window < 1:
-        return _error("--steps and --window must be >= 1, --tolerance > 0")
+    # `not tolerance > 0` also refuses NaN (every comparison with NaN is false: a NaN
+    # tolerance would pass any deviation) and inf (no deviation could ever fail).
+    if args.steps < 1 or not 0 < args.tolerance < float("inf") or args.window < 1:
+        return _error("--steps and --window must be >= 1, --tolerance a finite number > 0")
     if args.timeout is not None and not args.timeout > 0:
         return _error("--timeout must be a positive number of seconds")
     if args.plot is not None:

@@ -100,3 +100,14 @@ def test_writable_output_paths_are_accepted_and_nothing_is_created(tmp_path):
         assert launch.unwritable(path, directory=folder) is None, path
     assert sorted(p.name for p in tmp_path.iterdir()) == ["exists.json"]
     assert (tmp_path / "exists.json").read_text() == "{}"
+
+
+# --- numbers that cannot mean anything -------------------------------------------------------------
+@pytest.mark.parametrize("tolerance", ["nan", "inf", "0", "-0.1"])
+def test_compare_refuses_a_tolerance_no_deviation_could_exceed_before_running(tolerance, monkeypatch, capsys):
+    """A NaN tolerance compared false with every deviation, so a diverging run read as within
+    tolerance (exit 0); inf would do the same.  Refused with exit 2 before any run."""
+    monkeypatch.setattr(compare, "run_variant", lambda *a, **k: pytest.fail("a run started"))
+    code = compare.main(["--tolerance", tolerance, "--", PY, str(SCRIPTS / "amp_correct.py")])
+    assert code == 2
+    assert "--tolerance" in capsys.readouterr().err
