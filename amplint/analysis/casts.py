@@ -508,7 +508,8 @@ class Casts:
                 receiver = func.value if isinstance(func, cst.Attribute) and name == "add_adapter" else None
                 exprs = [receiver] if receiver is not None else [a.value for a in call.args]
                 if any(self._same_module(e, site.scope, cast) for e in exprs if e is not None):
-                    return True
+                    if not self._only_on_some_paths(call, site.scope, cast):
+                        return True
             if name == "requires_grad_" and isinstance(func, cst.Attribute) and self._same_module(func.value, site.scope, cast, parts=True):
                 flag = self.b.values.literal_bool(call_arg(call, 0, "requires_grad"))
                 if flag is False and self._same_module(func.value, site.scope, cast):
@@ -524,6 +525,19 @@ class Casts:
                 for text, values in scope.assignments.items()
             )
         return frozen and not unfrozen
+
+    def _only_on_some_paths(self, call: cst.Call, scope, cast: ModuleCast) -> bool:
+        """The adapters are added under a test that the cast is not (`if args.use_peft:
+        model = get_peft_model(model)` after an unconditional fp16 load): the other
+        option trains the whole cast model.  Tests compared by their text."""
+        from amplint.analysis.conditions import guarding_tests
+
+        if scope is not cast.scope:
+            return False
+        code = self.model.module.code_for_node
+        adapter = guarding_tests(scope.node, call) or ()
+        around_cast = {(code(test), truth) for test, truth in guarding_tests(cast.scope.node, cast.call) or ()}
+        return any((code(test), truth) not in around_cast for test, truth in adapter)
 
     def _same_module(self, expr, scope, cast: ModuleCast, parts: bool = False) -> bool:
         """`expr` is the cast module (or, with `parts`, one of its submodules)."""
