@@ -12,23 +12,30 @@ How: the command runs N optimizer steps several ways under the verify launcher (
 so `--device cpu` emulation, torchrun and accelerate work the same): as a reference with autocast,
 GradScaler and reduced-precision casts turned into fp32 from outside (`fp32_mode:install`), as
 written, with `--bf16` in bf16 without a scaler (`fp32_mode:install_bf16`), and (unless
-`--no-noise-run`) the fp32 reference again with bf16-sized noise on its gradients (`perturb.py`),
-which measures how much this training amplifies rounding. Every run is seeded the same
-(`AMPLINT_SEED`) and records its per-iteration loss (`loss_capture:install`, the unscaled loss at
-`scaler.scale()` or `backward()`). No probe runs: a comparison wants plain runs.
+`--no-noise-run`) noise runs: the fp32 reference again with bf16-sized rounding noise on the
+forward and the gradients (`perturb.py`), NOISE_DRAWS independent draws, skipping the updates the
+compared run's GradScaler skipped (`loss_capture`'s replay; one noise run per skip pattern, so a
+run without skips and the bf16 run share one).  They measure how much this training, under the
+mixed run's own conditions, amplifies rounding.  Every run is seeded the same (`AMPLINT_SEED`) and
+records its per-iteration loss (`loss_capture:install`, the unscaled loss at `scaler.scale()` or
+`backward()`). No probe runs: a comparison wants plain runs.
 
 Alignment: a step GradScaler skips applies no update, so a correct fp16 run whose scaler skips its
 first steps while calibrating lags fp32 by those steps; on a fast-falling loss that lag alone used
 to read as divergence. Each run is aligned by applied updates (`align_by_updates`: its loss after
 j updates against fp32's after j) and the lag is reported on its own ("GradScaler skipped steps 0-9
-while calibrating: 10 updates lost").
+while calibrating: 10 updates lost").  After alignment the run's update j saw a later batch than
+fp32's update j; the noise run that replayed the same skips saw the same later batch, so that
+difference is in the envelope, measured.
 
 Divergence: after j updates, the relative deviation of the run from the reference, |run - fp32| /
 max(|fp32|, 1e-3 * max|fp32|), computed on trailing means over `--window` updates (default 5, so
 one noisy batch does not decide). The allowed deviation is the largest of `--tolerance` (default
-0.1), NOISE_FACTOR (2) x the noise run's deviation so far, and, once skipped steps have shifted the
-run's batches against fp32's, NOISE_FACTOR x the mini-batch noise of a trailing mean
-(`batch_noise`). The run diverges where it exceeds that, where its loss is NaN/Inf and the
+0.1), NOISE_FACTOR (3) x the noise runs' largest deviation so far, over the first `--window`
+updates NOISE_FACTOR x that by update `window` (the early floor), and, only where no noise run
+replayed the skips (`--no-noise-run`, a failed noise run), NOISE_FACTOR x the mini-batch noise of a
+trailing mean (`batch_noise`). `judge` says which term set it at every update (`allowed_from`).
+The run diverges where it exceeds that, where its loss is NaN/Inf and the
 reference's is not, where it stopped (crashed) before the reference, when GradScaler skipped every
 step, or when it skipped at least 3 steps after calibrating and at least half of them.
 Not compared: a run in which mixed precision never ran (no autocast region entered enabled, no
@@ -457,7 +464,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", choices=("cpu",), default=None, help="emulate a CUDA script on the CPU")
     p.add_argument("--seed", type=int, default=0, help="seed set in every run before the script starts (default 0)")
     p.add_argument("--no-noise-run", dest="noise_run", action="store_false",
-                   help="skip the second fp32 run (bf16-sized gradient noise) that measures fp32's own noise")
+                   help="skip the noise runs (fp32 under bf16-sized rounding noise, replaying the skipped steps) "
+                        "that measure fp32's own variability")
     p.add_argument("--timeout", type=float, metavar="SECONDS", help="end the whole comparison after SECONDS (exit 124)")
     p.add_argument("command", nargs=argparse.REMAINDER, help="the training command")
     return p
