@@ -358,10 +358,16 @@ def test_cli_correct_script_passes_and_the_png_shows_both_curves(tmp_path):
                          "--device", "cpu", "--", sys.executable, str(SCRIPTS / "amp_correct.py")])
     data = json.loads(report.read_text())
     assert code == 0, data["comparisons"]
-    # no skipped step in either run: one noise run (two draws) serves both
-    assert set(data["runs"]) == {"fp32", "as_written", "bf16", "fp32_nudged", "fp32_nudged#2"}
-    assert {v["noise_run"] for v in data["comparisons"].values()} == {"fp32_nudged"}
-    assert data["noise"]["runs"]["fp32_nudged"]["draws"] == ["fp32_nudged", "fp32_nudged#2"]
+    # each compared run is judged against two noise draws that skipped what it skipped: the bf16 run
+    # (no scaler, no skips) against plain ones, the fp16 run against its own when its scaler skipped
+    skipped = data["runs"]["as_written"]["skipped_steps"]
+    own = "fp32_nudged@as_written" if skipped else "fp32_nudged"
+    assert data["comparisons"]["as_written"]["noise_run"] == own
+    assert data["comparisons"]["bf16"]["noise_run"] == "fp32_nudged"
+    assert set(data["runs"]) == {"fp32", "as_written", "bf16", "fp32_nudged", "fp32_nudged#2", own, own + "#2"}
+    assert data["noise"]["runs"][own]["draws"] == [own, own + "#2"]
+    assert data["noise"]["runs"][own]["replayed_skips"] == skipped
+    assert data["runs"][own]["skipped_steps"] == data["runs"][own + "#2"]["skipped_steps"] == skipped
     assert not data["not_compared"]  # the noise runs are fp32 by design, not "mixed precision never ran"
     assert all(len(r["losses"]) == 12 for r in data["runs"].values())  # 12 steps, 12 losses
     assert data["runs"]["fp32"]["losses"][0] == pytest.approx(data["runs"]["as_written"]["losses"][0], rel=1e-3)
