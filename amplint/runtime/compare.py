@@ -12,23 +12,30 @@ How: the command runs N optimizer steps several ways under the verify launcher (
 so `--device cpu` emulation, torchrun and accelerate work the same): as a reference with autocast,
 GradScaler and reduced-precision casts turned into fp32 from outside (`fp32_mode:install`), as
 written, with `--bf16` in bf16 without a scaler (`fp32_mode:install_bf16`), and (unless
-`--no-noise-run`) the fp32 reference again with bf16-sized noise on its gradients (`perturb.py`),
-which measures how much this training amplifies rounding. Every run is seeded the same
-(`AMPLINT_SEED`) and records its per-iteration loss (`loss_capture:install`, the unscaled loss at
-`scaler.scale()` or `backward()`). No probe runs: a comparison wants plain runs.
+`--no-noise-run`) noise runs: the fp32 reference again with bf16-sized rounding noise on the
+forward and the gradients (`perturb.py`), NOISE_DRAWS independent draws, skipping the updates the
+compared run's GradScaler skipped (`loss_capture`'s replay; one noise run per skip pattern, so a
+run without skips and the bf16 run share one).  They measure how much this training, under the
+mixed run's own conditions, amplifies rounding.  Every run is seeded the same (`AMPLINT_SEED`) and
+records its per-iteration loss (`loss_capture:install`, the unscaled loss at `scaler.scale()` or
+`backward()`). No probe runs: a comparison wants plain runs.
 
 Alignment: a step GradScaler skips applies no update, so a correct fp16 run whose scaler skips its
 first steps while calibrating lags fp32 by those steps; on a fast-falling loss that lag alone used
 to read as divergence. Each run is aligned by applied updates (`align_by_updates`: its loss after
 j updates against fp32's after j) and the lag is reported on its own ("GradScaler skipped steps 0-9
-while calibrating: 10 updates lost").
+while calibrating: 10 updates lost").  After alignment the run's update j saw a later batch than
+fp32's update j; the noise run that replayed the same skips saw the same later batch, so that
+difference is in the envelope, measured.
 
 Divergence: after j updates, the relative deviation of the run from the reference, |run - fp32| /
 max(|fp32|, 1e-3 * max|fp32|), computed on trailing means over `--window` updates (default 5, so
 one noisy batch does not decide). The allowed deviation is the largest of `--tolerance` (default
-0.1), NOISE_FACTOR (2) x the noise run's deviation so far, and, once skipped steps have shifted the
-run's batches against fp32's, NOISE_FACTOR x the mini-batch noise of a trailing mean
-(`batch_noise`). The run diverges where it exceeds that, where its loss is NaN/Inf and the
+0.1), NOISE_FACTOR (3) x the noise runs' largest deviation so far, over the first `--window`
+updates NOISE_FACTOR x that by update `window` (the early floor), and, only where no noise run
+replayed the skips (`--no-noise-run`, a failed noise run), NOISE_FACTOR x the mini-batch noise of a
+trailing mean (`batch_noise`). `judge` says which term set it at every update (`allowed_from`).
+The run diverges where it exceeds that, where its loss is NaN/Inf and the
 reference's is not, where it stopped (crashed) before the reference, when GradScaler skipped every
 step, or when it skipped at least 3 steps after calibrating and at least half of them.
 Not compared: a run in which mixed precision never ran (no autocast region entered enabled, no
@@ -57,13 +64,17 @@ from pathlib import Path
 from typing import Any, Sequence
 
 EXIT_CLEAN, EXIT_DIVERGED, EXIT_ERROR, EXIT_NOT_COMPARED, EXIT_TIMEOUT = 0, 1, 2, 3, 124
-NOISE_RUN = "fp32_nudged"  # the second fp32 run (perturb.py)
+NOISE_RUN = "fp32_nudged"  # the noise runs: fp32 again under rounding-sized noise (perturb.py)
+# Independent noise draws per noise run.  One draw is one sample of how far fp32 strays: on a noisy
+# training, draws with different noise seeds were 5x apart at the same update, so a correct run (itself
+# one more draw) could land beyond 2x a low one.  The envelope is the largest of the draws.
+NOISE_DRAWS = 2
 
 DEFAULT_STEPS = 50
 DEFAULT_TOLERANCE = 0.1
 DEFAULT_WINDOW = 5
 # A run may deviate from fp32 by this many times what fp32 deviates from itself under another seed.
-NOISE_FACTOR = 2.0
+NOISE_FACTOR = 3.0
 
 # Plot colours: fixed, so tests can find each curve's pixels.
 COLORS = {"fp32": "#1f77b4", "as_written": "#ff7f0e", "bf16": "#2ca02c"}
@@ -149,12 +160,17 @@ def skip_summary(skipped: Sequence[int], points: int) -> dict[str, Any]:
     return {"calibration_skips": lead, "later_skips": later, "updates_lost": len(skipped), "lag": text}
 
 
-def noise_envelope(reference: Sequence[float], nudged: Sequence[float], *, window: int = DEFAULT_WINDOW) -> list[float]:
-    """fp32's own run-to-run deviation, as a non-decreasing envelope over steps (0 where unknown).
+def noise_envelope(reference: Sequence[float], nudged: Sequence[float], *, window: int = DEFAULT_WINDOW,
+                   skipped: Sequence[int] = ()) -> list[float]:
+    """fp32's own deviation under rounding-sized noise, as a non-decreasing envelope over updates.
 
-    `nudged` is a second fp32 run whose weights were nudged by a rounding-sized amount before its
-    first update (perturb.py): the deviation a correct run may show without a precision problem.  Non-decreasing, because two runs drift apart as they go."""
-    smoothed, _ = relative_deviation(reference, nudged, window=window)
+    `nudged` is the fp32 run again with rounding-sized noise on its forward and its gradients
+    (perturb.py) and, where the mixed run's GradScaler skipped steps, those steps skipped too
+    (`skipped`, loss_capture's replay): aligned by applied updates like the mixed run, it saw the
+    same batch after j updates, so its deviation is what a correct run may show under the same
+    conditions.  Non-decreasing, because two runs drift apart as they go; 0 where unknown."""
+    aligned = align_by_updates(nudged, skipped)
+    smoothed, _ = relative_deviation(reference[: len(aligned)], aligned, window=window)
     out, top = [], 0.0
     for d in smoothed:
         if _finite(d):
@@ -180,14 +196,19 @@ def batch_noise(reference: Sequence[float]) -> float:
 
 def judge(
     reference: Sequence[float], run: Sequence[float], *, tolerance: float, window: int = DEFAULT_WINDOW,
-    skipped: Sequence[int] = (), noise: Sequence[float] | None = None,
+    skipped: Sequence[int] = (), noise: Sequence[float] | None = None, noise_replays_skips: bool = False,
 ) -> dict[str, Any]:
     """The verdict on one run against the reference (JSON-ready apart from non-finite floats).
 
     The run is first aligned by applied updates (`align_by_updates`), so steps GradScaler skipped
     while calibrating are a lag, reported on its own, not a deviation.  A step diverges where the
-    trailing-mean deviation exceeds max(`tolerance`, NOISE_FACTOR x the fp32 noise envelope, and
-    where skips shifted the batches, NOISE_FACTOR x the mini-batch noise of a trailing mean).
+    trailing-mean deviation exceeds the allowed deviation, the largest of (`allowed_terms`):
+    `tolerance`; NOISE_FACTOR x the noise envelope (`noise_envelope`) so far; over the first
+    `window` updates, NOISE_FACTOR x the envelope at update `window` (an early floor: a running
+    maximum over fewer than `window` noise points is not yet an estimate, while the mixed run's
+    rounding differs from its first forward on); and, where the run skipped steps and the noise
+    run did not replay them (`noise_replays_skips` False: `--no-noise-run`, or the noise run
+    failed), NOISE_FACTOR x the mini-batch noise of a trailing mean (`batch_noise`).
     Also diverged: every step skipped, or at least 3 skipped after calibrating and at least half of
     those steps (the same rule as AMP902), or a run that stopped before the reference did."""
     aligned = align_by_updates(run, skipped)
@@ -195,17 +216,11 @@ def judge(
     stopped = len(run) < len(reference)
     compared = list(reference[: len(aligned)])
     smoothed, raw = relative_deviation(compared, aligned, window=window)
-    noise = list(noise or [])
-    allowed = [max(tolerance, NOISE_FACTOR * (noise[j] if j < len(noise) else (noise[-1] if noise else 0.0)))
-               for j in range(len(compared))]
-    shifted = 0.0
-    if skips["updates_lost"]:
-        # Skipped steps shift the run's batches against fp32's: after alignment, point j of the run
-        # saw a later batch than fp32's point j, so mini-batch noise no longer cancels.  A
-        # difference of two independent `window`-step means has sqrt(2 / window) of its noise.
-        shifted = NOISE_FACTOR * batch_noise(reference) * math.sqrt(2 / max(1, int(window)))
-        since = skip_marks(skipped)[0] + 1  # aligned points up to the first skip saw fp32's batches
-        allowed = [a if j < since else max(a, shifted) for j, a in enumerate(allowed)]
+    replayed = bool(noise) and noise_replays_skips
+    terms = allowed_terms(len(compared), tolerance=tolerance, window=window, noise=noise, skipped=skipped,
+                          batch=batch_noise(reference) if skips["updates_lost"] and not replayed else 0.0)
+    allowed = [max(t.values()) for t in terms]
+    allowed_from = [max(t, key=t.get) for t in terms]  # NB: dicts keep order: a tie names the first term
     judged = [(k, d) for k, d in enumerate(smoothed) if not math.isnan(d)]
     worst = max(judged, key=lambda kd: kd[1], default=(None, math.nan))
     first = next((k for k, d in judged if d > allowed[k]), None)
@@ -215,7 +230,8 @@ def judge(
         if not _finite(aligned[first]):
             reason = f"loss is {aligned[first]} after {first} updates while the fp32 loss is {compared[first]:.6g}"
         else:
-            reason = f"relative deviation {smoothed[first]:.3g} > {allowed[first]:.3g} after {first} updates"
+            reason = (f"relative deviation {smoothed[first]:.3g} > {allowed[first]:.3g} allowed "
+                      f"({ALLOWED_FROM[allowed_from[first]]}) after {first} updates")
     elif stopped:
         first = len(aligned)
         reason = f"the run stopped after {len(run)} steps, the reference ran {len(reference)}"
@@ -233,28 +249,59 @@ def judge(
         "relative_deviation": smoothed,
         "raw_relative_deviation": raw,
         "allowed_deviation": allowed,
+        # what the noise run measured, per update: its own deviation from fp32 (running maximum)
+        "noise_deviation": [t["noise"] / NOISE_FACTOR for t in terms] if noise else None,
         "max_relative_deviation": worst[1],
         "max_at_step": worst[0],
         # what was allowed where the deviation was largest, and what set it at each step
         "allowed_at_max": None if worst[0] is None else allowed[worst[0]],
-        "allowed_from": [_allowed_from(a, tolerance, noise, j, shifted) for j, a in enumerate(allowed)],
+        "allowed_from": allowed_from,
         "first_step_beyond_tolerance": first,
         "diverged": first is not None,
         "reason": reason,
         "identical": list(reference) == list(run),
         "aligned_losses": aligned,
-        "batch_shift_allowance": shifted,
+        "batch_shift_allowance": max((t.get("batch-shift", 0.0) for t in terms), default=0.0),
+        "noise_replays_skips": replayed,
         **skips,
     }
 
 
-def _allowed_from(allowed: float, tolerance: float, noise: list[float], j: int, shifted: float) -> str:
-    """Which term set the allowed deviation at step j: "tolerance", "noise" or "batch-shift"."""
-    if allowed <= tolerance:
-        return "tolerance"
-    if shifted and allowed == shifted:
-        return "batch-shift"
-    return "noise"
+# What set the allowed deviation at a step (the report's `allowed_from`), in words.
+ALLOWED_FROM = {
+    "tolerance": "the tolerance",
+    "noise": "fp32's own noise so far",
+    "noise-early": "the early floor: fp32's own noise by update `window`",
+    "batch-shift": "mini-batch noise after skipped steps",
+}
+
+
+def allowed_terms(points: int, *, tolerance: float, window: int, noise: Sequence[float] | None,
+                  skipped: Sequence[int] = (), batch: float = 0.0) -> list[dict[str, float]]:
+    """Per aligned update, each term of the allowed deviation by name (see `judge`)."""
+    noise = list(noise or [])
+
+    def env(j: int) -> float:
+        return noise[j] if j < len(noise) else (noise[-1] if noise else 0.0)
+
+    w = max(1, int(window))
+    early = NOISE_FACTOR * env(min(w, max(points - 1, 0))) if noise else 0.0
+    # Skipped steps shift the run's batches against fp32's: after alignment, point j of the run saw
+    # a later batch than fp32's point j, so mini-batch noise no longer cancels.  A difference of two
+    # independent `window`-step means has sqrt(2 / window) of its noise.
+    shifted = NOISE_FACTOR * batch * math.sqrt(2 / w) if skipped else 0.0
+    since = skip_marks(skipped)[0] + 1 if skipped else points  # points up to the first skip saw fp32's batches
+    terms = []
+    for j in range(points):
+        t = {"tolerance": tolerance}
+        if noise:
+            t["noise"] = NOISE_FACTOR * env(j)
+            if j < w:
+                t["noise-early"] = early
+        if shifted and j >= since:
+            t["batch-shift"] = shifted
+        terms.append(t)
+    return terms
 
 
 # --- plotting ----------------------------------------------------------------------------------
@@ -309,11 +356,18 @@ def plot(path: Path, series: dict[str, list[float]], verdicts: dict[str, dict[st
                 at = verdict["allowed_deviation"][first] if first < len(verdict.get("allowed_deviation") or []) else tolerance
                 bottom.annotate(f"diverges after {first} updates", (first, at), xytext=(4, 6),
                                 textcoords="offset points", fontsize=8, color=COLORS[name])
-        allowed = max((v.get("allowed_deviation") or [tolerance] for v in verdicts.values()), key=len, default=[tolerance])
-        # NB: the deviation that was applied, drawn where it lies: the tolerance alone was drawn
-        # while a wider envelope decided, and the envelope's line could fall off the axes.
-        bottom.plot(range(len(allowed)), allowed, color="#d62728", ls="--", lw=1.2,
-                    label="allowed deviation" + (" (tolerance, fp32 noise, batch shift)" if any(a > tolerance for a in allowed) else f" (tolerance {tolerance:g})"))
+        # NB: the deviation that was applied, drawn where it lies, one dashed line per run in the run's
+        # colour (each run has its own noise run when their skipped steps differ): the tolerance
+        # alone was drawn while a wider envelope decided, and the envelope's line could fall off the axes.
+        allowed_all: list[float] = []
+        for name, verdict in verdicts.items():
+            allowed = verdict.get("allowed_deviation") or [tolerance] * len(verdict["relative_deviation"])
+            allowed_all += allowed
+            widened = sorted({TERM_NAMES[f] for f in verdict.get("allowed_from") or [] if f != "tolerance"})
+            bottom.plot(range(len(allowed)), allowed, color=COLORS[name], ls="--", lw=1.2,
+                        label=f"allowed for {name}" + (f" (tolerance {tolerance:g}, {', '.join(widened)})" if widened
+                                                       else f" (tolerance {tolerance:g})"))
+        allowed = [a for a in allowed_all if _finite(a)] or [tolerance]
         bottom.set_yscale("log")
         plotted = [max(d, 1e-7) for v in verdicts.values() for d in v["relative_deviation"] if _finite(d)]
         shown = plotted + [a for a in allowed if _finite(a) and a > 0]
@@ -352,9 +406,10 @@ def _series_of(outcome: Any, loss_dir: Path) -> tuple[list[float], list[int]]:
 
 
 def run_variant(name: str, command: list[str], *, steps: int, device: str | None, work: Path,
-                seed: int, timeout: float | None = None, extensions: str | None = None) -> dict[str, Any]:
+                seed: int, timeout: float | None = None, extensions: str | None = None,
+                replay: Sequence[int] = (), noise_seed: int = 0) -> dict[str, Any]:
     from amplint.runtime.launch import run_instrumented
-    from amplint.runtime.loss_capture import LOSS_DIR_ENV, SEED_ENV
+    from amplint.runtime.loss_capture import LOSS_DIR_ENV, REPLAY_ENV, SEED_ENV
 
     out_dir, loss_dir = work / name / "evidence", work / name / "losses"
     env = {
@@ -363,6 +418,12 @@ def run_variant(name: str, command: list[str], *, steps: int, device: str | None
         SEED_ENV: str(seed),
         LOSS_DIR_ENV: str(loss_dir),
     }
+    if replay:
+        env[REPLAY_ENV] = ",".join(str(k) for k in replay)
+    if noise_seed:
+        from amplint.runtime.perturb import NOISE_SEED_ENV
+
+        env[NOISE_SEED_ENV] = str(noise_seed)
     outcome = run_instrumented(command, steps=steps, device=device, out_dir=out_dir, extra_env=env, timeout=timeout)
     losses, skipped = _series_of(outcome, loss_dir)
     from amplint.runtime.correlate import RunFacts
@@ -403,7 +464,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", choices=("cpu",), default=None, help="emulate a CUDA script on the CPU")
     p.add_argument("--seed", type=int, default=0, help="seed set in every run before the script starts (default 0)")
     p.add_argument("--no-noise-run", dest="noise_run", action="store_false",
-                   help="skip the second fp32 run (bf16-sized gradient noise) that measures fp32's own noise")
+                   help="skip the noise runs (fp32 under bf16-sized rounding noise, replaying the skipped steps) "
+                        "that measure fp32's own variability")
     p.add_argument("--timeout", type=float, metavar="SECONDS", help="end the whole comparison after SECONDS (exit 124)")
     p.add_argument("command", nargs=argparse.REMAINDER, help="the training command")
     return p
@@ -474,25 +536,51 @@ def main(argv: list[str]) -> int:
 
         return _error(TORCH_INSTALL_HINT)
 
-    plan = [(n, n) for n in ["fp32", "as_written"] + (["bf16"] if args.bf16 else [])]
-    if args.noise_run:
-        plan.append((NOISE_RUN, NOISE_RUN))
+    plan = ["fp32", "as_written"] + (["bf16"] if args.bf16 else [])
     runs: dict[str, dict[str, Any]] = {}
+    noise_of: dict[str, str] = {}  # compared run -> the noise run that replays its skipped steps
     stopped: dict[str, Any] | None = None
     deadline = None if args.timeout is None else time.monotonic() + args.timeout
     with tempfile.TemporaryDirectory(prefix="amplint-compare-") as tmp:
-        for name, variant in plan:
+        def run(name: str, variant: str, replay: Sequence[int] = (), noise_seed: int = 0) -> bool:
+            """Run one variant; False when the comparison must stop (timed out, signalled)."""
             left = None if deadline is None else max(0.1, deadline - time.monotonic())
             print(f"amplint compare: running {name} ({args.steps} steps)...", file=sys.stderr)
             runs[name] = run_variant(name, args.command, steps=args.steps, device=args.device, work=Path(tmp),
-                                     seed=args.seed, timeout=left, extensions=EXTENSIONS[variant])
-            if runs[name]["timed_out"] or runs[name]["interrupted_by"]:
+                                     seed=args.seed, timeout=left, extensions=EXTENSIONS[variant], replay=replay,
+                                     noise_seed=noise_seed)
+            return not (runs[name]["timed_out"] or runs[name]["interrupted_by"])
+
+        for name in plan:
+            if not run(name, name):
                 stopped = runs[name]
                 break
             if name == "fp32" and runs[name]["exit_code"] != 0:
                 break  # no reference to compare with: the other runs would only cost time
             if name == "as_written" and not args.bf16 and _never_mixed(runs[name]):
                 break  # nothing to compare: the noise run would only cost time
+        if stopped is None and args.noise_run and runs["fp32"]["exit_code"] == 0:
+            # One noise run per skip pattern: each compared run is judged against fp32 noise that
+            # skipped the same updates, so it saw the same batches (a run without skips and the bf16
+            # run, which has no scaler, share the plain one).
+            for name in plan[1:]:
+                if name not in runs or _never_mixed(runs[name]):
+                    continue
+                replay = runs[name]["skipped_steps"]
+                noise_name = NOISE_RUN if not replay else f"{NOISE_RUN}@{name}"
+                twin = next((n for n, o in noise_of.items() if runs[n]["skipped_steps"] == replay), None)
+                if twin is not None:
+                    noise_of[name] = noise_of[twin]
+                    continue
+                noise_of[name] = noise_name
+                for draw in range(NOISE_DRAWS):
+                    draw_name = noise_name if draw == 0 else f"{noise_name}#{draw + 1}"
+                    if not run(draw_name, NOISE_RUN, replay, noise_seed=draw):
+                        stopped = runs[draw_name]
+                        break
+                    runs[draw_name]["replayed_skips"] = list(replay)
+                if stopped is not None:
+                    break
 
     report: dict[str, Any] = {
         "command": args.command,
@@ -520,14 +608,18 @@ def main(argv: list[str]) -> int:
         _write_report(args.report, report)
         return _error(why)
 
-    noise = _noise(report, runs, args.window) if NOISE_RUN in runs or not args.noise_run else None
-    if NOISE_RUN not in runs and args.noise_run:
-        report["noise"] = {"measured": False, "why": "not run: mixed precision never ran in the run as written"}
-    verdicts = {n: failed_run(judge(ref["losses"], runs[n]["losses"], tolerance=args.tolerance, window=args.window,
-                                    skipped=runs[n]["skipped_steps"], noise=noise), runs[n])
-                for n, _ in plan[1:] if n != NOISE_RUN and n in runs and not _never_mixed(runs[n])}
+    compared = [n for n in plan[1:] if n in runs and not _never_mixed(runs[n])]
+    report["noise"] = _noise_report(args, runs, compared, noise_of)
+    verdicts = {}
+    for n in compared:
+        measured = report["noise"]["runs"].get(noise_of.get(n, ""), {})
+        envelope = measured.get("envelope") if measured.get("measured") else None
+        verdicts[n] = failed_run(judge(ref["losses"], runs[n]["losses"], tolerance=args.tolerance, window=args.window,
+                                       skipped=runs[n]["skipped_steps"], noise=envelope,
+                                       noise_replays_skips=envelope is not None), runs[n])
+        verdicts[n]["noise_run"] = noise_of.get(n) if envelope is not None else None
     report["comparisons"] = verdicts
-    report["not_compared"] = {n: not_compared(runs[n]) for n, _ in plan[1:] if n in runs and _never_mixed(runs[n])}
+    report["not_compared"] = {n: not_compared(runs[n]) for n in plan[1:] if n in runs and _never_mixed(runs[n])}
     report["diverged"] = any(v["diverged"] for v in verdicts.values())
     if report["diverged"]:
         report["status"] = "diverged"
@@ -570,28 +662,52 @@ def failed_run(verdict: dict[str, Any], run: dict[str, Any]) -> dict[str, Any]:
     return verdict
 
 
-def _noise(report: dict[str, Any], runs: dict[str, dict[str, Any]], window: int) -> list[float] | None:
-    """fp32's run-to-run noise envelope from the nudged run, and what the report says of it."""
-    other = runs.get(NOISE_RUN)
-    if other is None:
-        report["noise"] = {"measured": False, "why": "--no-noise-run"}
-        return None
+PERTURBATION = (f"{NOISE_DRAWS} draws of the fp32 run again, each with every leaf module's output multiplied by 1 + 2**-8 * N(0, 1) and "
+                "g + 2**-8 * rms(g) * N(0, 1) added to every gradient g before each optimizer step "
+                "(bfloat16's rounding unit; perturb.py), skipping the updates the compared run's GradScaler skipped")
+
+
+def _noise_report(args, runs: dict[str, dict[str, Any]], compared: list[str], noise_of: dict[str, str]) -> dict[str, Any]:
+    """What the noise runs measured (fp32's own deviation under rounding-sized noise), per noise run."""
+    if not args.noise_run:
+        return {"measured": False, "why": "--no-noise-run", "runs": {}}
+    if not compared:
+        return {"measured": False, "why": "not run: mixed precision never ran in the run as written", "runs": {}}
     ref = runs["fp32"]["losses"]
-    if other["exit_code"] != 0:
-        report["noise"] = {"measured": False, "why": f"the nudged fp32 run failed (exit {other['exit_code']}: {other['ended']})"}
-        return None
-    if not other["losses"]:
-        report["noise"] = {"measured": False, "why": f"the nudged fp32 run recorded no loss ({other['ended']})"}
-        return None
-    if other["losses"] == ref:
-        report["noise"] = {"measured": False, "why": "the nudged fp32 run was identical (no optimizer step ran?)"}
-        return None
-    envelope = noise_envelope(ref, other["losses"], window=window)
-    report["noise"] = {"measured": True,
-                       "nudge": "the fp32 run again, with g + 2**-8 * rms(g) * N(0, 1) added to every gradient g "
-                                "before each optimizer step (bfloat16's rounding unit; perturb.py)",
-                       "envelope": envelope, "factor": NOISE_FACTOR, "max": max(envelope, default=0.0)}
-    return envelope
+    measured: dict[str, dict[str, Any]] = {}
+    for name in dict.fromkeys(noise_of[n] for n in compared if n in noise_of):
+        draws = [d for d in [name] + [f"{name}#{k + 1}" for k in range(1, NOISE_DRAWS)]]
+        entry: dict[str, Any] = {"measured": False, "draws": draws,
+                                 "replayed_skips": (runs.get(name) or {}).get("replayed_skips", []),
+                                 "for": [n for n in compared if noise_of.get(n) == name]}
+        envelopes, why = [], []
+        for draw in draws:
+            other = runs.get(draw)
+            if other is None:
+                why.append(f"{draw} not run (the comparison was stopped)")
+            elif other["exit_code"] != 0:
+                why.append(f"{draw} failed (exit {other['exit_code']}: {other['ended']})")
+            elif not other["losses"]:
+                why.append(f"{draw} recorded no loss ({other['ended']})")
+            elif other["losses"] == ref:
+                why.append(f"{draw} was identical to fp32 (no forward or optimizer step ran?)")
+            else:
+                envelopes.append(noise_envelope(ref, other["losses"], window=args.window, skipped=other["skipped_steps"]))
+        if envelopes:
+            # the largest draw at each update (each envelope is non-decreasing, so is their maximum)
+            envelope = [max(e[j] if j < len(e) else e[-1] for e in envelopes) for j in range(max(map(len, envelopes)))]
+            entry.update(measured=True, envelope=envelope, max=max(envelope, default=0.0),
+                         max_per_draw=[max(e, default=0.0) for e in envelopes])
+        if why:
+            entry["why"] = "; ".join(why)
+        measured[name] = entry
+    good = [e for e in measured.values() if e["measured"]]
+    report: dict[str, Any] = {"measured": bool(good), "nudge": PERTURBATION, "factor": NOISE_FACTOR, "runs": measured}
+    if good:
+        report["max"] = max(e["max"] for e in good)
+    else:
+        report["why"] = "; ".join(e["why"] for e in measured.values()) or "no noise run"
+    return report
 
 
 def _stopped(args, report: dict[str, Any], run: dict[str, Any]) -> int:
@@ -645,12 +761,14 @@ def render(report: dict[str, Any]) -> str:
              f"on {report['window']}-step means, runs aligned by applied updates"]
     noise = report.get("noise") or {} if report["comparisons"] else {}
     if noise.get("measured"):
-        lines.append(f"  fp32 noise: fp32 with bf16-sized gradient noise deviates up to {noise['max']:.3g}; "
-                     f"allowed deviation at each step is max(tolerance, {noise['factor']:g} x that envelope so far"
-                     f"{', batch shift after skipped steps' if any(v.get('batch_shift_allowance') for v in report['comparisons'].values()) else ''})"
-                     f"; per step in the report (allowed_deviation, allowed_from)")
+        lines.append(f"  fp32 noise: fp32 with bf16-sized rounding noise on the forward and the gradients "
+                     f"(and the compared run's skipped steps) deviates up to {noise['max']:.3g}; a run may deviate "
+                     f"max(tolerance, {noise['factor']:g} x that so far, over the first {report['window']} updates "
+                     f"{noise['factor']:g} x that by update {report['window']})")
     elif noise:
-        lines.append(f"  fp32 noise: not measured ({noise['why']}); the tolerance alone applies")
+        lines.append(f"  fp32 noise: not measured ({noise['why']}); the tolerance alone applies"
+                     + (", widened by mini-batch noise after skipped steps"
+                        if any(v.get("batch_shift_allowance") for v in report["comparisons"].values()) else ""))
     for name, v in report["comparisons"].items():
         run = report["runs"][name]
         worst = v["max_relative_deviation"]
@@ -661,11 +779,38 @@ def render(report: dict[str, Any]) -> str:
             lines.append(f"  {'':<10} {v['lag']}")
         if v["identical"]:
             lines.append(f"  {'':<10} note: identical to fp32, the command may not use mixed precision at all")
+        lines.extend(per_step_lines(v))
     for name, nc in (report.get("not_compared") or {}).items():
         lines.append(f"  {name:<10} {nc['reason']} ({nc['why'].removeprefix('mixed precision never ran: ')})")
     if report.get("plot"):
         lines.append(f"  plot: {report['plot']}")
     return "\n".join(lines)
+
+
+TERM_NAMES = {"tolerance": "tolerance", "noise": "fp32 noise", "noise-early": "early floor", "batch-shift": "batch shift"}
+# One letter per term of the allowed deviation, for the per-step lines.
+TERM_LETTERS = {"tolerance": "t", "noise": "n", "noise-early": "e", "batch-shift": "b"}
+
+
+def per_step_lines(v: dict[str, Any], per_line: int = 8) -> list[str]:
+    """Measured / allowed deviation at every update, with the letter of the term that set it."""
+    devs, allowed, source = v["relative_deviation"], v.get("allowed_deviation") or [], v.get("allowed_from") or []
+    if not devs or len(allowed) != len(devs):
+        return []
+    noise_run = v.get("noise_run")
+    replayed = "" if not noise_run or not v.get("updates_lost") else ", replaying its skipped steps"
+    head = (f"  {'':<10} per update, measured/allowed (t tolerance, n fp32 noise from {noise_run}{replayed}, "
+            f"e early floor, b batch shift; ! beyond):" if noise_run else
+            f"  {'':<10} per update, measured/allowed (t tolerance, b batch shift; ! beyond):")
+    cells = []
+    for j, (d, a, f) in enumerate(zip(devs, allowed, source)):
+        mark = "!" if isinstance(d, (int, float)) and d > a else ""
+        cells.append(f"{d:.2g}/{a:.2g}{TERM_LETTERS.get(f, '?')}{mark}")
+    out = [head]
+    for lo in range(0, len(cells), per_line):
+        hi = min(lo + per_line, len(cells)) - 1
+        out.append(f"  {'':<10}   {lo:>3}-{hi:<3} " + " ".join(cells[lo : hi + 1]))
+    return out
 
 
 if __name__ == "__main__":  # pragma: no cover

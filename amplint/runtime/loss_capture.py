@@ -20,6 +20,13 @@ Output: with `AMPLINT_LOSS_DIR` set, each process appends one JSON line per iter
 Each point is one `.item()`, a device sync per iteration on GPU: fine for a comparison run, and the
 reason this is not part of plain `verify`. `AMPLINT_SEED` (set by compare) seeds torch, random and
 numpy at install so that scripts that never seed still give the same data in every run.
+
+Replay (compare's noise runs): with `AMPLINT_REPLAY_SKIPS` set to iteration indices ("0,1,2,7"), the
+`GradScaler.step` of those iterations applies no update, exactly as GradScaler's own skip would: the
+optimizer's `step` is not called (its state, momentum and step count stay as they were), the
+iteration is recorded as skipped, and everything else (`update()`, schedulers, the data loader)
+runs as written.  An fp32 run replaying a mixed run's skips sees the same batch after j updates as
+the mixed run does, so their difference is down to precision.
 """
 
 from __future__ import annotations
@@ -41,6 +48,7 @@ from amplint.runtime.fp32_mode import Handles, Patch
 
 LOSS_DIR_ENV = "AMPLINT_LOSS_DIR"
 SEED_ENV = "AMPLINT_SEED"
+REPLAY_ENV = "AMPLINT_REPLAY_SKIPS"
 
 
 class _Hook:
@@ -62,8 +70,9 @@ class StepBoundaries:
     (the verify step budget) raises inside `scaler.step()`.
     """
 
-    def __init__(self, callback: Callable[[bool], None]) -> None:
+    def __init__(self, callback: Callable[[bool], None], replay: Callable[[], bool] | None = None) -> None:
         self.callback = callback  # callback(skipped): skipped is True when GradScaler skipped the step
+        self.replay = replay  # replay(): True when this scaler step must be skipped (see module docstring)
         self._inside_scaler = threading.local()
 
     def install(self) -> Handles:
@@ -77,6 +86,8 @@ class StepBoundaries:
                 tl.depth, tl.stepped = depth + 1, False
                 raised = False
                 try:
+                    if depth == 0 and boundaries.replay is not None and boundaries.replay():
+                        return _without_step(original, scaler, optimizer, *args, **kwargs)
                     return original(scaler, optimizer, *args, **kwargs)
                 except BaseException:
                     raised = True  # e.g. the step budget: not a skip
@@ -100,6 +111,27 @@ class StepBoundaries:
         return handles
 
 
+def _without_step(original: Callable, scaler: Any, optimizer: Any, *args: Any, **kwargs: Any) -> Any:
+    """`scaler.step(optimizer)` whose `optimizer.step` does nothing: a replayed GradScaler skip.
+
+    The scaler's own `step` still runs (verify's step budget counts it, as it counts a real skip);
+    only the optimizer's update is withheld.  NB: `optimizer.step` may already be an instance
+    attribute (LR schedulers wrap it there): it is put back as it was, not deleted."""
+    own = optimizer.__dict__.get("step", _MISSING)
+    optimizer.step = lambda *a, **k: None
+    try:
+        original(scaler, optimizer, *args, **kwargs)
+        return None
+    finally:
+        if own is _MISSING:
+            del optimizer.step
+        else:
+            optimizer.step = own
+
+
+_MISSING = object()
+
+
 def _loss_value(obj: Any) -> torch.Tensor | None:
     """The detached fp32 sum of a loss (a tensor or an iterable of tensors), None if not a loss."""
     if isinstance(obj, torch.Tensor):
@@ -113,8 +145,10 @@ def _loss_value(obj: Any) -> torch.Tensor | None:
 class LossCapture:
     """In-memory series of per-iteration losses, optionally streamed to a JSONL file."""
 
-    def __init__(self, out_dir: str | os.PathLike | None = None, sink: Any = None) -> None:
+    def __init__(self, out_dir: str | os.PathLike | None = None, sink: Any = None,
+                 replay_skips: "set[int] | frozenset[int]" = frozenset()) -> None:
         self.series: list[float] = []
+        self.replay_skips = frozenset(replay_skips)  # iterations whose update is withheld (module docstring)
         self.complete: list[bool] = []
         self.skipped: list[int] = []  # iterations whose optimizer step GradScaler skipped
         self._pending: list[torch.Tensor] = []
@@ -159,6 +193,12 @@ class LossCapture:
         self._write({"step": len(self.series) - 1, "loss": total if math.isfinite(total) else repr(total),
                      "parts": len(pending), "complete": complete, "skipped": skipped})
 
+    def _replays_skip(self) -> bool:
+        """The iteration ending now is one whose update the replayed run skipped."""
+        with self._lock:
+            pending = bool(self._pending)
+        return pending and len(self.series) in self.replay_skips
+
     def _write(self, record: dict) -> None:
         if self.path is not None:
             with open(self.path, "a", encoding="utf-8") as fh:
@@ -193,7 +233,8 @@ class LossCapture:
         try:
             self._handles.append(Patch(torch.amp.GradScaler, "scale", make_scale))
             self._handles.append(Patch(torch.autograd, "backward", make_backward))
-            self._handles.extend(StepBoundaries(self.boundary).install())
+            replay = self._replays_skip if self.replay_skips else None
+            self._handles.extend(StepBoundaries(self.boundary, replay).install())
         except BaseException:
             self._handles.close()
             raise
@@ -224,7 +265,8 @@ def install(sink: Any = None) -> LossCapture:
     seed = os.environ.get(SEED_ENV)
     if seed is not None:
         _seed_everything(int(seed))
-    return LossCapture(os.environ.get(LOSS_DIR_ENV), sink).install()
+    replay = {int(k) for k in os.environ.get(REPLAY_ENV, "").split(",") if k.strip().isdigit()}
+    return LossCapture(os.environ.get(LOSS_DIR_ENV), sink, replay_skips=replay).install()
 
 
 def read_series(out_dir: str | os.PathLike) -> dict[str, Any]:

@@ -16,8 +16,9 @@ class _Enough(Exception):
     pass
 
 
-def run_script(name: str, *, mode: str = "as_written", steps: int | None = None, extra=()) -> LossCapture:
-    """Run tests/runtime/scripts/<name>.py; mode fp32 | bf16 | as_written; stop after `steps` iterations."""
+def run_script(name: str, *, mode: str = "as_written", steps: int | None = None, extra=(), replay=()) -> LossCapture:
+    """Run tests/runtime/scripts/<name>.py; mode fp32 | bf16 | as_written; stop after `steps` iterations;
+    `replay`: iterations whose GradScaler step applies no update (compare's noise run)."""
     handles = fp32_mode.Handles()
     if mode == "fp32":
         handles.extend(fp32_mode.install())
@@ -25,7 +26,7 @@ def run_script(name: str, *, mode: str = "as_written", steps: int | None = None,
         handles.extend(fp32_mode.install_bf16())
     for h in extra:
         handles.append(h)
-    capture = LossCapture().install()
+    capture = LossCapture(replay_skips=set(replay)).install()
     seen = [0]
 
     def budget(skipped: bool) -> None:

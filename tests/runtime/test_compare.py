@@ -217,10 +217,10 @@ def test_a_scaler_starting_at_2_to_the_24_is_a_calibration_lag_not_a_divergence(
 
 
 def test_a_noisy_correct_scripts_bf16_run_is_judged_against_fp32s_own_noise():
-    from amplint.runtime.perturb import GradientNoise
+    from amplint.runtime import perturb
 
     ref = run_script("amp_noisy_correct", mode="fp32", steps=40).series
-    noise = run_script("amp_noisy_correct", mode="fp32", steps=40, extra=[GradientNoise()]).series
+    noise = run_script("amp_noisy_correct", mode="fp32", steps=40, extra=[perturb.install()]).series
     bf16 = run_script("amp_noisy_correct", mode="bf16", steps=40).series
     plain = compare.judge(ref, bf16, tolerance=compare.DEFAULT_TOLERANCE)
     assert plain["diverged"]  # the tolerance alone flags plain noise
@@ -229,12 +229,112 @@ def test_a_noisy_correct_scripts_bf16_run_is_judged_against_fp32s_own_noise():
 
 
 def test_the_noise_run_does_not_hide_a_broken_script():
-    from amplint.runtime.perturb import GradientNoise
+    from amplint.runtime import perturb
 
     ref = run_script("amp_no_scaler", mode="fp32", steps=STEPS).series
-    noise = run_script("amp_no_scaler", mode="fp32", steps=STEPS, extra=[GradientNoise()]).series
+    noise = run_script("amp_no_scaler", mode="fp32", steps=STEPS, extra=[perturb.install()]).series
     run = run_script("amp_no_scaler", steps=STEPS).series
     assert compare.judge(ref, run, tolerance=compare.DEFAULT_TOLERANCE, noise=compare.noise_envelope(ref, noise))["diverged"]
+
+
+def test_the_early_floor_allows_over_the_first_window_what_fp32_noise_reached_by_then():
+    ref = [1.0] * 20
+    run = [1.0] + [1.3] * 19  # 0.3 off after one update; the mixed run rounds differently from its first forward
+    noise = [0.0, 0.01, 0.02, 0.05, 0.08] + [0.12] * 15  # fp32's own noise is still ~0 over the first updates
+    # with a window of 1 the floor covers update 0 only: 0.3 after one update is beyond 3 x 0.01
+    assert compare.judge(ref, run, tolerance=0.1, window=1, noise=noise)["first_step_beyond_tolerance"] == 1
+    v = compare.judge(ref, run, tolerance=0.1, window=5, noise=noise)
+    assert not v["diverged"], v["reason"]
+    assert v["allowed_from"][:5] == ["noise-early"] * 5 and v["allowed_from"][5:] == ["noise"] * 15
+    # beyond the floor the envelope still decides: 0.3 persists, 3 x 0.12 = 0.36 allows it, 3 x 0.08 would not
+    assert compare.judge(ref, run, tolerance=0.1, window=5, noise=[min(n, 0.08) for n in noise])["diverged"]
+
+
+def test_the_noise_envelope_aligns_a_replaying_noise_run_by_its_own_updates():
+    ref = [100.0 * 0.7**k for k in range(12)]
+    nudged = [ref[0]] * 3 + ref[:9]  # skipped iterations 0-2, as the mixed run did: 3 updates behind
+    assert compare.noise_envelope(ref, nudged, window=1, skipped=[0, 1, 2]) == [0.0] * 9
+    assert compare.noise_envelope(ref, nudged, window=1)[-1] > 1  # unaligned it would read as a huge noise
+
+
+def test_loss_capture_replays_a_skip_without_touching_the_optimizer_or_its_scheduler():
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    sched = torch.optim.lr_scheduler.StepLR(opt, 10)
+    scaler = torch.amp.GradScaler("cpu", enabled=False)  # the fp32 noise run's scaler
+    wrapped = opt.__dict__.get("step")
+    capture = LossCapture(replay_skips={1}).install()
+    weights = []
+    try:
+        for _ in range(3):
+            scaler.scale(model(torch.randn(8, 4)).pow(2).mean()).backward()
+            scaler.step(opt)
+            scaler.update()
+            sched.step()
+            opt.zero_grad()
+            weights.append(model.weight.detach().clone())
+    finally:
+        capture.remove()
+    assert capture.skipped == [1] and len(capture.series) == 3
+    assert torch.equal(weights[0], weights[1]) and not torch.equal(weights[1], weights[2])
+    assert opt.__dict__.get("step") is wrapped  # the scheduler's wrapper is back, not deleted
+
+
+def test_forward_noise_nudges_every_leaf_output_by_a_rounding_unit_and_leaves_the_rng_alone():
+    from amplint.runtime import perturb
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(inplace=True), torch.nn.Linear(64, 64))
+    x = torch.randn(256, 64)
+    clean = model(x)
+    state = torch.get_rng_state()
+    noise = perturb.ForwardNoise()
+    try:
+        nudged = model(x)
+    finally:
+        noise.remove()
+    assert torch.equal(torch.get_rng_state(), state)  # the script's data and dropout draws are untouched
+    relative = ((nudged - clean) / clean.abs().clamp_min(1e-3)).abs().median().item()
+    assert 2.0**-11 < relative < 2.0**-5
+    assert torch.equal(model(x), clean)  # removed
+
+
+def test_a_calibrating_scaler_is_judged_against_fp32_noise_that_skipped_the_same_steps():
+    from amplint.runtime import perturb
+
+    ref = run_script("amp_high_init_scale", mode="fp32", steps=STEPS).series
+    amp = run_script("amp_high_init_scale", steps=STEPS)
+    assert amp.skipped[:8] == list(range(8))  # calibrating
+    draws = [run_script("amp_high_init_scale", mode="fp32", steps=STEPS, replay=amp.skipped,
+                        extra=[_noise(perturb, seed)]) for seed in range(compare.NOISE_DRAWS)]
+    assert all(d.skipped == amp.skipped for d in draws)  # the noise runs skipped exactly those steps
+    envelope = [max(e) for e in zip(*(compare.noise_envelope(ref, d.series, skipped=d.skipped) for d in draws))]
+    v = compare.judge(ref, amp.series, tolerance=compare.DEFAULT_TOLERANCE, skipped=amp.skipped,
+                      noise=envelope, noise_replays_skips=True)
+    assert not v["diverged"], v["reason"]
+    assert v["noise_replays_skips"] and v["batch_shift_allowance"] == 0.0  # measured, no longer guessed
+
+
+@pytest.mark.parametrize("script", ["amp_clip_before_unscale", "amp_scaler_per_epoch"])
+def test_noise_that_replays_the_skipped_steps_does_not_hide_a_wrong_script(script):
+    from amplint.runtime import perturb
+
+    ref = run_script(script, mode="fp32", steps=STEPS).series
+    amp = run_script(script, steps=STEPS)
+    draws = [run_script(script, mode="fp32", steps=STEPS, replay=amp.skipped, extra=[_noise(perturb, seed)])
+             for seed in range(compare.NOISE_DRAWS)]
+    envelope = [max(e) for e in zip(*(compare.noise_envelope(ref, d.series, skipped=d.skipped) for d in draws))]
+    v = compare.judge(ref, amp.series, tolerance=compare.DEFAULT_TOLERANCE, skipped=amp.skipped,
+                      noise=envelope, noise_replays_skips=True)
+    assert v["diverged"], v["reason"]
+
+
+def _noise(perturb, draw: int):
+    handles = perturb.Handles()
+    handles.append(perturb.GradientNoise(seed=2 * draw))
+    handles.append(perturb.ForwardNoise(seed=2 * draw + 1))
+    return handles
 
 
 # --- the CLI through the launcher, and the PNG ------------------------------------------------
@@ -258,7 +358,17 @@ def test_cli_correct_script_passes_and_the_png_shows_both_curves(tmp_path):
                          "--device", "cpu", "--", sys.executable, str(SCRIPTS / "amp_correct.py")])
     data = json.loads(report.read_text())
     assert code == 0, data["comparisons"]
-    assert set(data["runs"]) == {"fp32", "as_written", "bf16", "fp32_nudged"}
+    # each compared run is judged against two noise draws that skipped what it skipped: the bf16 run
+    # (no scaler, no skips) against plain ones, the fp16 run against its own when its scaler skipped
+    skipped = data["runs"]["as_written"]["skipped_steps"]
+    own = "fp32_nudged@as_written" if skipped else "fp32_nudged"
+    assert data["comparisons"]["as_written"]["noise_run"] == own
+    assert data["comparisons"]["bf16"]["noise_run"] == "fp32_nudged"
+    assert set(data["runs"]) == {"fp32", "as_written", "bf16", "fp32_nudged", "fp32_nudged#2", own, own + "#2"}
+    assert data["noise"]["runs"][own]["draws"] == [own, own + "#2"]
+    assert data["noise"]["runs"][own]["replayed_skips"] == skipped
+    assert data["runs"][own]["skipped_steps"] == data["runs"][own + "#2"]["skipped_steps"] == skipped
+    assert not data["not_compared"]  # the noise runs are fp32 by design, not "mixed precision never ran"
     assert all(len(r["losses"]) == 12 for r in data["runs"].values())  # 12 steps, 12 losses
     assert data["runs"]["fp32"]["losses"][0] == pytest.approx(data["runs"]["as_written"]["losses"][0], rel=1e-3)
     assert data["diverged"] is False and data["emulated"] is True

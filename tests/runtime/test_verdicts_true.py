@@ -143,12 +143,18 @@ def test_compare_says_what_was_allowed_at_each_step_and_what_set_it():
     ref = [1.0 / (1 + 0.3 * k) for k in range(20)]
     run = [r * (1.15 if k > 3 else 1.0) for k, r in enumerate(ref)]
     v = compare.judge(ref, run, tolerance=0.1, noise=[0.0] * 5 + [0.08] * 15)
-    assert not v["diverged"]  # 0.15 beyond the tolerance, inside 2 x fp32's own noise
-    assert v["allowed_at_max"] == pytest.approx(0.16)
-    assert v["allowed_from"][:5] == ["tolerance"] * 5 and set(v["allowed_from"][5:]) == {"noise"}
-    assert f"<= 0.16 allowed after {v['max_at_step']} updates" in v["reason"]
+    allowed = compare.NOISE_FACTOR * 0.08
+    assert not v["diverged"]  # 0.15 beyond the tolerance, inside NOISE_FACTOR x fp32's own noise
+    assert v["allowed_at_max"] == pytest.approx(allowed)
+    # the first 5 updates (the window) get the envelope at update 5: the early floor
+    assert v["allowed_from"][:5] == ["noise-early"] * 5 and set(v["allowed_from"][5:]) == {"noise"}
+    assert v["noise_deviation"] == [0.0] * 5 + [0.08] * 15
+    assert compare.judge(ref, run, tolerance=0.1)["allowed_from"] == ["tolerance"] * 20
+    assert f"<= {allowed:.3g} allowed after {v['max_at_step']} updates" in v["reason"]
     report = {"emulated": True, "device": "cpu", "tolerance": 0.1, "window": 5, "runs": {"fp32": {"losses": ref},
               "as_written": {"ended": "completed"}}, "comparisons": {"as_written": v},
-              "noise": {"measured": True, "max": 0.08, "factor": 2.0}}
+              "noise": {"measured": True, "max": 0.08, "factor": compare.NOISE_FACTOR}}
     text = compare.render(report)
-    assert "0.16 allowed there" in text and "within tolerance" not in text
+    assert f"{allowed:.3g} allowed there" in text and "within tolerance" not in text
+    # every update's measured and allowed deviation is printed, with the term that set it
+    assert "per update, measured/allowed" in text and f"{v['relative_deviation'][6]:.2g}/{allowed:.2g}n" in text

@@ -1,0 +1,20 @@
+"""Correct fp16 AMP, the textbook loop: autocast forward, scaled backward, scaler.step/update."""
+import torch
+
+device = "cuda" if torch.cuda.is_available() else "cpu"  # `compare --device cpu` takes the CUDA path
+torch.manual_seed(0)
+x_all = torch.randn(256, 16)
+y_all = (x_all @ torch.randn(16, 1)).tanh()
+model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 1)).to(device)
+optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
+scaler = torch.amp.GradScaler(device)
+
+for step in range(100):
+    idx = torch.randint(0, 256, (32,))
+    x, y = x_all[idx].to(device), y_all[idx].to(device)
+    with torch.autocast(device, dtype=torch.float16):
+        loss = torch.nn.functional.mse_loss(model(x).float(), y)
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+    optimizer.zero_grad()
