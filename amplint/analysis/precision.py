@@ -374,6 +374,50 @@ def autocast_from_importers(model) -> tuple[str, bool] | None:
 
 
 
+def fp16_from_importers(model) -> str | None:
+    """Why code of this module may run in float16 because the program that uses it trains
+    in float16: a module that imports it (directly or through others) enters float16
+    autocast (cuda's default included) or builds an enabled GradScaler, which only
+    float16 needs; or such an importer directly imports a module that does (`main.py`
+    imports the trainer and the model: the model's forward runs in the trainer's
+    autocast; a model class whose base class in `model.py` holds the fp16 `fit()`).
+    Only modules whose text names a GradScaler or an autocast with a half dtype are
+    parsed.  None when none does."""
+    project = model.project
+    if project is None:
+        return None
+    memo = model.__dict__.setdefault("_amplint_fp16_importer", [])
+    if memo:
+        return memo[0]
+    here = os.path.abspath(model.path)
+    judged: dict[str, bool] = {}
+
+    def trains_fp16(path: str) -> bool:
+        if path not in judged:
+            judged[path] = False
+            text = project.raw_text(path)
+            if text is not None and ("gradscaler" in text or ("autocast" in text and ("float16" in text or "half" in text or "cuda.amp" in text))):
+                other = project.model_at(path)
+                if other is not None:
+                    judged[path] = any(may_run_fp16(info) for _, _, info in precision_of(other).autocast_sites) or any(
+                        c.enabled is not False for c in other.bindings.scaler_constructions
+                    )
+        return judged[path]
+
+    found = None
+    for path in project.importers(model.path):
+        if trains_fp16(path):
+            found = f"`{os.path.basename(path)}`, which imports this module, trains in float16"
+            break
+        beside = [p for p in sorted(project.imported_files(path)) if p != here and trains_fp16(p)]
+        if beside:
+            found = (f"`{os.path.basename(path)}` uses this module and `{os.path.basename(beside[0])}`,"
+                     " which trains in float16")
+            break
+    memo.append(found)
+    return found
+
+
 def _names_fp16(text: str) -> bool:
     last = text.split(".")[-1].lower()
     return last == "fp16" or last.startswith("fp16_") or last.endswith("_fp16") or last in ("half_precision",)

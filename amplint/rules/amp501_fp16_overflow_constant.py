@@ -9,7 +9,7 @@ import libcst as cst
 
 from amplint.analysis.bindings import call_arg
 from amplint.analysis.names import dotted
-from amplint.analysis.precision import may_run_fp16, number_of, overflows_fp16, precision_of
+from amplint.analysis.precision import fp16_from_importers, may_run_fp16, number_of, overflows_fp16, precision_of
 from amplint.analysis.tensor_flow import Sink, flows_from
 from amplint.analysis.torch_api import FLOAT16_NOT_BFLOAT16
 from amplint.diagnostics import Applicability
@@ -103,7 +103,8 @@ def _may_be_read_whole(text: str, start: int, end: int) -> bool:
     break follow) and, past its signs, follow `,`, an assignment's `=` or a `(` that is
     no call but a sink's (`fill_(`): `1e30 * mask`, `x - 1e30`, `x == 1e9`, `int(1e9)`,
     `[1e9]` and `{"a": 1e9}` cannot be read.  A line break counts as an end even inside
-    brackets, where it is not one: the check may only ever accept more.
+    brackets, where it is not one: the check may only ever accept more.  A product
+    `mask * -1e9` is read too, for an in-place `+=`/`-=` of it (`_masked_in_place`).
     tests/test_prefilter.py checks every literal the rule can read in the fixtures (and
     the corpus) against it.
     """
@@ -125,6 +126,8 @@ def _may_be_read_whole(text: str, start: int, end: int) -> bool:
     c = text[at]
     if c == ",":
         return True
+    if c == "*" and (at == 0 or text[at - 1] != "*"):
+        return True  # `scores += mask * -1e9`: the masking product (`_masked_in_place`)
     if c == "=":
         return at == 0 or text[at - 1] not in "=!<>"
     if c != "(":
@@ -277,7 +280,9 @@ class Fp16OverflowConstant(Rule):
     only to such literals) written into a tensor with `masked_fill(_)`, `fill_`,
     `new_full`, `add_`/`sub_`/`mul_`, `torch.where` / `Tensor.where`, `full_like`,
     `torch.full(..., dtype=<maybe float16>)`, or an index/slice assignment
-    (`x[mask] = -1e9`, `x[i] += 1e5`), in code that runs in float16. A float32
+    (`x[mask] = -1e9`, `x[i] += 1e5`), or added in place as a mask product
+    (`scores += mask * -1e9`, where `scores` is computed by a call: the in-place add
+    keeps float16), in code that runs in float16. A float32
     tensor that holds such a value (`torch.where(m > 0, 0.0, -1e10)`) is reported
     (at the literal, with a note on the place) when it later reaches float16: cast
     with `.to`/`.type`/`.type_as`/`.half()` to a
@@ -293,9 +298,14 @@ class Fp16OverflowConstant(Rule):
     mentions `torch.float16` / `torch.half` or calls `.half()`, uses apex amp, or has
     an fp16 option (`args.fp16`, `use_fp16 = ...`, `mixed_precision="fp16"`); code
     under an option counts as if the option were on. A model file that never says
-    so is not reported (a plain `-1e9` is fine in float32 and in bfloat16), nor is a
+    so is reported when the program that uses it trains in float16: a module that
+    imports it (directly or not) enters float16 autocast or builds an enabled
+    GradScaler, or such an importer also imports a module that does (`main.py`
+    imports the model and the fp16 trainer). Otherwise it is not reported (a plain
+    `-1e9` is fine in float32 and in bfloat16), nor is a
     write into a tensor just made float32 (`x.float().masked_fill(...)`, a name
-    assigned only from `.float()`), a statement inside `autocast(enabled=False)` or a
+    assigned only from `.float()`, a product with a tensor made float32 on purpose,
+    which promotes), a statement inside `autocast(enabled=False)` or a
     bfloat16-only region, `torch.full` without a dtype (float32), or a value chosen
     by a dtype test (`-1e9 if x.dtype == torch.float32 else -1e4`).
 
@@ -352,13 +362,17 @@ class Fp16OverflowConstant(Rule):
     # The evidence may come from the project: a decorator of amp_utils.py on the forward
     # (the only evidence read from other modules: their mere mention of float16 is none).
     imported_tokens = (1,)
+    # ... or from a module that imports this one and trains in float16 (`fp16_from_importers`).
+    importer_tokens = (1,)
     # NB: an autocast that is not literally switched off (`autocast(..., enabled=False)` of
     # a rotary-embedding helper is no evidence), in lowercased text
     # and in code, not in a message that quotes it.
     elsewhere_tokens = {1: (CodePattern(re.compile(r"autocast\s*\((?![^()]*enabled\s*=\s*false)"), literal="autocast"),)}
     and_requires_any = (
         ("autocast", "GradScaler", FLOAT16_NOT_BFLOAT16, Word("half"), "half_precision", "fp16", Word("apex"), STRING_ESCAPE),
-        (*_WRITING_METHODS, "where", "full", re.compile(r"\][\s\\)]*[-+*]?=(?!=)")),
+        (*_WRITING_METHODS, "where", "full", re.compile(r"\][\s\\)]*[-+*]?=(?!=)"),
+         # `scores += mask * -1e9` (or `-1e9 * mask`): an in-place add of a product with a number
+         re.compile(r"[-+]=(?!=)[^\n=]*?(?:\*\s*[-+(\s]*[0-9.]|[0-9.]\s*\*)")),
     )
 
     def check(self) -> None:
@@ -372,6 +386,8 @@ class Fp16OverflowConstant(Rule):
         for node in self.precision.augassigns:
             if isinstance(node.target, cst.Subscript) and isinstance(node.operator, (cst.AddAssign, cst.SubtractAssign, cst.MultiplyAssign)):
                 self._sink(node, node.target.value, node.value, self.precision.scope_of(node))
+            elif isinstance(node.target, (cst.Name, cst.Attribute)) and isinstance(node.operator, (cst.AddAssign, cst.SubtractAssign)):
+                self._masked_in_place(node, self.precision.scope_of(node))
 
     # --- sinks ---------------------------------------------------------------------------
     def _call(self, call: cst.Call, scope) -> None:
@@ -443,6 +459,42 @@ class Fp16OverflowConstant(Rule):
                 self._sink(made, None, value, scope, related=((sink.scope.model, sink.node, f"it reaches float16 here: `{line[:60]}`"),))
                 return
 
+    def _masked_in_place(self, node: cst.AugAssign, scope) -> None:
+        """`scores += mask * -1e9` (or `-= mask * 1e9`): the product is added in place,
+        so it lands in `scores`' own dtype: float16 scores get -inf (NaN in a row that is
+        all masked).  Only for a tensor computed by a call (`Q.matmul(K)`, `/ scale`) and
+        a product of the literal with something else, the masking idiom."""
+        value = node.value
+        if not (isinstance(value, cst.BinaryOperation) and isinstance(value.operator, cst.Multiply)):
+            return
+        for literal, other in ((value.left, value.right), (value.right, value.left)):
+            if self._overflowing(literal, scope) is not None and number_of(other) is None:
+                break
+        else:
+            return
+        if not self._computed_tensor(node.target, scope):
+            return
+        # No fix: `mask * finfo.min` overflows to -inf wherever the mask holds more than 1.
+        self._sink(node, node.target, literal, scope, fixable=False)
+
+    def _computed_tensor(self, target: cst.BaseExpression, scope) -> bool:
+        """Every value assigned to `target` in its scope is computed by a call (or
+        arithmetic on one): a tensor, not a Python number."""
+        values = self.model.bindings.values
+
+        def computed(expr, where, depth: int) -> bool:
+            if isinstance(expr, cst.Call):
+                return True
+            if isinstance(expr, cst.BinaryOperation):
+                return computed(expr.left, where, depth) or computed(expr.right, where, depth)
+            if isinstance(expr, cst.Name) and depth < 3:  # `(scores_k + scores_e) / scale`
+                assigned = values.assigned(expr, where)
+                return bool(assigned) and all(computed(v, s, depth + 1) for v, s in assigned)
+            return False
+
+        assigned = values.assigned(target, scope)
+        return bool(assigned) and all(computed(v, s, 0) for v, s in assigned)
+
     def _may_be_fp16_sink(self, sink: Sink) -> bool:
         if sink.kind == "inplace":
             return sink.tensor is not None and not self._full_precision_tensor(sink.tensor, sink.scope)
@@ -456,7 +508,7 @@ class Fp16OverflowConstant(Rule):
             return not self._full_precision_tensor(sink.dtype.value, sink.scope)
         return "dtype" in (dotted(sink.dtype) or "").split(".")[-1].lower()
 
-    def _sink(self, node, tensor, value, scope, dtype_expr=None, related=()) -> None:
+    def _sink(self, node, tensor, value, scope, dtype_expr=None, related=(), fixable: bool = True) -> None:
         if value is None:
             return
         literal = self._overflowing(value, scope)
@@ -475,7 +527,7 @@ class Fp16OverflowConstant(Rule):
         elif regions:
             return  # autocast(enabled=False): the author made this part full precision
         else:
-            why = self.precision.fp16_evidence
+            why = self.precision.fp16_evidence or fp16_from_importers(self.model)
         if why is None:
             return
         text = self.model.module.code_for_node(value)
@@ -484,7 +536,7 @@ class Fp16OverflowConstant(Rule):
         subject = dotted(tensor) if tensor is not None else None
         # the written `finfo` reads the tensor (or dtype) named where the fill runs
         named = tensor if subject is not None else dtype_expr if dtype_expr is not None and dotted(dtype_expr) else None
-        torch_name = self._torch_name_at(named) if named is not None and self._is_direct(value) else None
+        torch_name = self._torch_name_at(named) if fixable and named is not None and self._is_direct(value) else None
         if torch_name:
             if subject is not None:
                 replacement = f"{torch_name}.finfo({subject}.dtype).{bound}"
@@ -547,7 +599,7 @@ class Fp16OverflowConstant(Rule):
         """Not a float16 tensor: `x.float()`, `x.to(torch.float32)`, `torch.zeros(..., dtype=torch.float)`,
         a factory without a dtype (float32 by default), a list or dict of things, or a
         name assigned only from such."""
-        if depth > 2:
+        if depth > 4:
             return False
         if isinstance(tensor, (cst.List, cst.ListComp, cst.Tuple, cst.Dict, cst.DictComp, cst.GeneratorExp)):
             return True  # `state[4] -= 1e30` indexes a Python container, whose items we do not know
@@ -557,6 +609,10 @@ class Fp16OverflowConstant(Rule):
             if dtype is None:
                 return not qual.endswith("_like")  # float32 by default; `_like` inherits
             return self._full_dtype(dtype, scope, unknown_is_full=False)
+        if qual in ("torch.arange", "torch.linspace"):
+            # NB: `torch.arange(n)` is int64 (a product with float16 stays float16): only
+            # an explicit full dtype counts.
+            return self._full_dtype(call_arg(tensor, None, "dtype"), scope, unknown_is_full=False)
         if isinstance(tensor, cst.Call) and isinstance(tensor.func, cst.Attribute):
             method = tensor.func.attr.value
             if method in _FULL_PRECISION_METHODS and not tensor.args:
@@ -564,9 +620,19 @@ class Fp16OverflowConstant(Rule):
             if method in ("to", "type"):
                 dtype = call_arg(tensor, None, "dtype") or (tensor.args[0].value if tensor.args else None)
                 return self._full_dtype(dtype, scope, unknown_is_full=False)
-            if method in ("masked_fill", "masked_fill_", "clone", "contiguous", "view", "reshape"):
+            if method in ("masked_fill", "masked_fill_", "clone", "contiguous", "view", "reshape",
+                          "unsqueeze", "squeeze", "flatten", "expand", "expand_as", "permute", "transpose", "t"):
                 return self._full_precision_tensor(tensor.func.value, scope, depth + 1)
             return False
+        if isinstance(tensor, cst.BinaryOperation) and isinstance(
+            tensor.operator, (cst.Multiply, cst.Add, cst.Subtract, cst.Divide)
+        ):
+            # `masks * x.unsqueeze(0)` with `x = torch.arange(..., dtype=torch.float)`: tensors
+            # of one kind promote to the wider dtype, so the product is float32 whatever `masks` is.
+            return any(
+                self._full_precision_tensor(side, scope, depth + 1) and _names_a_dtype(_unwrapped(side, self.model, scope))
+                for side in (tensor.left, tensor.right)
+            )
         if isinstance(tensor, (cst.Name, cst.Attribute)):
             # NB: assignments are not ordered (flow-insensitive); a name that some
             # assignment makes float32 explicitly is taken as float32 where it is written
@@ -583,6 +649,20 @@ class Fp16OverflowConstant(Rule):
         always runs before it, and no local there (an import under TYPE_CHECKING or in another
         function, or a parameter `torch`, made the written `torch.finfo` raise)."""
         return self.model.deprecations.torch_name_at(node)
+
+
+def _unwrapped(expr: cst.BaseExpression, model, scope) -> cst.BaseExpression:
+    """`x.unsqueeze(0)` -> the value `x` was assigned (when one), to ask whether it was
+    made float32 on purpose."""
+    while isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute) and not expr.args[1:] and expr.func.attr.value in (
+        "unsqueeze", "squeeze", "flatten", "expand", "expand_as", "permute", "transpose", "t", "view", "reshape", "contiguous", "clone"
+    ):
+        expr = expr.func.value
+    if isinstance(expr, cst.Name):
+        assigned = model.bindings.values.assigned(expr, scope)
+        if len(assigned) == 1:
+            return assigned[0][0]
+    return expr
 
 
 def _names_a_dtype(value: cst.BaseExpression) -> bool:
