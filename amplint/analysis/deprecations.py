@@ -461,37 +461,21 @@ class Deprecations:
     @cached_property
     def module_torch_aliases(self) -> list[str]:
         """Names a module-level `import torch [as th]` binds and nothing else in the module
-        binds (an assignment, a parameter, a class attribute, a `global`): `torch` first."""
-        model = self.model
-        aliases = set()
-        for r in model.references:
-            if r.context == "import" and isinstance(r.statement, cst.Import) and r.scope is model.module_scope:
-                for alias in r.statement.names:
-                    if dotted(alias.name) != "torch":
-                        continue
-                    if alias.asname is None:
-                        aliases.add("torch")
-                    elif isinstance(alias.asname.name, cst.Name):
-                        aliases.add(alias.asname.name.value)
-        rebound = {name for s in model.scopes for name in (*s.assignments, *s.params, *s.globals_)}
-        return sorted(aliases - rebound, key=lambda a: (a != "torch", a))
+        binds, by any binding form, in any scope (analysis/torch_names.py): `torch` first."""
+        return self.model.torch_names.aliases
 
     def torch_name_at(self, node: cst.Name | cst.Attribute) -> str | None:
         """`_torch_alias_at` for a node of any rule (AMP501's `torch.finfo`): the name that
         reads the torch module where `node` (a name or attribute) runs, or None."""
-        where = Contexts(self.model, {id(node)}).of(node)
-        return next((a for a in self.module_torch_aliases
-                     if a in where.imported_before and a not in where.locals_here), None)
+        return self.model.torch_names.at(node)
 
     def _torch_alias_at(self, node: cst.CSTNode) -> str | None:
         """The name that reads the torch module where `node` runs (for `torch.float16` in a
-        fixed autocast): bound by a module-level import before it, and no local of an
-        enclosing function, lambda or comprehension.  None when there is none: an import
-        inside another function, after the use, or a name the use's scope rebinds would
-        make the written dtype a NameError or another object's attribute."""
-        where = self._contexts.of(node)
-        return next((a for a in self.module_torch_aliases
-                     if a in where.imported_before and a not in where.locals_here), None)
+        fixed autocast), or None (analysis/torch_names.py: an import inside another
+        function, after the use, in a branch that may not run, or a name bound anything
+        else anywhere in the module would make the written dtype a NameError or another
+        object's attribute)."""
+        return self.model.torch_names.at(node, self._contexts)
 
     # --- case 1: the full path from a torch alias ---------------------------------------
     def _full_path_fix(self, r, dep: Deprecation, torch_alias: str) -> list | None:
