@@ -388,6 +388,30 @@ def test_an_import_torch_of_a_submodule_leaves_the_dtype_fix() -> None:
     assert fixes_of(source)[1] == (4, 'with autocast("cpu", dtype=torch.bfloat16, cache_enabled=True):')
 
 
+@pytest.mark.parametrize(
+    "source",
+    [
+        "import torch\nclass Trainer:\n    from torch.cpu.amp import autocast\n    def run(self):\n"
+        "        with self.autocast(dtype=torch.float16):\n            pass\n    ctx = autocast()\n",
+        "import torch\nclass Trainer:\n    from torch.cuda.amp import GradScaler\nTrainer.GradScaler(4.0)\n"
+        "s = Trainer.GradScaler(init_scale=2.0)\n",
+        "import torch\ndef build():\n    class Trainer:\n        from torch.cuda.amp import GradScaler\n"
+        "        s = GradScaler(2.0)\n    return Trainer().GradScaler(4.0)\n",
+    ],
+    ids=["used-through-self", "used-through-the-class", "class-in-a-function"],
+)
+def test_an_import_in_a_class_body_is_not_renamed(source: str) -> None:
+    """An import in a class body binds a class attribute (hostile3 c28): `self.autocast(dtype=...)`
+    called the renamed `torch.amp.autocast` without its device (TypeError), unseen by the fix."""
+    assert all(d.fix is None for d in check_source(source, "t.py", select=["AMP401"]))
+
+
+def test_an_import_in_a_method_body_is_still_renamed() -> None:
+    source = ("import torch\nclass Trainer:\n    def run(self):\n        from torch.cuda.amp import GradScaler\n"
+              "        return GradScaler(2.0)\n")
+    assert (5, '        return GradScaler("cuda", 2.0)') in fixes_of(source)
+
+
 def test_a_torch_import_in_the_branch_of_the_use_gives_the_dtype_fix() -> None:
     """A script's `if __name__ == "__main__":` imports torch and then runs: the import has run there."""
     source = ("from torch.cuda.amp import autocast\nif __name__ == '__main__':\n    import torch\n"

@@ -394,6 +394,13 @@ class Deprecations:
                 return False
         return bool(frontier)  # NB: a chain of star imports longer than followed may reach a user
 
+    @cached_property
+    def _class_body_imports(self) -> set[int]:
+        """Ids of the import statements whose nearest enclosing body is a class's."""
+        finder = _ClassBodyImports()
+        walk(self.model.module, finder)
+        return finder.ids
+
     def _star_import_after(self, statements: list[cst.CSTNode]) -> bool:
         """A star import follows one of `statements` in the module's text (which names it
         binds is not known here; one before them is overridden by them)."""
@@ -529,6 +536,11 @@ class Deprecations:
             # NB: `from torch.cuda.amp import *` (or a project module that re-exports the
             # legacy name) run after the import binds the name again: `autocast("cuda")`
             # would then pass "cuda" as the legacy `enabled`.
+            return
+        if any(id(stmt) in self._class_body_imports for stmt in statements):
+            # NB: an import in a class body binds a class attribute: `self.autocast(...)`,
+            # `Trainer.autocast(...)`, `type(obj).GradScaler(...)` reach it from anywhere,
+            # and no fix sees every such use.
             return
         for stmt in statements:
             if self._contexts.of(_first_name(stmt)).fallback:
@@ -703,6 +715,40 @@ class _ImportOrder(cst.CSTVisitor):
         self._seen(node)
         if isinstance(node.names, cst.ImportStar):
             self.stars.append(self.index[id(node)])
+
+
+class _ClassBodyImports(cst.CSTVisitor):
+    """The import statements that bind class attributes (directly in a class body)."""
+
+    def __init__(self) -> None:
+        self.ids: set[int] = set()
+        self.bodies: list[bool] = []  # enclosing bodies: True for a class's
+
+    def visit_ClassDef_body(self, node: cst.ClassDef) -> None:
+        self.bodies.append(True)
+
+    def leave_ClassDef_body(self, node: cst.ClassDef) -> None:
+        self.bodies.pop()
+
+    def visit_FunctionDef_body(self, node: cst.FunctionDef) -> None:
+        self.bodies.append(False)
+
+    def leave_FunctionDef_body(self, node: cst.FunctionDef) -> None:
+        self.bodies.pop()
+
+    def visit_Import(self, node: cst.Import) -> bool:
+        if self.bodies and self.bodies[-1]:
+            self.ids.add(id(node))
+        return False
+
+    def visit_ImportFrom(self, node: cst.ImportFrom) -> bool:
+        if self.bodies and self.bodies[-1]:
+            self.ids.add(id(node))
+        return False
+
+    # expressions hold no import
+    def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> bool:
+        return any(isinstance(s, (cst.Import, cst.ImportFrom)) for s in node.body)
 
 
 class _NameCounter(cst.CSTVisitor):

@@ -86,7 +86,9 @@ class DeprecatedCudaAmp(Rule):
     bound by a module-level `import torch` (or `import torch as th`) that has run before
     the call, and by nothing else anywhere in the module, in any scope and by any binding
     form (an assignment, a parameter, a `for`, `with` or `except ... as` target, `del`,
-    another import, a match capture, a walrus, a `def` or `class`, `global`); `*args` passed to the legacy autocast; in a
+    another import, a match capture, a walrus, a `def` or `class`, `global`); an import
+    in a class body, which binds a class attribute that `self.autocast(...)` reaches from
+    anywhere; `*args` passed to the legacy autocast; in a
     notebook, a name that an IPython line (`%time`, `%timeit`) uses, which amplint does
     not rewrite; an import followed by a star import, which may bind the name again; a module
     that sets autocast's global defaults (`torch.set_autocast_dtype`), which

@@ -25,7 +25,7 @@ checks both by execution, for any tree of files and any rule pack:
 - `variants()`: generated cases, the deprecated spellings crossed with the contexts a fix can
   break them in (nested regions, a model's forward in a region, imports chosen in branches,
   re-exports, `isinstance` in another module, f-strings, notebook magics, one-line statements,
-  `torch` rebound where a fix writes it).
+  `torch` rebound where a fix writes it, imports in class bodies).
 
 It lives in `amplint/runtime/` because the recorder imports torch; the module itself does not
 (torch is imported only in the child), so the static tests (compile parity on CI's 3.10 and
@@ -813,6 +813,20 @@ def _torch_rebound_variants() -> list[Case]:
     return out
 
 
+def _class_body_import_variants() -> list[Case]:
+    """An import in a class body binds a class attribute, reached through `self` or the class
+    from anywhere (hostile3 c28): no fix sees those uses."""
+    autocast = ("import torch\n\nclass Trainer:\n    from torch.cpu.amp import autocast\n\n"
+                "    def run(self, model, x):\n        with self.autocast(dtype=torch.bfloat16):\n"
+                "            y = model(x)\n            print('region', y.dtype)\n\n    ctx = autocast()\n\n"
+                f"{_MODEL}Trainer().run(model, x)\n")
+    scaler = ("import torch\n\nclass Holder:\n    from torch.cpu.amp import GradScaler\n"
+              "    default = GradScaler(init_scale=8.0)\n\ns = Holder.GradScaler(2.0**10)\n"
+              f"{_REPORT_SCALER}\n")
+    return [Case("AMP401-class_body_import-autocast-cpu", (("train.py", autocast),), ("train.py",)),
+            Case("AMP401-class_body_import-GradScaler-cpu", (("train.py", scaler),), ("train.py",))]
+
+
 def _optional_scaler_variants() -> list[Case]:
     """AMP103's `scaler.scale(loss)` where the scaler exists only with AMP on (`GradScaler() if
     use_amp else None`, a step under `if scaler is not None:`): run with AMP off, the backward
@@ -836,7 +850,8 @@ def variants() -> list[Case]:
     """Every generated case; ids name the rule, the context, the object, the device, the spelling."""
     cases = (_single_file_variants() + _branch_variants() + _reexport_variants() + _isinstance_variants()
              + _fstring_variants() + _notebook_variants() + _one_line_variants() + _checked_annotation_variants()
-             + _star_import_variants() + _finfo_variants() + _optional_scaler_variants() + _torch_rebound_variants())
+             + _star_import_variants() + _finfo_variants() + _optional_scaler_variants() + _torch_rebound_variants()
+             + _class_body_import_variants())
     ids = [c.id for c in cases]
     assert len(ids) == len(set(ids)), "variant ids must be unique"
     return cases
