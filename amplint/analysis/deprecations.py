@@ -365,7 +365,7 @@ class Deprecations:
         """A module of the project imports this one and names one of `locals_`: `from utils
         import autocast`, `utils.autocast(...)`, `from utils import *` then `autocast()`,
         also where the import is not one Python would resolve for a script (`sys.path`
-        edits, `importlib`; `ProjectIndex.may_import_unresolved`).
+        edits, `importlib`), and a notebook's code cells (`ProjectIndex.may_import_unresolved`).
         Renaming the import here would hand it `torch.amp.autocast`, whose first parameter
         is the device, called the old way."""
         project = self.model.project
@@ -388,6 +388,8 @@ class Deprecations:
                     if text is None or words.search(text):
                         return True  # NB: an importer that cannot be read may use them too
                     if _STAR_IMPORT.search(text):
+                        if project.may_import_unresolved(path, locals_):
+                            return True  # a notebook (or an unresolved importer) of the re-exporter
                         following.append(path)
             frontier = following
             if not frontier:

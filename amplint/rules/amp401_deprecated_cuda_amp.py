@@ -77,7 +77,8 @@ class DeprecatedCudaAmp(Rule):
     `@validate_call`, `@typechecked`, `@f.register`, a pydantic model's field), and an
     import one such use goes through; an import the module re-exports (listed in
     `__all__`, or `import autocast as autocast`) or that another module of the project
-    imports, since its importers call it the old way; an import chosen per device (`from
+    imports (a notebook's code cells count, where the notebook names the module), since
+    its importers call it the old way; an import chosen per device (`from
     torch.cuda.amp import autocast` in one branch, `from torch.cpu.amp import autocast`
     in the other); the constructions of a class that another module reachable from this
     one tests with `isinstance` (or uses as a value); a legacy autocast given

@@ -25,7 +25,7 @@ checks both by execution, for any tree of files and any rule pack:
 - `variants()`: generated cases, the deprecated spellings crossed with the contexts a fix can
   break them in (nested regions, a model's forward in a region, imports chosen in branches,
   re-exports, `isinstance` in another module, f-strings, notebook magics, one-line statements,
-  `torch` rebound where a fix writes it, imports in class bodies).
+  `torch` rebound where a fix writes it, imports in class bodies, notebooks that import a module).
 
 It lives in `amplint/runtime/` because the recorder imports torch; the module itself does not
 (torch is imported only in the child), so the static tests (compile parity on CI's 3.10 and
@@ -827,6 +827,20 @@ def _class_body_import_variants() -> list[Case]:
             Case("AMP401-class_body_import-GradScaler-cpu", (("train.py", scaler),), ("train.py",))]
 
 
+def _notebook_importer_variants() -> list[Case]:
+    """A notebook that imports the module whose import the fix renames (hostile3 c30): it calls
+    the name the legacy way, so the renamed class took its scale for the device."""
+    mod = "import torch\nfrom torch.cpu.amp import GradScaler\n\n\ndef make():\n    return GradScaler(init_scale=8.0)\n"
+    uses = {
+        "from_import": "from mod import GradScaler\ns = GradScaler(2.0**10)\n",
+        "module_attribute": "import mod\ns = mod.GradScaler(2.0**10)\n",
+    }
+    return [Case(f"AMP401-notebook_importer-{name}-cpu",
+                 (("mod.py", mod), ("nb.ipynb", notebook(use, _REPORT_SCALER + "\n"))),
+                 ("nb.ipynb",))
+            for name, use in uses.items()]
+
+
 def _optional_scaler_variants() -> list[Case]:
     """AMP103's `scaler.scale(loss)` where the scaler exists only with AMP on (`GradScaler() if
     use_amp else None`, a step under `if scaler is not None:`): run with AMP off, the backward
@@ -851,7 +865,8 @@ def variants() -> list[Case]:
     cases = (_single_file_variants() + _branch_variants() + _reexport_variants() + _isinstance_variants()
              + _fstring_variants() + _notebook_variants() + _one_line_variants() + _checked_annotation_variants()
              + _star_import_variants() + _finfo_variants() + _optional_scaler_variants() + _torch_rebound_variants()
-             + _class_body_import_variants())
+             + _class_body_import_variants()
+             + _notebook_importer_variants())
     ids = [c.id for c in cases]
     assert len(ids) == len(set(ids)), "variant ids must be unique"
     return cases
