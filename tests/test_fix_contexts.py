@@ -119,6 +119,42 @@ def test_an_importer_the_resolver_cannot_follow_still_pins_the_fix(tmp_path_fact
     assert offered(target) == [(2, False)]
 
 
+NOTEBOOK_IMPORTERS = {
+    "from-import": ("nb.ipynb", "from utils import GradScaler\ns = GradScaler(4.0)\n"),
+    "module-attribute": ("nb.ipynb", "import utils\ns = utils.GradScaler(4.0)\n"),
+    "star-import": ("nb.ipynb", "from utils import *\ns = GradScaler(4.0)\n"),
+    "in-a-subfolder": ("notebooks/explore.ipynb", "import sys\nsys.path.insert(0, '..')\nfrom utils import GradScaler\n"),
+    "through-a-star-re-export": ("nb.ipynb", "from amp_compat import GradScaler\ns = GradScaler(4.0)\n"),
+}
+
+
+@pytest.mark.parametrize("how", sorted(NOTEBOOK_IMPORTERS))
+def test_a_notebook_that_imports_the_name_pins_the_fix(tmp_path_factory, how: str) -> None:
+    """hostile3 c30: `nb.ipynb` does `from utils import GradScaler; GradScaler(4.0)`: renaming
+    utils.py's import (the tree checked whole, or utils.py alone) built a scaler on device 4.0."""
+    root = tmp_path_factory.mktemp("notebook")
+    (root / ".git").mkdir()
+    target = root / "utils.py"
+    target.write_text("import torch\nfrom torch.cpu.amp import GradScaler\n\ndef make():\n    return GradScaler(init_scale=8.0)\n")
+    (root / "amp_compat.py").write_text("from utils import *\n")
+    rel, code = NOTEBOOK_IMPORTERS[how]
+    (root / rel).parent.mkdir(exist_ok=True)
+    (root / rel).write_text(json.dumps({"cells": [{"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": None,
+                                                  "source": code.splitlines(keepends=True)}],
+                                        "metadata": {}, "nbformat": 4, "nbformat_minor": 5}))
+    assert offered(target) == [(2, False), (5, False)]
+
+
+def test_a_notebook_that_names_the_module_but_not_the_name_leaves_the_fix(tmp_path) -> None:
+    (tmp_path / ".git").mkdir(exist_ok=True)
+    target = tmp_path / "utils.py"
+    target.write_text("import torch\nfrom torch.cpu.amp import GradScaler\n\ndef make():\n    return GradScaler(init_scale=8.0)\n")
+    (tmp_path / "nb.ipynb").write_text(json.dumps({"cells": [{"cell_type": "code", "metadata": {}, "outputs": [],
+                                                              "execution_count": None, "source": ["import utils\n", "s = utils.make()\n"]}],
+                                                   "metadata": {}, "nbformat": 4, "nbformat_minor": 5}))
+    assert offered(target) == [(2, True), (5, True)]
+
+
 @pytest.mark.parametrize("setting", ["torch.set_autocast_cache_enabled(False)",
                                      'with torch.autocast("cpu", cache_enabled=False):\n    model.forward()'])
 def test_a_weight_cache_set_in_another_module_of_the_program_is_kept_by_the_fix(tmp_path: Path, setting: str) -> None:

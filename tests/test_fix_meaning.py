@@ -342,6 +342,76 @@ def test_the_written_dtype_reads_torch_where_the_call_runs(source: str) -> None:
     assert all(d.fix is None for d in check_source(source, "t.py", select=["AMP401"]))
 
 
+_USE = "import torch\nfrom torch.cpu.amp import autocast\n"
+_RUN = "def run():\n    with autocast():\n        pass\n"
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        _USE + _RUN + "del torch\nrun()\n",
+        _USE + _RUN + "try:\n    import torchvision\nexcept ImportError as torch:\n    pass\nrun()\n",
+        _USE + _RUN + "try:\n    pass\nexcept* ImportError as torch:\n    pass\n",
+        _USE + _RUN + "match 'x':\n    case torch:\n        pass\n",
+        _USE + _RUN + "match 'x':\n    case str() as torch:\n        pass\n",
+        _USE + _RUN + "match ['x']:\n    case [*torch]:\n        pass\n",
+        _USE + _RUN + "match {}:\n    case {**torch}:\n        pass\n",
+        _USE + _RUN + "match 1:\n    case int(real=torch):\n        pass\n",
+        _USE + "def run():\n    import numpy as torch\n    with autocast():\n        pass\n",
+        _USE + "def run():\n    with autocast():\n        pass\n    import torch\n",
+        _USE + "from numpy import torch\n" + _RUN,
+        _USE + _RUN + "class torch:\n    pass\n",
+        _USE + _RUN + "def reset():\n    global torch\n    del torch\n",
+        _USE + "def outer():\n    torch = None\n    def run():\n        nonlocal torch\n        with autocast():\n            pass\n",
+        _USE + "def run():\n    if (torch := None) is None:\n        with autocast():\n            pass\n",
+        _USE + _RUN + "with open(__file__) as torch:\n    pass\n",
+        _USE + _RUN + "for torch in range(2):\n    pass\n",
+        _USE + _RUN + "torch: object = None\n",
+        _USE + _RUN + "torch += 0\n",
+        _USE + "import torch.nn as torch\n" + _RUN,
+    ],
+    ids=["del", "except-as", "except-star-as", "match-capture", "match-as", "match-star", "match-mapping-rest",
+         "match-class-keyword", "import-as-in-the-function", "import-after-the-use-in-the-function",
+         "from-import", "class-definition", "global-del", "nonlocal", "walrus", "with-as", "for-target",
+         "annotated-assignment", "augmented-assignment", "import-submodule-as"],
+)
+def test_the_written_dtype_needs_torch_bound_by_nothing_else(source: str) -> None:
+    """Every Python binding form of `torch` (hostile3 c33-c36): where any statement binds the
+    name to something else (or unbinds it), `dtype=torch.bfloat16` read numpy, an exception,
+    None, or raised NameError where the original ran."""
+    assert all(d.fix is None for d in check_source(source, "t.py", select=["AMP401"]))
+
+
+def test_an_import_torch_of_a_submodule_leaves_the_dtype_fix() -> None:
+    """`import torch.nn` binds `torch` to torch as well: no other object."""
+    source = "import torch\nimport torch.nn\nfrom torch.cpu.amp import autocast\nwith autocast():\n    pass\n"
+    assert fixes_of(source)[1] == (4, 'with autocast("cpu", dtype=torch.bfloat16, cache_enabled=True):')
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "import torch\nclass Trainer:\n    from torch.cpu.amp import autocast\n    def run(self):\n"
+        "        with self.autocast(dtype=torch.float16):\n            pass\n    ctx = autocast()\n",
+        "import torch\nclass Trainer:\n    from torch.cuda.amp import GradScaler\nTrainer.GradScaler(4.0)\n"
+        "s = Trainer.GradScaler(init_scale=2.0)\n",
+        "import torch\ndef build():\n    class Trainer:\n        from torch.cuda.amp import GradScaler\n"
+        "        s = GradScaler(2.0)\n    return Trainer().GradScaler(4.0)\n",
+    ],
+    ids=["used-through-self", "used-through-the-class", "class-in-a-function"],
+)
+def test_an_import_in_a_class_body_is_not_renamed(source: str) -> None:
+    """An import in a class body binds a class attribute (hostile3 c28): `self.autocast(dtype=...)`
+    called the renamed `torch.amp.autocast` without its device (TypeError), unseen by the fix."""
+    assert all(d.fix is None for d in check_source(source, "t.py", select=["AMP401"]))
+
+
+def test_an_import_in_a_method_body_is_still_renamed() -> None:
+    source = ("import torch\nclass Trainer:\n    def run(self):\n        from torch.cuda.amp import GradScaler\n"
+              "        return GradScaler(2.0)\n")
+    assert (5, '        return GradScaler("cuda", 2.0)') in fixes_of(source)
+
+
 def test_a_torch_import_in_the_branch_of_the_use_gives_the_dtype_fix() -> None:
     """A script's `if __name__ == "__main__":` imports torch and then runs: the import has run there."""
     source = ("from torch.cuda.amp import autocast\nif __name__ == '__main__':\n    import torch\n"
@@ -467,6 +537,22 @@ def test_the_finfo_fix_needs_a_torch_name_where_the_fill_runs(source: str) -> No
     (an import under TYPE_CHECKING or in another function) or is another object (a parameter)
     turned an overflow into a NameError or AttributeError."""
     assert fixes_of(source, "AMP501") == [(source.count("\n"), None)]
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "import torch\ndef attend(q, mask):\n    import numpy as torch\n    s = q.half() @ q.t().half()\n"
+        "    return s.masked_fill(mask, -1e9)\n",
+        "import torch\n" + _FILL + "del torch\n",
+        "import torch\n" + _FILL + "match 0:\n    case torch:\n        pass\n",
+        "import torch\n" + _FILL + "try:\n    pass\nexcept ImportError as torch:\n    pass\n",
+    ],
+    ids=["import-as-in-the-function", "del", "match-capture", "except-as"],
+)
+def test_the_finfo_fix_needs_torch_bound_by_nothing_else(source: str) -> None:
+    """hostile3 c37: `import numpy as torch` in the function made `torch.finfo(s.dtype).min` numpy's finfo."""
+    assert fixes_of(source, "AMP501") == [(source.split("masked_fill")[0].count("\n") + 1, None)]
 
 
 def test_the_finfo_fix_reads_a_module_level_torch_alias() -> None:

@@ -365,7 +365,7 @@ class Deprecations:
         """A module of the project imports this one and names one of `locals_`: `from utils
         import autocast`, `utils.autocast(...)`, `from utils import *` then `autocast()`,
         also where the import is not one Python would resolve for a script (`sys.path`
-        edits, `importlib`; `ProjectIndex.may_import_unresolved`).
+        edits, `importlib`), and a notebook's code cells (`ProjectIndex.may_import_unresolved`).
         Renaming the import here would hand it `torch.amp.autocast`, whose first parameter
         is the device, called the old way."""
         project = self.model.project
@@ -388,11 +388,20 @@ class Deprecations:
                     if text is None or words.search(text):
                         return True  # NB: an importer that cannot be read may use them too
                     if _STAR_IMPORT.search(text):
+                        if project.may_import_unresolved(path, locals_):
+                            return True  # a notebook (or an unresolved importer) of the re-exporter
                         following.append(path)
             frontier = following
             if not frontier:
                 return False
         return bool(frontier)  # NB: a chain of star imports longer than followed may reach a user
+
+    @cached_property
+    def _class_body_imports(self) -> set[int]:
+        """Ids of the import statements whose nearest enclosing body is a class's."""
+        finder = _ClassBodyImports()
+        walk(self.model.module, finder)
+        return finder.ids
 
     def _star_import_after(self, statements: list[cst.CSTNode]) -> bool:
         """A star import follows one of `statements` in the module's text (which names it
@@ -461,37 +470,21 @@ class Deprecations:
     @cached_property
     def module_torch_aliases(self) -> list[str]:
         """Names a module-level `import torch [as th]` binds and nothing else in the module
-        binds (an assignment, a parameter, a class attribute, a `global`): `torch` first."""
-        model = self.model
-        aliases = set()
-        for r in model.references:
-            if r.context == "import" and isinstance(r.statement, cst.Import) and r.scope is model.module_scope:
-                for alias in r.statement.names:
-                    if dotted(alias.name) != "torch":
-                        continue
-                    if alias.asname is None:
-                        aliases.add("torch")
-                    elif isinstance(alias.asname.name, cst.Name):
-                        aliases.add(alias.asname.name.value)
-        rebound = {name for s in model.scopes for name in (*s.assignments, *s.params, *s.globals_)}
-        return sorted(aliases - rebound, key=lambda a: (a != "torch", a))
+        binds, by any binding form, in any scope (analysis/torch_names.py): `torch` first."""
+        return self.model.torch_names.aliases
 
     def torch_name_at(self, node: cst.Name | cst.Attribute) -> str | None:
         """`_torch_alias_at` for a node of any rule (AMP501's `torch.finfo`): the name that
         reads the torch module where `node` (a name or attribute) runs, or None."""
-        where = Contexts(self.model, {id(node)}).of(node)
-        return next((a for a in self.module_torch_aliases
-                     if a in where.imported_before and a not in where.locals_here), None)
+        return self.model.torch_names.at(node)
 
     def _torch_alias_at(self, node: cst.CSTNode) -> str | None:
         """The name that reads the torch module where `node` runs (for `torch.float16` in a
-        fixed autocast): bound by a module-level import before it, and no local of an
-        enclosing function, lambda or comprehension.  None when there is none: an import
-        inside another function, after the use, or a name the use's scope rebinds would
-        make the written dtype a NameError or another object's attribute."""
-        where = self._contexts.of(node)
-        return next((a for a in self.module_torch_aliases
-                     if a in where.imported_before and a not in where.locals_here), None)
+        fixed autocast), or None (analysis/torch_names.py: an import inside another
+        function, after the use, in a branch that may not run, or a name bound anything
+        else anywhere in the module would make the written dtype a NameError or another
+        object's attribute)."""
+        return self.model.torch_names.at(node, self._contexts)
 
     # --- case 1: the full path from a torch alias ---------------------------------------
     def _full_path_fix(self, r, dep: Deprecation, torch_alias: str) -> list | None:
@@ -545,6 +538,11 @@ class Deprecations:
             # NB: `from torch.cuda.amp import *` (or a project module that re-exports the
             # legacy name) run after the import binds the name again: `autocast("cuda")`
             # would then pass "cuda" as the legacy `enabled`.
+            return
+        if any(id(stmt) in self._class_body_imports for stmt in statements):
+            # NB: an import in a class body binds a class attribute: `self.autocast(...)`,
+            # `Trainer.autocast(...)`, `type(obj).GradScaler(...)` reach it from anywhere,
+            # and no fix sees every such use.
             return
         for stmt in statements:
             if self._contexts.of(_first_name(stmt)).fallback:
@@ -719,6 +717,40 @@ class _ImportOrder(cst.CSTVisitor):
         self._seen(node)
         if isinstance(node.names, cst.ImportStar):
             self.stars.append(self.index[id(node)])
+
+
+class _ClassBodyImports(cst.CSTVisitor):
+    """The import statements that bind class attributes (directly in a class body)."""
+
+    def __init__(self) -> None:
+        self.ids: set[int] = set()
+        self.bodies: list[bool] = []  # enclosing bodies: True for a class's
+
+    def visit_ClassDef_body(self, node: cst.ClassDef) -> None:
+        self.bodies.append(True)
+
+    def leave_ClassDef_body(self, node: cst.ClassDef) -> None:
+        self.bodies.pop()
+
+    def visit_FunctionDef_body(self, node: cst.FunctionDef) -> None:
+        self.bodies.append(False)
+
+    def leave_FunctionDef_body(self, node: cst.FunctionDef) -> None:
+        self.bodies.pop()
+
+    def visit_Import(self, node: cst.Import) -> bool:
+        if self.bodies and self.bodies[-1]:
+            self.ids.add(id(node))
+        return False
+
+    def visit_ImportFrom(self, node: cst.ImportFrom) -> bool:
+        if self.bodies and self.bodies[-1]:
+            self.ids.add(id(node))
+        return False
+
+    # expressions hold no import
+    def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> bool:
+        return any(isinstance(s, (cst.Import, cst.ImportFrom)) for s in node.body)
 
 
 class _NameCounter(cst.CSTVisitor):

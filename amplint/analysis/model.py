@@ -263,6 +263,12 @@ class ModuleModel:
         return Deprecations(self)
 
     @cached_property
+    def torch_names(self):
+        from amplint.analysis.torch_names import TorchNames
+
+        return TorchNames(self)
+
+    @cached_property
     def options(self):
         from amplint.analysis.options import Options
 

@@ -36,12 +36,16 @@ class Listing:
     files: tuple[str, ...]
     folders: tuple[tuple[str, int], ...]  # (folder, mtime_ns): what was walked
     complete: bool  # False when MAX_PROJECT_FILES was reached
+    # Jupyter notebooks (.ipynb): no module imports one, but one imports modules (the
+    # fixes that rename what a module binds must see it call them)
+    notebooks: tuple[str, ...] = ()
 
 
 @lru_cache(maxsize=16)
 def list_project(boundary: str) -> Listing:
-    """Every .py file under `boundary` (cached per process: `clear()` after edits)."""
+    """Every .py file (and .ipynb notebook) under `boundary` (cached per process: `clear()` after edits)."""
     files: list[str] = []
+    notebooks: list[str] = []
     folders: list[tuple[str, int]] = []
     complete = True
     for root, dirs, names in os.walk(boundary):
@@ -53,10 +57,12 @@ def list_project(boundary: str) -> Listing:
         for name in sorted(names):
             if name.endswith(".py"):
                 files.append(os.path.join(root, name))
+            elif name.endswith(".ipynb"):
+                notebooks.append(os.path.join(root, name))
         if len(files) > MAX_PROJECT_FILES:
             complete = False
             break
-    return Listing(tuple(files), tuple(folders), complete)
+    return Listing(tuple(files), tuple(folders), complete, tuple(notebooks))
 
 
 def clear() -> None:

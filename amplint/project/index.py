@@ -36,6 +36,8 @@ MODEL_BUDGET_BYTES = 1_500_000
 # A module larger than this is not parsed for another file's sake: its facts are lost,
 # which costs recall, never a wrong finding (generated or vendored code, mostly).
 MAX_DEPENDENCY_BYTES = 400_000
+# A notebook holds its outputs (images, tables): read for its code cells up to this size.
+MAX_NOTEBOOK_BYTES = 64_000_000
 # How many levels of imports the pre-filter follows (train.py -> engine.py -> utils.py).
 IMPORT_TEXT_DEPTH = 3
 # A method that sets the state other methods read (`self.scaler = ...`): kept with them.
@@ -161,6 +163,7 @@ class ProjectIndex:
         self._setters: dict = {}
         self._target_memo: dict = {}
         self._segments: dict = {}
+        self._notebook_code: dict = {}  # path -> (stat, lowercased code of its cells, or None)
 
     # --- one check at a time -------------------------------------------------------------
     @contextmanager
@@ -691,12 +694,48 @@ class ProjectIndex:
         for f in files:
             if f == key:
                 continue
-            text = self._raw_text(f)
+            if f.endswith(".ipynb"):
+                text = self._cells_code(f, word)
+                if text is None:
+                    return True  # a notebook that names the module and cannot be read may import it
+            else:
+                text = self._raw_text(f)
             if text is None or not uses.search(text):
                 continue
             if _imports_names_of(text, word, names) or (loads_it.search(text) and read_from_module.search(text)):
                 return True
         return False
+
+    def _cells_code(self, key: str, word: str) -> str | None:
+        """A notebook's code cells joined and lowercased, where its text names `word` (a
+        module's name); "" where it does not (the cheap test: only such notebooks are
+        parsed), None where it does and is no notebook amplint can read.  Noted as read;
+        the code is cached by stat (a notebook once parsed is not searched for a word
+        again).  Outputs make a notebook large: it is read whatever its size, up to
+        MAX_NOTEBOOK_BYTES (past that, None)."""
+        from amplint import sources
+
+        try:
+            st = os.stat(key)
+        except OSError:
+            return ""
+        stat = (st.st_size, st.st_mtime_ns)
+        self._note_used(key, *stat)
+        memo = self._notebook_code.get(key)
+        if memo is not None and memo[0] == stat and memo[1] is not None:
+            return memo[1]  # NB: its cells, whichever module they name (the patterns read them)
+        if st.st_size > MAX_NOTEBOOK_BYTES:
+            return None
+        try:
+            text = sources.read(Path(key)).text
+        except sources.UnreadableSource:
+            return None
+        lowered = text.lower()
+        if word not in lowered:
+            return ""
+        code = _notebook_cells(lowered)
+        self._notebook_code[key] = (stat, code)
+        return code
 
     def _nearby_files(self, key: str) -> list[str] | None:
         """The project's files, and beside a project with no marker its neighbours' (None:
@@ -704,7 +743,7 @@ class ProjectIndex:
         listing = self._whole_project(key)
         if listing is None:
             return None
-        files = list(listing.files)
+        files = [*listing.files, *listing.notebooks]
         if layout.project_root(Path(os.path.dirname(key))) is not None:
             return files
         boundary = str(layout.boundary(Path(key)))
@@ -721,7 +760,7 @@ class ProjectIndex:
                 continue
             for reads in self._reads:
                 reads.folders[folder] = mtime  # a script added beside the module changes the answer
-            files += [os.path.join(folder, n) for n in names if n.endswith(".py")]
+            files += [os.path.join(folder, n) for n in names if n.endswith((".py", ".ipynb"))]
             if len(files) > _MAX_NEIGHBOUR_FILES:
                 return None
         return files
@@ -1069,6 +1108,43 @@ def _imports_names_of(text: str, word: str, names) -> bool:
             if module.strip() == word:
                 aliases.add(alias.strip() or word)
     return any(re.search(rf"\b{re.escape(a)}\s*\.\s*{re.escape(n)}\b", text) for a in aliases if a for n in names)
+
+
+# An IPython line magic ahead of a statement (`%time from utils import x`, `%timeit -n1 -r1 f()`).
+_LINE_MAGIC = re.compile(r"^([ \t]*)%%?\w+(?:[ \t]+-\w+(?:[ \t]*\d+)?)*[ \t]*", re.MULTILINE)
+
+
+def _notebook_cells(text: str) -> str | None:
+    """The code cells of a notebook's JSON `text`, joined (a line magic's statement kept as a
+    line of its own); None when it is not a notebook.  Read here, not through
+    amplint.notebooks, which sits above the project index (it fixes through the engine)."""
+    import json
+
+    try:
+        data = json.loads(text)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(data, dict):
+        return None
+    cells = data.get("cells")
+    if cells is None:  # nbformat 3: cells live in worksheets
+        worksheets = data.get("worksheets")
+        if not isinstance(worksheets, list):
+            return None
+        cells = [c for ws in worksheets if isinstance(ws, dict) for c in (ws.get("cells") or [])]
+    if not isinstance(cells, list):
+        return None
+    parts = []
+    for cell in cells:
+        if not isinstance(cell, dict) or cell.get("cell_type") != "code":
+            continue
+        source = cell.get("source", cell.get("input", ""))
+        if isinstance(source, list):
+            source = "".join(line for line in source if isinstance(line, str))
+        if not isinstance(source, str):
+            return None
+        parts.append(_LINE_MAGIC.sub(r"\1", source))
+    return "\n".join(parts) + "\n"
 
 
 def _subfolders(folder: str) -> list[str]:

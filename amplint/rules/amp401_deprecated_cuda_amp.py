@@ -77,12 +77,19 @@ class DeprecatedCudaAmp(Rule):
     `@validate_call`, `@typechecked`, `@f.register`, a pydantic model's field), and an
     import one such use goes through; an import the module re-exports (listed in
     `__all__`, or `import autocast as autocast`) or that another module of the project
-    imports, since its importers call it the old way; an import chosen per device (`from
+    imports (a notebook's code cells count, where the notebook names the module), since
+    its importers call it the old way; an import chosen per device (`from
     torch.cuda.amp import autocast` in one branch, `from torch.cpu.amp import autocast`
     in the other); the constructions of a class that another module reachable from this
     one tests with `isinstance` (or uses as a value); a legacy autocast given
-    `**kwargs` and no `dtype` or no `cache_enabled`, or in a module that binds no name to `torch` (the dtype
-    needs one; amplint adds no import); `*args` passed to the legacy autocast; in a
+    `**kwargs` and no `dtype` or no `cache_enabled`, or where no name reads the torch
+    module at the call (the dtype needs one; amplint adds no import): the name must be
+    bound by a module-level `import torch` (or `import torch as th`) that has run before
+    the call, and by nothing else anywhere in the module, in any scope and by any binding
+    form (an assignment, a parameter, a `for`, `with` or `except ... as` target, `del`,
+    another import, a match capture, a walrus, a `def` or `class`, `global`); an import
+    in a class body, which binds a class attribute that `self.autocast(...)` reaches from
+    anywhere; `*args` passed to the legacy autocast; in a
     notebook, a name that an IPython line (`%time`, `%timeit`) uses, which amplint does
     not rewrite; an import followed by a star import, which may bind the name again; a module
     that sets autocast's global defaults (`torch.set_autocast_dtype`), which

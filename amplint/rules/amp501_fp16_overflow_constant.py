@@ -334,9 +334,12 @@ class Fp16OverflowConstant(Rule):
     ## Fix safety
     Unsafe: replaces the literal with `torch.finfo(<tensor>.dtype).min` (or `.max`)
     when the tensor is a plain name or attribute and a module-level `import torch`
-    (or `import torch as th`) that always runs reaches the fill; not through an import
-    under `if TYPE_CHECKING:` or in another function, nor past a local named `torch`,
-    where the written `torch.finfo` would raise. In float32 the value becomes
+    (or `import torch as th`) that always runs reaches the fill and nothing else in the
+    module binds that name, in any scope and by any binding form; not through an import
+    under `if TYPE_CHECKING:` or in another function, nor where the name is also a
+    parameter, an assignment or `for`/`with`/`except ... as` target, another import
+    (`import numpy as torch` in the function), a match capture or is deleted, where the
+    written `torch.finfo` would raise or read another module's `finfo`. In float32 the value becomes
     -3.4e38 instead of -1e9, and code that adds two such masks can reach -inf.
 
     ## Runtime confirmation

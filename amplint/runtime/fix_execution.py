@@ -24,7 +24,8 @@ checks both by execution, for any tree of files and any rule pack:
   3.10-3.13 and `pythonX.Y` on PATH) where the original compiles;
 - `variants()`: generated cases, the deprecated spellings crossed with the contexts a fix can
   break them in (nested regions, a model's forward in a region, imports chosen in branches,
-  re-exports, `isinstance` in another module, f-strings, notebook magics, one-line statements).
+  re-exports, `isinstance` in another module, f-strings, notebook magics, one-line statements,
+  `torch` rebound where a fix writes it, imports in class bodies, notebooks that import a module).
 
 It lives in `amplint/runtime/` because the recorder imports torch; the module itself does not
 (torch is imported only in the child), so the static tests (compile parity on CI's 3.10 and
@@ -770,7 +771,7 @@ def _finfo_variants() -> list[Case]:
     """AMP501's `torch.finfo(s.dtype).min` where `torch` may not read the module there: an
     import for type checkers only, an import in another function, a parameter `torch`.  The
     fill runs in float32 here (no overflow), and the script prints whether it masked."""
-    fill = ("def attend(q, mask{param}):\n    s = q @ q.t()\n    if q.dtype == torch_half:\n        s = s.half()\n"
+    fill = ("def attend(q, mask{param}):\n{local}    s = q @ q.t()\n    if q.dtype == torch_half:\n        s = s.half()\n"
             "    return s.masked_fill(mask, -1e9)\n\n"
             "q = randn(3, 4)\nout = attend(q, eye(3, dtype=bool_))\nprint(out.dtype, bool((out < -1e8).any()))\n")
     heads = {
@@ -778,13 +779,66 @@ def _finfo_variants() -> list[Case]:
         "import_in_other_function": "def version():\n    import torch\n    return torch.__version__\n",
         "parameter_named_torch": "import torch\n",
         "module_import": "import torch\n",
+        # `torch` bound to something else where the fill runs (hostile3 c37), or unbound by then
+        "import_as_in_function": "import torch\n",
+        "deleted": "import torch\n",
     }
     out = []
     for name, head in heads.items():
         param = ", torch=None" if name == "parameter_named_torch" else ""
-        text = (f"{head}from torch import randn, eye, bool as bool_, half as torch_half\n\n" + fill.format(param=param))
+        local = "    import fractions as torch\n" if name == "import_as_in_function" else ""
+        text = (f"{head}from torch import randn, eye, bool as bool_, half as torch_half\n"
+                + ("del torch\n" if name == "deleted" else "") + "\n" + fill.format(param=param, local=local))
         out.append(Case(f"AMP501-finfo_name-{name}", (("train.py", text),), ("train.py",)))
     return out
+
+
+def _torch_rebound_variants() -> list[Case]:
+    """The legacy autocast's fix writes `dtype=torch.bfloat16`, read where the call runs: there
+    `torch` may be unbound or another object, whatever binds it (hostile3 c33-c36)."""
+    run = "def run():\n{local}    with autocast():\n        y = model(x)\n        print('region', y.dtype)\n{after}\n"
+    shapes = {
+        "del": ("", "", "del torch\nrun()\n"),
+        "except_as": ("", "", "try:\n    import amplint_no_such_module\nexcept ImportError as torch:\n    pass\nrun()\n"),
+        "match_capture": ("", "", "match 'x':\n    case torch:\n        pass\nrun()\n"),
+        "import_as_in_function": ("    import fractions as torch\n", "", "run()\n"),
+        "import_after_use_in_function": ("", "    import torch\n", "run()\n"),
+    }
+    out = []
+    for dev in ("cpu", "cuda"):
+        for name, (local, after, tail) in shapes.items():
+            text = (f"import torch\nfrom torch.{dev}.amp import autocast\n{_MODEL}\n"
+                    + run.format(local=local, after=after) + tail)
+            out.append(Case(f"AMP401-torch_rebound-{name}-{dev}", (("train.py", text),), ("train.py",)))
+    return out
+
+
+def _class_body_import_variants() -> list[Case]:
+    """An import in a class body binds a class attribute, reached through `self` or the class
+    from anywhere (hostile3 c28): no fix sees those uses."""
+    autocast = ("import torch\n\nclass Trainer:\n    from torch.cpu.amp import autocast\n\n"
+                "    def run(self, model, x):\n        with self.autocast(dtype=torch.bfloat16):\n"
+                "            y = model(x)\n            print('region', y.dtype)\n\n    ctx = autocast()\n\n"
+                f"{_MODEL}Trainer().run(model, x)\n")
+    scaler = ("import torch\n\nclass Holder:\n    from torch.cpu.amp import GradScaler\n"
+              "    default = GradScaler(init_scale=8.0)\n\ns = Holder.GradScaler(2.0**10)\n"
+              f"{_REPORT_SCALER}\n")
+    return [Case("AMP401-class_body_import-autocast-cpu", (("train.py", autocast),), ("train.py",)),
+            Case("AMP401-class_body_import-GradScaler-cpu", (("train.py", scaler),), ("train.py",))]
+
+
+def _notebook_importer_variants() -> list[Case]:
+    """A notebook that imports the module whose import the fix renames (hostile3 c30): it calls
+    the name the legacy way, so the renamed class took its scale for the device."""
+    mod = "import torch\nfrom torch.cpu.amp import GradScaler\n\n\ndef make():\n    return GradScaler(init_scale=8.0)\n"
+    uses = {
+        "from_import": "from mod import GradScaler\ns = GradScaler(2.0**10)\n",
+        "module_attribute": "import mod\ns = mod.GradScaler(2.0**10)\n",
+    }
+    return [Case(f"AMP401-notebook_importer-{name}-cpu",
+                 (("mod.py", mod), ("nb.ipynb", notebook(use, _REPORT_SCALER + "\n"))),
+                 ("nb.ipynb",))
+            for name, use in uses.items()]
 
 
 def _optional_scaler_variants() -> list[Case]:
@@ -810,7 +864,9 @@ def variants() -> list[Case]:
     """Every generated case; ids name the rule, the context, the object, the device, the spelling."""
     cases = (_single_file_variants() + _branch_variants() + _reexport_variants() + _isinstance_variants()
              + _fstring_variants() + _notebook_variants() + _one_line_variants() + _checked_annotation_variants()
-             + _star_import_variants() + _finfo_variants() + _optional_scaler_variants())
+             + _star_import_variants() + _finfo_variants() + _optional_scaler_variants() + _torch_rebound_variants()
+             + _class_body_import_variants()
+             + _notebook_importer_variants())
     ids = [c.id for c in cases]
     assert len(ids) == len(set(ids)), "variant ids must be unique"
     return cases
