@@ -1,0 +1,62 @@
+"""The step rules follow scalers and optimizers by name: where a name does not provably denote
+one object (an alias, a container, a constructor that keeps it, a name bound again between two
+calls), or a statement shares its line, or a `try` catches what a call raises, they neither
+guess a finding nor fix.  Reproducers of a hostile review (D5-D11); the fixes also run in
+tests/runtime/test_fix_execution.py (`_step_rule_variants`)."""
+
+from __future__ import annotations
+
+import textwrap
+
+from amplint.engine import check_source
+
+HEAD = """\
+import torch
+model = torch.nn.Linear(4, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+scaler = torch.amp.GradScaler("cpu")
+"""
+
+
+def _found(source: str, code: str):
+    return [d for d in check_source(textwrap.dedent(source), "t.py", select=[code]) if d.code == code]
+
+
+def _loop(before: str, body: str) -> str:
+    return HEAD + textwrap.dedent(before) + "for x in loader:\n" + textwrap.indent(textwrap.dedent(body), "    ")
+
+
+# --- D9: AMP102, a scaler updated under another name -------------------------------------------
+
+STEP = """\
+with torch.autocast("cpu", dtype=torch.float16):
+    loss = model(x).mean()
+scaler.scale(loss).backward()
+scaler.step(optimizer)
+optimizer.zero_grad()
+"""
+
+
+def test_amp102_update_through_an_alias_is_an_update() -> None:
+    assert _found(_loop("s = scaler\n", STEP + "s.update()\n"), "AMP102") == []
+
+
+def test_amp102_bound_update_in_a_list_is_an_update() -> None:
+    assert _found(_loop("hooks = [scaler.update]\n", STEP + "for h in hooks:\n    h()\n"), "AMP102") == []
+
+
+def test_amp102_scaler_kept_by_a_constructor_is_updated_there() -> None:
+    box = "class Box:\n    def __init__(self, sc):\n        self.sc = sc\n    def finish(self):\n        self.sc.update()\nbox = Box(scaler)\n"
+    assert _found(_loop(box, STEP + "box.finish()\n"), "AMP102") == []
+
+
+def test_amp102_scaler_passed_to_an_unknown_call_may_be_updated_there() -> None:
+    assert _found(_loop("", STEP + "finish_step(scaler)\n"), "AMP102") == []
+
+
+def test_amp102_reads_that_keep_the_scaler_still_fire_and_fix() -> None:
+    """A test, `print`, `isinstance`, or a helper that only steps it: the scaler stays in sight."""
+    helper = "def log(s):\n    print(s.get_scale())\n"
+    body = STEP + "if scaler is not None and isinstance(scaler, torch.amp.GradScaler):\n    print(scaler)\nlog(scaler)\n"
+    (found,) = _found(_loop(helper, body), "AMP102")
+    assert found.fix is not None
