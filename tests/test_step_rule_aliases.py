@@ -60,3 +60,43 @@ def test_amp102_reads_that_keep_the_scaler_still_fire_and_fix() -> None:
     body = STEP + "if scaler is not None and isinstance(scaler, torch.amp.GradScaler):\n    print(scaler)\nlog(scaler)\n"
     (found,) = _found(_loop(helper, body), "AMP102")
     assert found.fix is not None
+
+
+# --- D5, D6: AMP101's fix (insert `scaler.unscale_(optimizer)` before the clip) ----------------
+
+BACKWARD = """\
+with torch.autocast("cpu", dtype=torch.float16):
+    loss = model(x).mean()
+"""
+
+
+def _amp101(body: str):
+    (found,) = _found(_loop("", BACKWARD + body), "AMP101")
+    return found
+
+
+def test_amp101_clip_on_the_backward_line_is_reported_without_fix() -> None:
+    """The insertion went before the line, so before the backward too (and again on every pass)."""
+    found = _amp101("scaler.scale(loss).backward(); torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)\n"
+                    "scaler.step(optimizer)\nscaler.update()\n")
+    assert found.fix is None
+
+
+def test_amp101_clip_between_semicolons_is_reported_without_fix() -> None:
+    found = _amp101("scaler.scale(loss).backward()\n"
+                    "n = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0); scaler.step(optimizer)\nscaler.update()\n")
+    assert found.fix is None
+
+
+def test_amp101_optimizer_bound_again_between_clip_and_step_gets_no_fix() -> None:
+    found = _amp101("optimizer = o1\nscaler.scale(loss).backward()\n"
+                    "torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)\noptimizer = o2\n"
+                    "scaler.step(optimizer)\nscaler.update()\n")
+    assert found.fix is None
+
+
+def test_amp101_plain_clip_still_gets_its_fix() -> None:
+    found = _amp101("optimizer = o1\nscaler.scale(loss).backward()\n"
+                    "torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)\n"
+                    "scaler.step(optimizer)\nscaler.update()\n")
+    assert found.fix is not None
