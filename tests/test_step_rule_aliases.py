@@ -100,3 +100,34 @@ def test_amp101_plain_clip_still_gets_its_fix() -> None:
                     "torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)\n"
                     "scaler.step(optimizer)\nscaler.update()\n")
     assert found.fix is not None
+
+
+# --- D7, D8: AMP108 (a second `unscale_` of the same optimizer) -------------------------------
+
+UNSCALED = BACKWARD + "scaler.scale(loss).backward()\n"
+
+
+def test_amp108_optimizer_name_bound_again_between_is_another_optimizer() -> None:
+    body = UNSCALED + "optimizer = o1\nscaler.unscale_(optimizer)\noptimizer = o2\nscaler.unscale_(optimizer)\n"
+    assert _found(_loop("", body + "scaler.step(o1)\nscaler.step(o2)\nscaler.update()\n"), "AMP108") == []
+
+
+def test_amp108_same_optimizer_twice_still_fires_and_fixes() -> None:
+    body = UNSCALED + "optimizer = o1\nscaler.unscale_(optimizer)\nn = 1\nscaler.unscale_(optimizer)\n"
+    (found,) = _found(_loop("", body + "scaler.step(optimizer)\nscaler.update()\n"), "AMP108")
+    assert found.fix is not None
+
+
+def test_amp108_second_unscale_in_a_try_that_catches_runtime_error_is_not_removed() -> None:
+    for handler in ("RuntimeError", "Exception", "(ValueError, RuntimeError)", "BaseException", ""):
+        body = (UNSCALED + "scaler.unscale_(optimizer)\ntry:\n    scaler.unscale_(optimizer)\n    print('again')\n"
+                f"except {handler}:\n    print('already')\n" + "scaler.step(optimizer)\nscaler.update()\n")
+        (found,) = _found(_loop("", body.replace("except :", "except:")), "AMP108")
+        assert found.fix is None, handler
+
+
+def test_amp108_a_try_that_cannot_catch_it_keeps_the_fix() -> None:
+    body = (UNSCALED + "scaler.unscale_(optimizer)\ntry:\n    scaler.unscale_(optimizer)\n    print('again')\n"
+            "except KeyError:\n    print('no')\n" + "scaler.step(optimizer)\nscaler.update()\n")
+    (found,) = _found(_loop("", body), "AMP108")
+    assert found.fix is not None

@@ -314,7 +314,7 @@ class ScalerProtocol:
             walk(root, finder)
         if finder.state != 2:
             return True  # NB: not both found in this order (the same statement, another function)
-        return any(t == text or text.startswith(t + ".") for t in finder.bound)
+        return any(t == text or text.startswith(t + ".") for t in finder.names())
 
     @staticmethod
     def same(a: str | None, b: str | None) -> bool:
@@ -329,12 +329,34 @@ class _BindingsBetween(cst.CSTVisitor):
         self.start, self.end = start, end
         self.state = 0  # 0 before start, 1 between, 2 at or after end
         self.bound: set[str] = set()
+        # `for opt in optimizers:` loops open here, and those around `start` and `end`.
+        self.fors: list[tuple[cst.For, str]] = []
+        self.start_fors: list[tuple[cst.For, str]] = []
+        self.end_fors: list[tuple[cst.For, str]] = []
+        self.loop_bound: list[tuple[cst.For, str, set[str]]] = []
 
     def visit_Call(self, node: cst.Call) -> None:
         if node is self.start and self.state == 0:
             self.state = 1
+            self.start_fors = list(self.fors)
         elif node is self.end and self.state == 1:
             self.state = 2
+            self.end_fors = list(self.fors)
+
+    def names(self) -> set[str]:
+        """What is bound between, less the variable of a loop around `end` that walks the
+        same collection as a loop around `start` (`for opt in optimizers:` twice: each
+        pass names the same optimizers again)."""
+        bound = set(self.bound)
+        again = {shape for _, shape in self.start_fors}
+        around_end = {id(node) for node, _ in self.end_fors}
+        for node, shape, names in self.loop_bound:
+            collection = dotted(node.iter)
+            same = (id(node) in around_end and shape in again and collection is not None
+                    and not any(collection == t or collection.startswith(t + ".") for t in self.bound))
+            if not same:
+                bound |= names
+        return bound
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
         if self.state == 1:
@@ -375,7 +397,16 @@ class _BindingsBetween(cst.CSTVisitor):
         self._target(node.target)
 
     def visit_For(self, node: cst.For) -> None:
-        self._target(node.target)
+        shape = f"{dotted(node.target)} in {dotted(node.iter)}"
+        if self.state == 1:
+            saved, self.bound = self.bound, set()
+            self._target(node.target)
+            self.loop_bound.append((node, shape, self.bound))
+            self.bound = saved
+        self.fors.append((node, shape))
+
+    def leave_For(self, original_node: cst.For) -> None:
+        self.fors.pop()
 
     def visit_CompFor(self, node: cst.CompFor) -> None:
         pass  # a comprehension's variable is its own scope
