@@ -131,3 +131,31 @@ def test_amp108_a_try_that_cannot_catch_it_keeps_the_fix() -> None:
             "except KeyError:\n    print('no')\n" + "scaler.step(optimizer)\nscaler.update()\n")
     (found,) = _found(_loop("", body), "AMP108")
     assert found.fix is not None
+
+
+# --- D10: AMP103, a loss scaled under another name ---------------------------------------------
+
+TWO_LOSSES = """\
+with torch.autocast("cpu", dtype=torch.float16):
+    l1 = model(x).mean()
+    l2 = model(x).abs().mean()
+"""
+STEPPED = "scaler.step(optimizer)\nscaler.update()\noptimizer.zero_grad()\n"
+
+
+def test_amp103_loss_scaled_through_an_alias_of_the_scaler_is_scaled() -> None:
+    assert _found(_loop("s = scaler\n", TWO_LOSSES + "loss = s.scale(l1)\nloss.backward()\n" + STEPPED), "AMP103") == []
+
+
+def test_amp103_elements_of_a_scaled_list_are_scaled() -> None:
+    body = TWO_LOSSES + "scaled = scaler.scale([l1, l2])\n(scaled[0] + scaled[1]).backward()\n"
+    assert _found(_loop("", body + STEPPED), "AMP103") == []
+
+
+def test_amp103_the_bound_scale_method_scales() -> None:
+    assert _found(_loop("scale = scaler.scale\n", TWO_LOSSES + "scale(l1).backward()\n" + STEPPED), "AMP103") == []
+
+
+def test_amp103_an_unscaled_loss_beside_an_alias_still_fires() -> None:
+    (found,) = _found(_loop("s = scaler\n", TWO_LOSSES + "l1.backward()\n" + STEPPED), "AMP103")
+    assert found.fix is not None
