@@ -159,3 +159,15 @@ def test_amp103_the_bound_scale_method_scales() -> None:
 def test_amp103_an_unscaled_loss_beside_an_alias_still_fires() -> None:
     (found,) = _found(_loop("s = scaler\n", TWO_LOSSES + "l1.backward()\n" + STEPPED), "AMP103")
     assert found.fix is not None
+
+
+# --- D11: AMP302 keeps its finding, offers no fix ----------------------------------------------
+
+
+def test_amp302_input_cast_is_reported_without_fix() -> None:
+    """The input's dtype is unknown: float64 or integer inputs, or a copy mutated in place,
+    behave otherwise once the cast is gone."""
+    src = HEAD + ("with torch.autocast('cpu', dtype=torch.bfloat16):\n    out = model(x64.bfloat16())\n"
+                  "    y = x.to(torch.bfloat16)\n    y.mul_(0)\n")
+    found = _found(src, "AMP302")
+    assert len(found) == 2 and all(d.fix is None for d in found)
