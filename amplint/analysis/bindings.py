@@ -74,6 +74,19 @@ class Bindings:
             return key.split(":", 1)[1]
         return "self" + key.split(".self", 1)[1]
 
+    # --- escapes -------------------------------------------------------------------------
+    @cached_property
+    def escapes(self):
+        """Where the objects of dotted names may go (amplint/analysis/escapes.py)."""
+        from amplint.analysis.escapes import Escapes
+
+        return Escapes(self.model)
+
+    def escaped(self, key: str | None) -> bool:
+        """Some use of the object of `key` may hand it to code that uses it under another
+        name (an alias, a container, an attribute, an argument, a bound method)."""
+        return self.escapes.escapes(key)
+
     # --- scalers -------------------------------------------------------------------------
     @cached_property
     def scaler_constructions(self) -> list[ScalerConstruction]:

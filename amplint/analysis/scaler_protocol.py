@@ -74,14 +74,32 @@ class _GuardCollector(cst.CSTVisitor):
         self.tests: dict[int, tuple[str, ...]] = {}
         self.block_sizes: dict[int, int] = {}
         self.next_statement: dict[int, cst.CSTNode] = {}
+        # How many `try` bodies around a call (in its own function) have a handler that may
+        # catch a RuntimeError; the calls with one.
+        self.catching: list[int] = [0]
+        self.caught: set[int] = set()
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
         self.stack.append([])
         self.test_stack.append([])
+        self.catching.append(0)
 
     def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:
         self.stack.pop()
         self.test_stack.pop()
+        self.catching.pop()
+
+    def visit_Try_body(self, node: cst.Try) -> None:
+        self.catching[-1] += _catches_runtime_error(node)
+
+    def leave_Try_body(self, node: cst.Try) -> None:
+        self.catching[-1] -= _catches_runtime_error(node)
+
+    def visit_TryStar_body(self, node) -> None:
+        self.catching[-1] += _catches_runtime_error(node)
+
+    def leave_TryStar_body(self, node) -> None:
+        self.catching[-1] -= _catches_runtime_error(node)
 
     def _push(self, node: cst.If | cst.IfExp, in_body: bool) -> None:
         conds = _normalise(node.test, self.code)
@@ -129,6 +147,8 @@ class _GuardCollector(cst.CSTVisitor):
 
     def visit_Call(self, node: cst.Call) -> None:
         self.guards[id(node)] = tuple(self.stack[-1])
+        if self.catching[-1]:
+            self.caught.add(id(node))
         if self.test_stack[-1]:
             self.tests[id(node)] = tuple(self.test_stack[-1])
 
@@ -156,6 +176,7 @@ class ScalerProtocol:
         self._tests = collector.tests
         self._block_sizes = collector.block_sizes
         self._next = collector.next_statement
+        self._caught = collector.caught
 
     # --- guards --------------------------------------------------------------------------
     def guards(self, event: Event) -> tuple[Guard, ...]:
@@ -186,6 +207,19 @@ class ScalerProtocol:
         if statement is None:
             return False
         return self._block_sizes.get(id(statement), 2) > 1
+
+    def caught(self, event: Event) -> bool:
+        """The event runs inside a `try` whose handlers may catch the RuntimeError that a
+        protocol call raises (`unscale_` twice, `step` without `update`): deleting or adding
+        such a call changes which branch runs."""
+        return any(id(c) in self._caught for c in (event.anchor, event.node))
+
+    def alone_on_its_line(self, event: Event) -> bool:
+        """The event's statement is one simple statement of a block of this module (not
+        `a(); b()`, not the body of a one-line `if x: b()`): text may go before it."""
+        stmt = event.statement
+        return (not event.inlined and isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1
+                and id(stmt) in self._block_sizes)
 
     def next_statement(self, statement: cst.CSTNode | None) -> cst.CSTNode | None:
         """The statement after this one in the same block, if any."""
@@ -265,10 +299,159 @@ class ScalerProtocol:
                     return True
         return False
 
+    def rebound_between(self, scope, start: cst.Call, end: cst.Call, text: str | None) -> bool:
+        """Whether the dotted name `text` may denote another object at `end` than at `start`
+        (two calls of the function of `scope`): some binding of it, or of a name it is an
+        attribute of, lies between them in the source (`optimizer = o2`, `for optimizer in`,
+        `self.opt = ...`), or the order cannot be told.  Unknown text: True."""
+        if text is None:
+            return True
+        root = scope.node
+        finder = _BindingsBetween(start, end)
+        if isinstance(root, cst.FunctionDef):
+            walk(root.body, finder)
+        else:
+            walk(root, finder)
+        if finder.state != 2:
+            return True  # NB: not both found in this order (the same statement, another function)
+        return any(t == text or text.startswith(t + ".") for t in finder.names())
+
     @staticmethod
     def same(a: str | None, b: str | None) -> bool:
         """Keys name the same object, or one of them is unknown."""
         return a is None or b is None or a == b
+
+
+class _BindingsBetween(cst.CSTVisitor):
+    """The dotted names bound, in source order, after the call `start` and before `end`."""
+
+    def __init__(self, start: cst.Call, end: cst.Call) -> None:
+        self.start, self.end = start, end
+        self.state = 0  # 0 before start, 1 between, 2 at or after end
+        self.bound: set[str] = set()
+        # `for opt in optimizers:` loops open here, and those around `start` and `end`.
+        self.fors: list[tuple[cst.For, str]] = []
+        self.start_fors: list[tuple[cst.For, str]] = []
+        self.end_fors: list[tuple[cst.For, str]] = []
+        self.loop_bound: list[tuple[cst.For, str, set[str]]] = []
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if node is self.start and self.state == 0:
+            self.state = 1
+            self.start_fors = list(self.fors)
+        elif node is self.end and self.state == 1:
+            self.state = 2
+            self.end_fors = list(self.fors)
+
+    def names(self) -> set[str]:
+        """What is bound between, less the variable of a loop around `end` that walks the
+        same collection as a loop around `start` (`for opt in optimizers:` twice: each
+        pass names the same optimizers again)."""
+        bound = set(self.bound)
+        again = {shape for _, shape in self.start_fors}
+        around_end = {id(node) for node, _ in self.end_fors}
+        for node, shape, names in self.loop_bound:
+            collection = dotted(node.iter)
+            same = (id(node) in around_end and shape in again and collection is not None
+                    and not any(collection == t or collection.startswith(t + ".") for t in self.bound))
+            if not same:
+                bound |= names
+        return bound
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+        if self.state == 1:
+            self.bound.add(node.name.value)
+        return False  # another scope; NB: `nonlocal` rebinding inside is not followed
+
+    def visit_ClassDef(self, node: cst.ClassDef) -> bool:
+        if self.state == 1:
+            self.bound.add(node.name.value)
+        return False
+
+    def _target(self, t: cst.CSTNode | None) -> None:
+        if self.state != 1 or t is None:
+            return
+        if isinstance(t, (cst.Tuple, cst.List)):
+            for el in t.elements:
+                self._target(el.value)
+        elif isinstance(t, cst.StarredElement):
+            self._target(t.value)
+        else:
+            name = dotted(t)
+            if name is not None:
+                self.bound.add(name)
+            elif isinstance(t, cst.Subscript):
+                self._target(t.value)  # `opts[0] = o2`: what `opts` holds changed
+
+    def visit_AssignTarget(self, node: cst.AssignTarget) -> None:
+        self._target(node.target)
+
+    def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
+        if node.value is not None:
+            self._target(node.target)
+
+    def visit_AugAssign(self, node: cst.AugAssign) -> None:
+        self._target(node.target)
+
+    def visit_NamedExpr(self, node: cst.NamedExpr) -> None:
+        self._target(node.target)
+
+    def visit_For(self, node: cst.For) -> None:
+        shape = f"{dotted(node.target)} in {dotted(node.iter)}"
+        if self.state == 1:
+            saved, self.bound = self.bound, set()
+            self._target(node.target)
+            self.loop_bound.append((node, shape, self.bound))
+            self.bound = saved
+        self.fors.append((node, shape))
+
+    def leave_For(self, original_node: cst.For) -> None:
+        self.fors.pop()
+
+    def visit_CompFor(self, node: cst.CompFor) -> None:
+        pass  # a comprehension's variable is its own scope
+
+    def visit_AsName(self, node: cst.AsName) -> None:
+        self._target(node.name)
+
+    def visit_Del(self, node: cst.Del) -> None:
+        self._target(node.target)
+
+    def visit_ImportAlias(self, node: cst.ImportAlias) -> None:
+        if self.state == 1:
+            name = dotted(node.asname.name) if node.asname is not None else dotted(node.name)
+            if name is not None:
+                self.bound.add(name.split(".")[0])
+
+    def visit_Global(self, node: cst.Global) -> None:
+        if self.state == 1:
+            self.bound.update(n.name.value for n in node.names)
+
+
+# Exceptions whose handler does not catch a plain RuntimeError (RuntimeError's subclasses among them).
+_NOT_RUNTIME_ERROR = frozenset({
+    "ValueError", "KeyError", "TypeError", "IndexError", "AttributeError", "ImportError", "ModuleNotFoundError",
+    "OSError", "IOError", "FileNotFoundError", "PermissionError", "StopIteration", "KeyboardInterrupt",
+    "AssertionError", "ZeroDivisionError", "ArithmeticError", "LookupError", "NameError", "NotImplementedError",
+    "RecursionError", "MemoryError", "OverflowError", "UnicodeError", "UnicodeDecodeError", "SystemExit",
+    "GeneratorExit", "FloatingPointError", "EOFError", "TimeoutError", "ConnectionError", "OutOfMemoryError",
+    "Warning", "UserWarning",
+})
+
+
+def _catches_runtime_error(node) -> int:
+    """1 when a handler of the `try` may catch RuntimeError: bare `except:`, `Exception`,
+    `BaseException`, `RuntimeError`, a tuple holding one, or a name we cannot place."""
+    for handler in node.handlers:
+        kind = handler.type
+        if kind is None:
+            return 1
+        kinds = [e.value for e in kind.elements] if isinstance(kind, cst.Tuple) else [kind]
+        for k in kinds:
+            name = dotted(k)
+            if name is None or name.split(".")[-1] not in _NOT_RUNTIME_ERROR:
+                return 1
+    return 0
 
 
 # A modulo, or a word of gradient accumulation, in an `if` test (see ScalerProtocol.periodic).

@@ -748,12 +748,43 @@ class _Builder:
                 if found is not None:
                     return found
                 continue
+            if isinstance(branch, cst.Subscript):
+                # `scaled = scaler.scale([l1, l2]); scaled[0].backward()`: an element of what it scaled
+                found = self._scaled_by(branch.value, depth + 1)
+                if found is not None:
+                    return found
+                continue
             if isinstance(branch, cst.Call) and isinstance(branch.func, cst.Attribute) and branch.func.attr.value == "scale":
-                if self.b.is_scaler(branch.func.value, self.scope) and not self._returns_its_argument(branch):
-                    return self.b.key(branch.func.value, self.scope)
+                key = self._scaler_of(branch.func.value)
+                if key is not None and not self._returns_its_argument(branch):
+                    return key
+            if isinstance(branch, cst.Call) and isinstance(branch.func, (cst.Name, cst.Attribute)):
+                # `scale = scaler.scale` ... `scale(loss)`: the scaler's bound method
+                for value, _ in self.b.values.assigned(branch.func, self.scope):
+                    if isinstance(value, cst.Attribute) and value.attr.value == "scale":
+                        key = self._scaler_of(value.value)
+                        if key is not None:
+                            return key
             if isinstance(branch, (cst.Name, cst.Attribute)):
                 for value, _ in self.b.values.assigned(branch, self.scope):
                     found = self._scaled_by(value, depth + 1)
+                    if found is not None:
+                        return found
+        return None
+
+    def _scaler_of(self, expr: cst.BaseExpression, depth: int = 0) -> str | None:
+        """The scaler key of `expr`: a scaler, or a name some assignment makes an alias of
+        one (`s = scaler`; also `s = self.scaler`)."""
+        if self.b.is_scaler(expr, self.scope):
+            return self.b.key(expr, self.scope)
+        if depth > 2 or not isinstance(expr, (cst.Name, cst.Attribute)):
+            return None
+        for value, vscope in self.b.values.assigned(expr, self.scope):
+            if isinstance(value, (cst.Name, cst.Attribute)):
+                if vscope.model.bindings.is_scaler(value, vscope):
+                    return vscope.model.bindings.key(value, vscope)
+                if depth < 2 and vscope is self.scope:
+                    found = self._scaler_of(value, depth + 1)
                     if found is not None:
                         return found
         return None

@@ -81,7 +81,10 @@ class ClipBeforeUnscale(Rule):
     when every one of those steps runs on every path from the clip, in the same
     function and loop, and nothing unscales this scaler's optimizers in the iteration
     already (`unscale_` twice raises); alternating steps (a GAN that steps one
-    optimizer per iteration) get no fix. It is still wrong if an optimizer unscales
+    optimizer per iteration) get no fix, nor does a clip that shares its line with
+    other statements (`scaler.scale(loss).backward(); clip_grad_norm_(...)`) or an
+    optimizer name bound again between the clip and the step (`optimizer = o2`: the
+    clip's `optimizer` is another object). It is still wrong if an optimizer unscales
     internally or a caller already unscaled.
 
     ## Runtime confirmation
@@ -130,7 +133,7 @@ class ClipBeforeUnscale(Rule):
                         self.report_event(event, witnesses=(backward,), notes=notes, clip=clip_name, unscales="")
                         continue
                     scaler = Bindings.text_of(backward.scaler) or "scaler"
-                    optimizers = self._stepped_optimizers(graph, backward, event)
+                    optimizers = self._stepped_optimizers(graph, backward, event) if proto.alone_on_its_line(event) else None
                     changes = None
                     if optimizers:
                         code = "\n".join(f"{scaler}.unscale_({o})" for o in optimizers)
@@ -168,6 +171,8 @@ class ClipBeforeUnscale(Rule):
             if (name is None or step.inlined or step.scope is not clip.scope or step.scaler != backward.scaler
                     or [id(loop) for loop in step.loops] != [id(loop) for loop in clip.loops]):
                 return None
+            if protocol(clip.scope.model).rebound_between(clip.scope, clip.node, step.node, name):
+                return None  # `optimizer = o2` between them: the clip's `optimizer` is another object
             target = graph.point(step)
             if search(start, found=end_of_iteration, blocked=lambda p, t=target: p is t):
                 return None  # some path from the clip skips this step

@@ -19,6 +19,9 @@ class StepWithoutUpdate(Rule):
     `scaler.update()`: the module never updates that scaler at all, or the step runs
     in a loop whose iteration cannot reach an update before the next one starts
     (for example, `update()` only once per epoch, after the batch loop).
+    A scaler that leaves the analysis's sight is not judged: aliased (`s = scaler`),
+    stored in a container or an attribute, passed to a call amplint cannot read, or
+    its bound `scaler.update` taken without calling it; the update may run there.
 
     ## Why is this bad?
     `update()` is what adapts the loss scale: it halves the scale after a step that
@@ -81,6 +84,10 @@ class StepWithoutUpdate(Rule):
             for step in graph.of_kind(Kind.SCALER_STEP):
                 if proto.scaler_disabled(step.scaler):
                     continue
+                if self._escapes(step, graph):
+                    # Aliased, stored, passed on or its bound `update` taken: the update
+                    # may run under another name, out of this analysis's sight.
+                    continue
                 never = step.scaler not in updated and not (updated and self._by_name_only(step))
                 if training_loop(graph, step) is None and (not never or self._received(step, graph)):
                     # The update may well follow in the caller: one that passed the scaler
@@ -107,6 +114,13 @@ class StepWithoutUpdate(Rule):
         for graph in graphs:
             keys.update(e.scaler for e in graph.of_kind(Kind.UPDATE))
         return keys
+
+    def _escapes(self, step, graph) -> bool:
+        """The stepped scaler may be updated where the analysis cannot follow it."""
+        if step.scope.model.bindings.escaped(step.scaler):
+            return True
+        caller_key = protocol(self.model).key(step, graph)
+        return caller_key != step.scaler and self.model.bindings.escaped(caller_key)
 
     @staticmethod
     def _received(step, graph) -> bool:

@@ -55,8 +55,10 @@ class UnscaleTwice(Rule):
 
     ## Fix safety
     Unsafe: deletes the second `unscale_` statement. Offered only when every path to
-    it passes the first one (so the call could only ever raise) and the statement is
-    not alone in its block.
+    it passes the first one (so the call could only ever raise), the statement is
+    not alone in its block, and no `try` around it may catch the RuntimeError it
+    raises (there, the handler is the code that runs). Two calls whose optimizer name
+    is bound again between them (`optimizer = o2`) unscale two objects: no finding.
 
     ## Runtime confirmation
     `amplint verify` records the second `unscale_` call for an optimizer between two
@@ -102,8 +104,11 @@ class UnscaleTwice(Rule):
                         continue
                     if proto.exclusive(first, second):
                         continue
+                    if self._rebound(proto, graph, first, second):
+                        continue  # `optimizer = o2` between them: another optimizer, unscaled once
                     changes = None
-                    if not second.inlined and proto.removable(second.statement) and self._dominated(graph, first, second):
+                    if (not second.inlined and proto.removable(second.statement) and self._dominated(graph, first, second)
+                            and not proto.caught(second)):
                         changes = [RemoveStatement(second.statement)]
                     self.report_event(
                         second,
@@ -123,6 +128,17 @@ class UnscaleTwice(Rule):
         if first.inlined and key == first.optimizer and key is not None and key.startswith(f"{first.scope.name}@{id(first.scope)}:"):
             return f"{name} of `{first.via[-1]}`"
         return name
+
+    @staticmethod
+    def _rebound(proto, graph, first, second) -> bool:
+        """The two calls' optimizer may not be one object: its name (as the analysed
+        function writes it) is bound again between them, or their order is unknown."""
+        if first.anchor is not second.anchor:
+            text = Bindings.text_of(proto.key(first, graph, "optimizer"))
+            return proto.rebound_between(graph.scope, first.anchor, second.anchor, text)
+        if first.scope is second.scope:  # both inside one call of the same helper
+            return proto.rebound_between(first.scope, first.node, second.node, Bindings.text_of(first.optimizer))
+        return False
 
     @staticmethod
     def _dominated(graph, first, second) -> bool:

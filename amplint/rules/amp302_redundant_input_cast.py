@@ -8,8 +8,7 @@ from amplint.analysis.bindings import call_arg
 from amplint.analysis.names import dotted
 from amplint.analysis.precision import precision_of
 from amplint.analysis.torch_api import HALF_CAST_METHODS, REDUCED_DTYPE_TOKENS
-from amplint.diagnostics import Applicability
-from amplint.rules._base import FixAvailability, Replace, Rule
+from amplint.rules._base import Rule
 
 
 class RedundantInputCast(Rule):
@@ -40,16 +39,16 @@ class RedundantInputCast(Rule):
     ```
 
     ## Fix safety
-    Unsafe: removes the cast (`x.half()` becomes `x`, `x.to(torch.float16)` becomes
-    `x`). Ops that autocast does not cover then run in the input's dtype.
+    No fix. Removing the cast changes what the code does whenever the input is not
+    float32, and its dtype cannot be known statically: autocast does not cast float64
+    or integer inputs (`model(x64)` then raises a dtype mismatch where `model(x64.half())`
+    ran), `y = x.to(torch.float16)` is a copy that in-place ops on `y` (`y.mul_(0)`)
+    would then make on `x`, and ops autocast does not cover run in the input's dtype.
     """
 
     code = "AMP302"
     name = "redundant-input-cast"
     message = "`{cast}` inside a {dtype} autocast region is redundant"
-    fix_title = "Remove the cast and let autocast choose"
-    fix_availability = FixAvailability.SOMETIMES
-    safety = Applicability.UNSAFE
     default_enabled = False
     requires_any = REDUCED_DTYPE_TOKENS
     and_requires_any = (("autocast",),)
@@ -66,15 +65,13 @@ class RedundantInputCast(Rule):
             if region is None or region.info.dtypes is None or region.info.managed:
                 continue
             name = func.attr.value
-            simple = False
             if name in HALF_CAST_METHODS and not call.args:
-                dtype, simple = HALF_CAST_METHODS[name], True
+                dtype = HALF_CAST_METHODS[name]
             elif name == "to":
                 dtype_expr = call_arg(call, None, "dtype")
                 positional = [a for a in call.args if a.keyword is None and not a.star]
                 if dtype_expr is None and len(positional) == 1:
                     dtype_expr = positional[0].value
-                    simple = len(call.args) == 1
                 dtypes = model.bindings.values.dtypes(dtype_expr, site.scope) if dtype_expr is not None else None
                 if not dtypes or len(dtypes) != 1:
                     continue
@@ -88,8 +85,7 @@ class RedundantInputCast(Rule):
                 continue
             if dtype not in region.info.dtypes or self._is_module(func.value, site.scope):
                 continue
-            changes = [Replace(call, func.value)] if simple else None
-            self.report(call, changes=changes, cast=model.module.code_for_node(call), dtype=dtype)
+            self.report(call, cast=model.module.code_for_node(call), dtype=dtype)
 
     def _is_module(self, receiver: cst.BaseExpression, scope) -> bool:
         """`self.half()` and names an optimizer trains are modules, not inputs."""

@@ -860,13 +860,274 @@ def _optional_scaler_variants() -> list[Case]:
     return out
 
 
+# The hostile tester's reproducers of wrong step-rule fixes (issue: D5-D11): each prints what the
+# training did (weights, norms, exceptions caught), so a fix that changes it shows in stdout.
+_STEP_RULE_CASES = {
+    ('AMP102', 'scaler_escapes', 'alias_update', ()): (
+        'import torch\n'
+        'torch.manual_seed(0)\n'
+        'model = torch.nn.Linear(4, 1)\n'
+        'optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n'
+        'scaler = torch.amp.GradScaler("cpu", init_scale=1024.0)\n'
+        's = scaler\n'
+        'for i in range(3):\n'
+        '    x = torch.randn(8, 4)\n'
+        '    with torch.autocast("cpu", dtype=torch.float16):\n'
+        '        loss = model(x).float().pow(2).mean()\n'
+        '    scaler.scale(loss).backward()\n'
+        '    scaler.step(optimizer)\n'
+        '    optimizer.zero_grad()\n'
+        '    s.update()\n'
+        '    print(scaler.get_scale(), model.weight.detach().tolist())\n'
+    ),
+    ('AMP102', 'scaler_escapes', 'update_via_list', ()): (
+        'import torch\n'
+        'torch.manual_seed(0)\n'
+        'model = torch.nn.Linear(4, 1)\n'
+        'optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n'
+        'scaler = torch.amp.GradScaler("cpu", init_scale=1024.0)\n'
+        'hooks = [scaler.update]\n'
+        'for i in range(3):\n'
+        '    x = torch.randn(8, 4)\n'
+        '    with torch.autocast("cpu", dtype=torch.float16):\n'
+        '        loss = model(x).float().pow(2).mean()\n'
+        '    scaler.scale(loss).backward()\n'
+        '    scaler.step(optimizer)\n'
+        '    optimizer.zero_grad()\n'
+        '    for h in hooks:\n'
+        '        h()\n'
+        '    print(scaler.get_scale(), model.weight.detach().tolist())\n'
+    ),
+    ('AMP102', 'scaler_escapes', 'update_in_other_obj', ()): (
+        'import torch\n'
+        'torch.manual_seed(0)\n'
+        'model = torch.nn.Linear(4, 1)\n'
+        'optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n'
+        'class Box:\n'
+        '    def __init__(self, sc):\n'
+        '        self.sc = sc\n'
+        '    def finish(self):\n'
+        '        self.sc.update()\n'
+        'scaler = torch.amp.GradScaler("cpu", init_scale=1024.0)\n'
+        'box = Box(scaler)\n'
+        'for i in range(3):\n'
+        '    x = torch.randn(8, 4)\n'
+        '    with torch.autocast("cpu", dtype=torch.float16):\n'
+        '        loss = model(x).float().pow(2).mean()\n'
+        '    scaler.scale(loss).backward()\n'
+        '    scaler.step(optimizer)\n'
+        '    optimizer.zero_grad()\n'
+        '    box.finish()\n'
+        '    print(scaler.get_scale(), model.weight.detach().tolist())\n'
+    ),
+    ('AMP101', 'clip_shares_line', 'backward_then_clip', ()): (
+        'import torch\n'
+        'torch.manual_seed(0)\n'
+        'model = torch.nn.Linear(4, 1)\n'
+        'optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n'
+        'scaler = torch.amp.GradScaler("cpu", init_scale=1024.0)\n'
+        'for _ in range(2):\n'
+        '    x = torch.randn(8, 4)\n'
+        '    with torch.autocast("cpu", dtype=torch.float16):\n'
+        '        loss = model(x).float().pow(2).mean()\n'
+        '    scaler.scale(loss).backward(); torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)\n'
+        '    scaler.step(optimizer)\n'
+        '    scaler.update()\n'
+        '    optimizer.zero_grad()\n'
+        '    print(model.weight.detach().tolist())\n'
+    ),
+    ('AMP101', 'clip_shares_line', 'semicolons', ()): (
+        'import torch\n'
+        'torch.manual_seed(0)\n'
+        'model = torch.nn.Linear(4, 1)\n'
+        'optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n'
+        'scaler = torch.amp.GradScaler("cpu", init_scale=1024.0)\n'
+        'for _ in range(2):\n'
+        '    x = torch.randn(8, 4)\n'
+        '    with torch.autocast("cpu", dtype=torch.bfloat16):\n'
+        '        loss = model(x).float().pow(2).mean()\n'
+        '    scaler.scale(loss).backward(); n = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0); scaler.step(optimizer)\n'
+        '    scaler.update()\n'
+        '    optimizer.zero_grad()\n'
+        '    print(float(n), model.weight.detach().tolist())\n'
+    ),
+    ('AMP101', 'optimizer_rebound', 'between_clip_and_step', ()): (
+        'import torch\n'
+        'torch.manual_seed(0)\n'
+        'm1 = torch.nn.Linear(4, 1); m2 = torch.nn.Linear(4, 1)\n'
+        'o1 = torch.optim.SGD(m1.parameters(), lr=0.1); o2 = torch.optim.SGD(m2.parameters(), lr=0.1)\n'
+        'scaler = torch.amp.GradScaler("cpu", init_scale=1024.0)\n'
+        'for _ in range(2):\n'
+        '    x = torch.randn(8, 4)\n'
+        '    optimizer = o1\n'
+        '    with torch.autocast("cpu", dtype=torch.float16):\n'
+        '        loss = (m1(x) + m2(x)).float().pow(2).mean()\n'
+        '    scaler.scale(loss).backward()\n'
+        '    n = torch.nn.utils.clip_grad_norm_(m2.parameters(), 1.0)\n'
+        '    optimizer = o2\n'
+        '    scaler.step(optimizer)\n'
+        '    scaler.update()\n'
+        '    print("clip saw norm", float(n), "m1 grad", float(m1.weight.grad.abs().sum())); o1.zero_grad(); o2.zero_grad()\n'
+        'print(m1.weight.detach().tolist(), m2.weight.detach().tolist())\n'
+    ),
+    ('AMP108', 'optimizer_rebound', 'between_unscales', ()): (
+        'import torch\n'
+        'torch.manual_seed(0)\n'
+        'm1 = torch.nn.Linear(4, 1); m2 = torch.nn.Linear(4, 1)\n'
+        'o1 = torch.optim.SGD(m1.parameters(), lr=0.1); o2 = torch.optim.SGD(m2.parameters(), lr=0.1)\n'
+        'scaler = torch.amp.GradScaler("cpu", init_scale=1024.0)\n'
+        'for _ in range(2):\n'
+        '    x = torch.randn(8, 4)\n'
+        '    with torch.autocast("cpu", dtype=torch.float16):\n'
+        '        loss = (m1(x) + m2(x)).float().pow(2).mean()\n'
+        '    scaler.scale(loss).backward()\n'
+        '    optimizer = o1\n'
+        '    scaler.unscale_(optimizer)\n'
+        '    optimizer = o2\n'
+        '    scaler.unscale_(optimizer)\n'
+        '    n = torch.nn.utils.clip_grad_norm_(list(m1.parameters()) + list(m2.parameters()), 1.0)\n'
+        '    scaler.step(o1)\n'
+        '    scaler.step(o2)\n'
+        '    scaler.update()\n'
+        '    print("clip saw", float(n))\n'
+        '    o1.zero_grad(); o2.zero_grad()\n'
+        'print(m1.weight.detach().tolist(), m2.weight.detach().tolist())\n'
+    ),
+    ('AMP108', 'unscale_in_try', 'except_runtime_error', ()): (
+        'import torch\n'
+        'torch.manual_seed(0)\n'
+        'm1 = torch.nn.Linear(4, 1)\n'
+        'o1 = torch.optim.SGD(m1.parameters(), lr=0.1)\n'
+        'scaler = torch.amp.GradScaler("cpu", init_scale=1024.0)\n'
+        'for _ in range(2):\n'
+        '    x = torch.randn(8, 4)\n'
+        '    with torch.autocast("cpu", dtype=torch.float16):\n'
+        '        loss = m1(x).float().pow(2).mean()\n'
+        '    scaler.scale(loss).backward()\n'
+        '    scaler.unscale_(o1)\n'
+        '    try:\n'
+        '        scaler.unscale_(o1)\n'
+        '        print("second unscale succeeded")\n'
+        '    except RuntimeError:\n'
+        '        print("already unscaled")\n'
+        '    scaler.step(o1)\n'
+        '    scaler.update()\n'
+        '    o1.zero_grad()\n'
+    ),
+    ('AMP103', 'scaled_elsewhere', 'through_scaler_alias', ()): (
+        'import torch\n'
+        'torch.manual_seed(0)\n'
+        'model = torch.nn.Linear(4, 1)\n'
+        'optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n'
+        'scaler = torch.amp.GradScaler("cpu", init_scale=1024.0)\n'
+        's = scaler\n'
+        'for i in range(3):\n'
+        '    x = torch.randn(8, 4)\n'
+        '    with torch.autocast("cpu", dtype=torch.float16):\n'
+        '        loss = model(x).float().pow(2).mean()\n'
+        '    loss = s.scale(loss)\n'
+        '    loss.backward()\n'
+        '    scaler.step(optimizer)\n'
+        '    scaler.update()\n'
+        '    optimizer.zero_grad()\n'
+        '    print(scaler.get_scale(), model.weight.detach().tolist())\n'
+    ),
+    ('AMP103', 'scaled_elsewhere', 'scaled_list', ()): (
+        'import torch\n'
+        'torch.manual_seed(0)\n'
+        'model = torch.nn.Linear(4, 1)\n'
+        'optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n'
+        'scaler = torch.amp.GradScaler("cpu", init_scale=1024.0)\n'
+        'for i in range(3):\n'
+        '    x = torch.randn(8, 4)\n'
+        '    with torch.autocast("cpu", dtype=torch.float16):\n'
+        '        l1 = model(x).float().pow(2).mean()\n'
+        '        l2 = model(x).float().abs().mean()\n'
+        '    scaled = scaler.scale([l1, l2])\n'
+        '    (scaled[0] + scaled[1]).backward()\n'
+        '    scaler.step(optimizer)\n'
+        '    scaler.update()\n'
+        '    optimizer.zero_grad()\n'
+        '    print(scaler.get_scale(), model.weight.detach().tolist())\n'
+    ),
+    ('AMP103', 'scaled_elsewhere', 'bound_scale_method', ()): (
+        'import torch\n'
+        'torch.manual_seed(0)\n'
+        'model = torch.nn.Linear(4, 1)\n'
+        'optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n'
+        'scaler = torch.amp.GradScaler("cpu", init_scale=1024.0)\n'
+        'scale = scaler.scale\n'
+        'for i in range(3):\n'
+        '    x = torch.randn(8, 4)\n'
+        '    with torch.autocast("cpu", dtype=torch.float16):\n'
+        '        loss = model(x).float().pow(2).mean()\n'
+        '    scale(loss).backward()\n'
+        '    scaler.step(optimizer)\n'
+        '    scaler.update()\n'
+        '    optimizer.zero_grad()\n'
+        '    print(scaler.get_scale(), model.weight.detach().tolist())\n'
+    ),
+    ('AMP103', 'scaled_elsewhere', 'rebound_scaled_loss', ()): (
+        'import torch\n'
+        'torch.manual_seed(0)\n'
+        'model = torch.nn.Linear(4, 1)\n'
+        'optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n'
+        'scaler = torch.amp.GradScaler("cpu", init_scale=1024.0)\n'
+        'for i in range(3):\n'
+        '    x = torch.randn(8, 4)\n'
+        '    with torch.autocast("cpu", dtype=torch.float16):\n'
+        '        loss = model(x).float().pow(2).mean()\n'
+        '    loss = scaler.scale(loss)\n'
+        '    loss.backward()\n'
+        '    scaler.step(optimizer)\n'
+        '    scaler.update()\n'
+        '    optimizer.zero_grad()\n'
+        '    print(scaler.get_scale(), model.weight.detach().tolist())\n'
+    ),
+    ('AMP302', 'input_dtype_unknown', 'float64_int64_inplace', ('AMP302',)): (
+        'import numpy as np\n'
+        'import torch\n'
+        'torch.manual_seed(0)\n'
+        'model = torch.nn.Linear(4, 1)\n'
+        'optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n'
+        'scaler = torch.amp.GradScaler("cpu")\n'
+        'x64 = torch.from_numpy(np.random.RandomState(0).randn(8, 4))   # float64\n'
+        'xi = torch.arange(32).reshape(8, 4)                            # int64\n'
+        'x = torch.randn(8, 4)\n'
+        'with torch.autocast("cpu", dtype=torch.bfloat16):\n'
+        '    try:\n'
+        '        out = model(x64.bfloat16())\n'
+        '        print("float64 ok", out.dtype)\n'
+        '    except RuntimeError as e:\n'
+        '        print("float64 err", type(e).__name__)\n'
+        '    try:\n'
+        '        out = model(xi.bfloat16())\n'
+        '        print("int ok", out.dtype)\n'
+        '    except RuntimeError as e:\n'
+        '        print("int err", type(e).__name__)\n'
+        '    y = x.to(torch.bfloat16)\n'
+        '    y.mul_(0)\n'
+        '    out = model(y)\n'
+        'print("x sum after", float(x.sum()))\n'
+    ),
+}
+
+
+def _step_rule_variants() -> list[Case]:
+    """Scalers and optimizers under other names, statements sharing a line, a `try` around
+    an `unscale_`, inputs of unknown dtype: where AMP101-AMP108 and AMP302 must not fix."""
+    return [Case(f"{rule}-{context}-{name}", (("train.py", text),), ("train.py",), select=select)
+            for (rule, context, name, select), text in _STEP_RULE_CASES.items()]
+
+
 def variants() -> list[Case]:
     """Every generated case; ids name the rule, the context, the object, the device, the spelling."""
     cases = (_single_file_variants() + _branch_variants() + _reexport_variants() + _isinstance_variants()
              + _fstring_variants() + _notebook_variants() + _one_line_variants() + _checked_annotation_variants()
              + _star_import_variants() + _finfo_variants() + _optional_scaler_variants() + _torch_rebound_variants()
              + _class_body_import_variants()
-             + _notebook_importer_variants())
+             + _notebook_importer_variants()
+             + _step_rule_variants())
     ids = [c.id for c in cases]
     assert len(ids) == len(set(ids)), "variant ids must be unique"
     return cases

@@ -68,7 +68,9 @@ def test_the_variants_cover_the_contexts_a_fix_can_break() -> None:
     assert {"nested_bf16", "nested_fp16", "forward_in_bf16_region", "branch_import", "reexport",
             "isinstance_across_modules", "fstring", "notebook_magic", "one_line", "custom_function",
             "nested_no_cache", "checked_annotation", "star_import_after", "finfo_name",
-            "optional_scaler", "torch_rebound", "class_body_import", "notebook_importer"} <= contexts
+            "optional_scaler", "torch_rebound", "class_body_import", "notebook_importer",
+            "scaler_escapes", "clip_shares_line", "optimizer_rebound", "unscale_in_try",
+            "scaled_elsewhere", "input_dtype_unknown"} <= contexts
     assert any(len(c.files) > 1 for c in VARIANTS) and any(c.entries[0].endswith(".ipynb") for c in VARIANTS)
 
 
