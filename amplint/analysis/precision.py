@@ -376,46 +376,71 @@ def autocast_from_importers(model) -> tuple[str, bool] | None:
 
 def fp16_from_importers(model) -> str | None:
     """Why code of this module may run in float16 because the program that uses it trains
-    in float16: a module that imports it (directly or through others) enters float16
-    autocast (cuda's default included) or builds an enabled GradScaler, which only
-    float16 needs; or such an importer directly imports a module that does (`main.py`
-    imports the trainer and the model: the model's forward runs in the trainer's
-    autocast; a model class whose base class in `model.py` holds the fp16 `fit()`).
-    Only modules whose text names a GradScaler or an autocast with a half dtype are
-    parsed.  None when none does."""
+    in float16: it is reached, through imports, from a training module that enters
+    float16 autocast (cuda's default included) or builds an enabled GradScaler (only
+    float16 needs one), or from a module that imports such a trainer (`main.py` imports
+    the trainer and the model: the model's forward runs in the trainer's autocast; a
+    model whose base class in `model.py` holds the fp16 `fit()`).  None when nothing
+    in the project does.
+
+    Answered once per project, forward from its few float16 trainers (found by their
+    text, then parsed), not backward from each model file: a model file asks a set."""
     project = model.project
     if project is None:
         return None
-    memo = model.__dict__.setdefault("_amplint_fp16_importer", [])
-    if memo:
-        return memo[0]
     here = os.path.abspath(model.path)
-    judged: dict[str, bool] = {}
+    files = project.project_files(model.path)
+    if not files:
+        return None
+    memo: dict = project.__dict__.setdefault("_amplint_fp16_reach", {})
+    key = files
+    if key not in memo:
+        memo.clear()  # one project at a time: the answer of the last one asked
+        memo[key] = _fp16_reach(project, files)
+    reason = memo[key].get(here)
+    return reason
 
-    def trains_fp16(path: str) -> bool:
-        if path not in judged:
-            judged[path] = False
-            text = project.raw_text(path)
-            if text is not None and ("gradscaler" in text or ("autocast" in text and ("float16" in text or "half" in text or "cuda.amp" in text))):
-                other = project.model_at(path)
-                if other is not None:
-                    judged[path] = any(may_run_fp16(info) for _, _, info in precision_of(other).autocast_sites) or any(
-                        c.enabled is not False for c in other.bindings.scaler_constructions
-                    )
-        return judged[path]
 
-    found = None
-    for path in project.importers(model.path):
-        if trains_fp16(path):
-            found = f"`{os.path.basename(path)}`, which imports this module, trains in float16"
-            break
-        beside = [p for p in sorted(project.imported_files(path)) if p != here and trains_fp16(p)]
-        if beside:
-            found = (f"`{os.path.basename(path)}` uses this module and `{os.path.basename(beside[0])}`,"
-                     " which trains in float16")
-            break
-    memo.append(found)
-    return found
+def _fp16_reach(project, files) -> dict[str, str]:
+    """{module path: why it runs in float16} for every module reached from a float16
+    trainer of the project or from a module that imports one."""
+    trainers = []
+    for path in files:
+        text = project.raw_text(path)
+        # A training module: it scales, or calls backward next to an autocast that may be
+        # float16.  Models and utilities that merely mention autocast are not parsed.
+        if text is None or not (
+            "gradscaler" in text or ("autocast" in text and "backward" in text and ("float16" in text or "half" in text or "cuda.amp" in text))
+        ):
+            continue
+        other = project.model_at(path)
+        if other is not None and (
+            any(may_run_fp16(info) for _, _, info in precision_of(other).autocast_sites)
+            or any(c.enabled is not False for c in other.bindings.scaler_constructions)
+        ):
+            trainers.append(path)
+    reach: dict[str, str] = {}
+    for trainer in trainers:
+        starts = [(trainer, f"`{os.path.basename(trainer)}`, which imports this module, trains in float16")]
+        starts += [(user, f"`{os.path.basename(user)}` uses this module and `{os.path.basename(trainer)}`, which trains in float16")
+                   for user in project.importers(trainer, depth=1)]
+        for start, why in starts:
+            level = {start}
+            for _ in range(_FP16_REACH_DEPTH):
+                following = set()
+                for f in level:
+                    for g in project.imported_files(f):
+                        if g not in reach and g not in trainers:
+                            reach[g] = why
+                            following.add(g)
+                level = following
+                if not level:
+                    break
+    return reach
+
+
+# How many imports deep a trainer's float16 reaches (trainer -> model -> layers -> attention).
+_FP16_REACH_DEPTH = 4
 
 
 def _names_fp16(text: str) -> bool:

@@ -89,6 +89,14 @@ class _OverflowingFloat:
         return False
 
 
+# `scores += mask * -1e9` / `scores -= 1e9 * mask`: an in-place add or subtract of a product
+# with a float literal beyond float16 (an exponent of 5 or more, or six digits before the
+# point), written directly (`_masked_in_place` reads only a literal there).
+_OVERFLOWING_LITERAL = r"(?:[0-9][0-9_]*\.?[0-9_]*e\+?0*(?:[5-9]|[1-9][0-9])|[0-9][0-9_]{5,}\.[0-9_]*|[7-9][0-9]{4}\.[0-9]*|6[6-9][0-9]{3}\.[0-9]*|65[5-9][0-9]{2}\.[0-9]*)"
+_MASK_PRODUCT_IN_PLACE = re.compile(
+    r"[-+]=(?!=)[^\n=]*?(?:\*\s*[-+(\s]*" + _OVERFLOWING_LITERAL + r"|" + _OVERFLOWING_LITERAL + r"\s*\)*\s*\*)"
+)
+
 # Calls whose first argument the rule reads as the value written (`x.fill_(-1e9)`).
 _FIRST_ARGUMENT_SINKS = tuple(m for m, (position, _) in _WRITING_METHODS.items() if position == 0)
 _BLANK = " \t\f\r\n\\"
@@ -365,17 +373,17 @@ class Fp16OverflowConstant(Rule):
     # The evidence may come from the project: a decorator of amp_utils.py on the forward
     # (the only evidence read from other modules: their mere mention of float16 is none).
     imported_tokens = (1,)
-    # ... or from a module that imports this one and trains in float16 (`fp16_from_importers`).
-    importer_tokens = (1,)
     # NB: an autocast that is not literally switched off (`autocast(..., enabled=False)` of
     # a rotary-embedding helper is no evidence), in lowercased text
     # and in code, not in a message that quotes it.
     elsewhere_tokens = {1: (CodePattern(re.compile(r"autocast\s*\((?![^()]*enabled\s*=\s*false)"), literal="autocast"),)}
     and_requires_any = (
-        ("autocast", "GradScaler", FLOAT16_NOT_BFLOAT16, Word("half"), "half_precision", "fp16", Word("apex"), STRING_ESCAPE),
+        # ... or the in-place mask product, whose float16 evidence may come from the program
+        # that uses the module (`fp16_from_importers`, read only for such a file).
+        ("autocast", "GradScaler", FLOAT16_NOT_BFLOAT16, Word("half"), "half_precision", "fp16", Word("apex"), STRING_ESCAPE,
+         _MASK_PRODUCT_IN_PLACE),
         (*_WRITING_METHODS, "where", "full", re.compile(r"\][\s\\)]*[-+*]?=(?!=)"),
-         # `scores += mask * -1e9` (or `-1e9 * mask`): an in-place add of a product with a number
-         re.compile(r"[-+]=(?!=)[^\n=]*?(?:\*\s*[-+(\s]*[0-9.]|[0-9.]\s*\*)")),
+         _MASK_PRODUCT_IN_PLACE),
     )
 
     def check(self) -> None:
@@ -471,14 +479,15 @@ class Fp16OverflowConstant(Rule):
         if not (isinstance(value, cst.BinaryOperation) and isinstance(value.operator, cst.Multiply)):
             return
         for literal, other in ((value.left, value.right), (value.right, value.left)):
-            if self._overflowing(literal, scope) is not None and number_of(other) is None:
+            number = number_of(literal)
+            if number is not None and overflows_fp16(number) and number_of(other) is None:
                 break
         else:
             return
         if not self._computed_tensor(node.target, scope):
             return
         # No fix: `mask * finfo.min` overflows to -inf wherever the mask holds more than 1.
-        self._sink(node, node.target, literal, scope, fixable=False)
+        self._sink(node, node.target, literal, scope, fixable=False, program_evidence=True)
 
     def _computed_tensor(self, target: cst.BaseExpression, scope) -> bool:
         """Every value assigned to `target` in its scope is computed by a call (or
@@ -511,7 +520,8 @@ class Fp16OverflowConstant(Rule):
             return not self._full_precision_tensor(sink.dtype.value, sink.scope)
         return "dtype" in (dotted(sink.dtype) or "").split(".")[-1].lower()
 
-    def _sink(self, node, tensor, value, scope, dtype_expr=None, related=(), fixable: bool = True) -> None:
+    def _sink(self, node, tensor, value, scope, dtype_expr=None, related=(), fixable: bool = True,
+              program_evidence: bool = False) -> None:
         if value is None:
             return
         literal = self._overflowing(value, scope)
@@ -530,7 +540,11 @@ class Fp16OverflowConstant(Rule):
         elif regions:
             return  # autocast(enabled=False): the author made this part full precision
         else:
-            why = self.precision.fp16_evidence or fp16_from_importers(self.model)
+            why = self.precision.fp16_evidence
+            if why is None and program_evidence:
+                # NB: only for the in-place mask product; other sinks in a module that never
+                # says float16 are not read against the program (its cost on large libraries).
+                why = fp16_from_importers(self.model)
         if why is None:
             return
         text = self.model.module.code_for_node(value)
