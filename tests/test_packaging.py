@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import tarfile
@@ -82,3 +83,53 @@ def test_no_file_cites_the_address_of_a_repository_that_does_not_exist() -> None
                                                       *sorted((ROOT / "amplint").rglob("*.py")))
              if "github.com/amplint" in p.read_text(encoding="utf-8")]
     assert cited == []
+
+
+# Every address the project's own text cites, by host (and, on GitHub, by repository): each is a
+# well-known third-party page.  A new one is added here on purpose, after checking it exists;
+# the project itself has no public home yet, so none of its own may appear.
+KNOWN_ADDRESSES = (
+    "download.pytorch.org/whl/cpu",
+    "github.com/openlawlibrary/pygls",
+    "marketplace.visualstudio.com/items",
+    "ui.perfetto.dev",
+    "keepachangelog.com/",
+    "semver.org/",
+    "json.schemastore.org/sarif-2.1.0.json",
+    "bford.info/cachedir/",  # the CACHEDIR.TAG standard's own text
+    "pre-commit.com",
+)
+URL = re.compile(r"https?://([^\s)\"'>`\\]+)")
+
+
+def _cited_texts() -> list[Path]:
+    tops = [ROOT / n for n in ("README.md", "pyproject.toml", "CHANGELOG.md", "CONTRIBUTING.md",
+                               "BENCHMARKS.md", "MANIFEST.in", ".pre-commit-hooks.yaml")]
+    for folder, pattern in (("docs", "*.md"), ("rules", "*.md"), ("amplint", "*.py"), ("examples", "*.py")):
+        tops += sorted((ROOT / folder).rglob(pattern))
+    return tops
+
+
+def test_every_cited_address_is_a_known_third_party_page() -> None:
+    unknown = [
+        f"{p.relative_to(ROOT).as_posix()}: {m.group(0)}"
+        for p in _cited_texts()
+        for m in URL.finditer(p.read_text(encoding="utf-8"))
+        if not m.group(1).startswith(KNOWN_ADDRESSES)
+    ]
+    assert unknown == []
+
+
+def test_manifest_grafts_every_folder_the_tests_and_readme_read() -> None:
+    """Offline and without setuptools>=77 (the sdist build above skips without it)."""
+    grafted = {line.split()[1].rstrip("/") for line in (ROOT / "MANIFEST.in").read_text().splitlines()
+               if line.startswith("graft ")}
+    assert {*NEEDED_TREES, "docs", "benchmarks"} <= grafted
+
+
+def test_pyproject_and_the_package_give_one_version() -> None:
+    """`amplint --version` reads amplint/version.py; the wheel's metadata reads pyproject.toml."""
+    from amplint.version import __version__
+
+    declared = re.search(r'(?m)^version = "([^"]+)"$', (ROOT / "pyproject.toml").read_text())
+    assert declared and declared.group(1) == __version__
