@@ -8,6 +8,8 @@ checks RUF100 after its noqa pass.  Only amplint's own codes (`AMP...`) are judg
 
 from __future__ import annotations
 
+import re
+
 from amplint.positions import split_lines
 from amplint.diagnostics import Applicability, Diagnostic, Edit, Fix, Span
 from amplint.rules.amp001_unused_noqa import UnusedNoqa
@@ -43,7 +45,7 @@ def findings(source: str, path: str, suppressed: list[tuple[int, str]], enabled:
         detail = "; ".join(f"{k}: {', '.join(f'`{c}`' for c in cs)}" for k, cs in sorted(kinds.items(), key=lambda kv: _ORDER[kv[0]]))
         line_text = lines[d.line - 1] if d.line <= len(lines) else ""
         has_ending = d.line <= len(raw_lines) and raw_lines[d.line - 1] != line_text
-        edit = _removal(d, [c for c in dict.fromkeys(d.codes) if c not in stale], line_text, has_ending)
+        edit = _removal(d, [c for c in dict.fromkeys(d.codes) if c not in stale], line_text, has_ending, lines)
         fix = Fix(UnusedNoqa.fix_title, (edit,), Applicability.SAFE)
         span = Span(d.line, d.col0, d.line, d.end_col0)
         out.append(Diagnostic(CODE, UnusedNoqa.message.format(detail=detail), path, span, fix))
@@ -51,9 +53,22 @@ def findings(source: str, path: str, suppressed: list[tuple[int, str]], enabled:
 
 
 _ORDER = {"unused": 0, "non-enabled": 1, "unknown": 2}
+# A coding declaration as Python looks for it on lines 1-2 (PEP 263).
+_CODING = re.compile(r"^[ \t\f]*#.*?coding[:=][ \t]*[-\w.]+")
 
 
-def _removal(d: Directive, keep: list[str], line_text: str, has_ending: bool) -> Edit:
+def _pulls_into_header(line: int, lines: list[str]) -> bool:
+    """Deleting `line` (1-based) moves a coding declaration into lines 1-2, or a shebang
+    into line 1."""
+    for old in range(line + 1, 4):  # each line below moves up by one
+        text = lines[old - 1] if old <= len(lines) else ""
+        new = old - 1
+        if (new <= 2 and _CODING.match(text)) or (new == 1 and text.startswith("#!")):
+            return True
+    return False
+
+
+def _removal(d: Directive, keep: list[str], line_text: str, has_ending: bool, lines: list[str]) -> Edit:
     """The edit that drops the stale codes: the codes kept stay, else the directive goes.
 
     What is left of the comment is written as a person would: another comment after the
@@ -75,6 +90,12 @@ def _removal(d: Directive, keep: list[str], line_text: str, has_ending: bool) ->
         return Edit((d.line, d.comment_col0), end, left)
     code = line_text[: d.comment_col0].rstrip()
     if not code and has_ending:
+        if _pulls_into_header(d.line, lines):
+            # NB: deleting one of the first two lines moves the lines below it up, into
+            # the place where Python reads a coding declaration (`# -*- coding: latin-1 -*-`
+            # on line 3 would start to decide how the whole file decodes) or the OS a
+            # shebang: the line is emptied instead, and nothing moves.
+            return Edit((d.line, 0), (d.line, len(line_text)), "")
         return Edit((d.line, 0), (d.line + 1, 0), "")  # the comment was the whole line
     return Edit((d.line, len(code)), end, "")
 

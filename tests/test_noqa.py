@@ -74,6 +74,30 @@ def test_unused_noqa_is_opt_in_and_fixes_converge() -> None:
     assert outcome.source == 'import torch\ns = torch.amp.GradScaler("cuda")\n'
 
 
+@pytest.mark.parametrize("head", [
+    "#!/usr/bin/env python\n# noqa: AMP401\n# -*- coding: latin-1 -*-\n",
+    "# noqa: AMP401\n#!/usr/bin/env python\n# -*- coding: latin-1 -*-\n",
+    "# noqa: AMP401\n# -*- coding: latin-1 -*-\n",
+])
+def test_removing_a_whole_line_directive_never_moves_a_line_into_the_header(head: str) -> None:
+    """Python reads a coding declaration from lines 1-2 only (and the OS a shebang from line
+    1): deleting a directive's line there would pull line 3 up and change how the file
+    decodes (or runs). The line is emptied instead; every other line stays where it was."""
+    source = head + "import torch\n"
+    select = ["AMP001", "AMP401"]
+    outcome = fix_text(source, lambda t: check_source(t, "t.py", select=select))
+    before, after = source.splitlines(), outcome.source.splitlines()
+    assert len(after) == len(before)
+    assert [line for line in after if "noqa" in line] == []
+    assert [i for i, (a, b) in enumerate(zip(before, after)) if a != b] == [before.index("# noqa: AMP401")]
+
+
+def test_a_whole_line_directive_below_the_header_takes_its_line_with_it() -> None:
+    source = "import torch\n\n# noqa: AMP401\nx = 1\n"
+    outcome = fix_text(source, lambda t: check_source(t, "t.py", select=["AMP001", "AMP401"]))
+    assert outcome.source == "import torch\n\nx = 1\n"
+
+
 def test_unused_noqa_runs_when_the_prefilter_skips_every_other_rule() -> None:
     """No rule's tokens are in the file, so nothing can fire: its AMP noqa codes are all stale."""
     (d,) = check_source("x = 1  # noqa: AMP101\n", "t.py", select=["AMP001", "AMP101"])
