@@ -85,6 +85,11 @@ KEPT = {
     "a one-line if": "        loss = model(x).sum()\n        if c: loss.backward()\n",
     "a one-line if with two statements": "        loss = model(x).sum()\n        if c: aux = 1; loss.backward()\n",
     "the backward alone in the block": "        loss.backward()\n",
+    # the statement runs a forward too: it would leave autocast with the backward
+    "a forward in the backward's receiver": "        n = 1\n        c(model(x).float(), x).backward()\n",
+    "a reduction in the backward's receiver": "        loss = model(x)\n        loss.mean().backward()\n",
+    "an assignment expression in the receiver": "        n = 1\n        (loss := model(x).sum()).backward()\n",
+    "a call in the backward's argument": "        loss = model(x).sum()\n        loss.backward(model(x))\n",
 }
 
 

@@ -47,7 +47,9 @@ class BackwardInsideAutocast(Rule):
     Unsafe: when the backward is the last statement of a single-item `with` block, the
     fix moves it just after the block. When it ends a line of several statements
     (`aux = f(x); loss.backward()`), only the backward moves; one that other statements
-    follow, on its line or in the block, is not moved, since that would reorder them.
+    follow, on its line or in the block, is not moved, since that would reorder them;
+    nor is a statement that computes more than the backward (`crit(model(x), y).backward()`,
+    `(loss := f(x)).backward()`), whose forward would leave autocast with it.
     Code that relied on autocast during backward (rare, and usually the bug) behaves
     differently.
 
@@ -103,6 +105,10 @@ class BackwardInsideAutocast(Rule):
         if region is not event.regions[-1]:
             return None
         small = line.body[-1]
+        if not _only_the_backward(small, event.node):
+            # NB: `crit(model(x), y).backward()` or `(loss := f(x)).backward()` would take
+            # the forward out of autocast with it: the statement must compute nothing else.
+            return None
         if not _holds(small, event.node):
             # NB: what follows the backward on its line runs after it: moving the backward
             # alone would reorder them (the forward of `loss.backward(); aux = model(x)`
@@ -125,6 +131,39 @@ class BackwardInsideAutocast(Rule):
         shortened = with_node.with_changes(body=body.with_changes(body=kept))
         # The block keeps its footer comments; the moved line keeps the comments above it and its own.
         return [Replace(with_node, cst.FlattenSentinel((shortened, moved)))]
+
+
+def _only_the_backward(small: cst.CSTNode, call: cst.Call) -> bool:
+    """The statement is the backward call and runs nothing else: its receiver and arguments
+    are names, attributes, subscripts and literals, or `scaler.scale(<name>)` (no other call,
+    no assignment expression)."""
+    if not isinstance(small, cst.Expr) or small.value is not call:
+        return False
+    ok = True
+
+    class _Other(cst.CSTVisitor):
+        def visit_NamedExpr(self, node: cst.NamedExpr) -> bool:
+            nonlocal ok
+            ok = False
+            return False
+
+        def visit_Lambda(self, node: cst.Lambda) -> bool:
+            return False  # defined, not run
+
+        def visit_Call(self, node: cst.Call) -> bool:
+            nonlocal ok
+            if node is call:
+                return True
+            func = node.func
+            scale = (isinstance(func, cst.Attribute) and func.attr.value == "scale"
+                     and all(isinstance(a.value, (cst.Name, cst.Attribute)) for a in node.args))
+            if not scale:
+                ok = False
+                return False
+            return True
+
+    walk(call, _Other())
+    return ok
 
 
 def _holds(node: cst.CSTNode, call: cst.Call) -> bool:

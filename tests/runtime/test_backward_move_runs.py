@@ -21,7 +21,6 @@ import torch
 torch.manual_seed(0)
 model = torch.nn.Linear(4, 4)
 x = torch.randn(2, 4)
-scaler = torch.amp.GradScaler("cpu")
 seen = []
 
 
@@ -30,9 +29,16 @@ def note(tag, value=None):
     return value
 
 
-def scaled(loss):
-    seen.append(("backward", torch.is_autocast_enabled("cpu")))
-    return scaler.scale(loss)
+class NotingScaler(torch.amp.GradScaler):
+    """Notes when the loss is scaled (just before its backward), and with autocast on or not.
+    A scaler's `scale` is the one call the fix lets leave the region with the backward."""
+
+    def scale(self, loss):
+        seen.append(("backward", torch.is_autocast_enabled("cpu")))
+        return super().scale(loss)
+
+
+noting = NotingScaler("cpu")
 
 
 for _ in range(2):
@@ -42,31 +48,31 @@ REGION = '    with torch.autocast("cpu", dtype=torch.bfloat16):\n        loss = 
 # The loop's body: an autocast region whose last lines vary, and whether a fix is offered.
 SHAPES = {
     "the issue's line: backward, then a forward": (
-        REGION + "        scaled(loss).backward(); aux = model(x).sum(); note('aux')\n", False,
+        REGION + "        noting.scale(loss).backward(); aux = model(x).sum(); note('aux')\n", False,
     ),
-    "a forward, then the backward": (REGION + "        aux = model(x).sum(); note('aux'); scaled(loss).backward()\n", True),
+    "a forward, then the backward": (REGION + "        aux = model(x).sum(); note('aux'); noting.scale(loss).backward()\n", True),
     "the backward in the middle": (
-        REGION + "        note('a'); scaled(loss).backward(); aux = model(x).sum(); note('aux')\n", False,
+        REGION + "        note('a'); noting.scale(loss).backward(); aux = model(x).sum(); note('aux')\n", False,
     ),
     "several, a comment, a footer": (
-        REGION + "        aux = model(x).sum(); note('aux'); n = note('n', 1);  scaled(loss).backward() ;  # c\n"
+        REGION + "        aux = model(x).sum(); note('aux'); n = note('n', 1);  noting.scale(loss).backward() ;  # c\n"
         "        # footer\n",
         True,
     ),
     "a forward on the next line": (
-        REGION + "        note('a'); scaled(loss).backward()\n        aux = model(x).sum(); note('aux')\n", False,
+        REGION + "        note('a'); noting.scale(loss).backward()\n        aux = model(x).sum(); note('aux')\n", False,
     ),
     "a one-line if": (
-        REGION + "        aux = model(x).sum(); note('aux')\n        if aux is not None: scaled(loss).backward()\n", False,
+        REGION + "        aux = model(x).sum(); note('aux')\n        if aux is not None: noting.scale(loss).backward()\n", False,
     ),
     "in a block nested in the region": (
-        REGION + "        with torch.enable_grad():\n            aux = model(x).sum(); note('aux'); scaled(loss).backward()\n",
+        REGION + "        with torch.enable_grad():\n            aux = model(x).sum(); note('aux'); noting.scale(loss).backward()\n",
         False,
     ),
     "the region nested in another block": (
         "    with torch.enable_grad():\n"
         + REGION.replace("\n    ", "\n        ").replace("    with", "        with", 1)
-        + "            aux = model(x).sum(); note('aux'); scaled(loss).backward()  # c\n",
+        + "            aux = model(x).sum(); note('aux'); noting.scale(loss).backward()  # c\n",
         True,
     ),
 }
