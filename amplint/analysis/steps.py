@@ -15,6 +15,7 @@ unscale_?") instead of walking the CST themselves.
 
 from __future__ import annotations
 
+import os
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Callable, Iterator
@@ -1075,7 +1076,42 @@ class StepGraphs:
             yield from g.events
 
 
-def same_construction(home, node: cst.Call, candidates, model) -> cst.Call | None:
+def constructions_seen_from_importers(model, candidates, wanted_text, events_of):
+    """(construction here, importer model, event) for each of `candidates` (this module's
+    GradScaler constructions, one finding each) that an importer's analysis reaches through
+    a call: the importers whose lowercased text passes `wanted_text` and names the function
+    that builds it; `events_of(importer)` gives the importer's SCALER_NEW events worth asking
+    about.  For each construction, the nearest importer's event reached through the fewest
+    calls (the call nearest to it, not `main()` at module level).  A rule that reports a helper's own
+    construction, not every call of it (AMP105, AMP204), asks this."""
+    project = model.project
+    by_function: dict[str, list[cst.Call]] = {}
+    for c in candidates:
+        by_function.setdefault(c.scope.name, []).append(c.call)
+    if project is None or not by_function:
+        return []
+    here = os.path.abspath(model.path)
+    words = {name.split(".")[-1].lower() for name in by_function}
+    found: dict[int, tuple[cst.Call, object, Event]] = {}
+    for path in project.importers_among(model.path, lambda text: wanted_text(text) and any(w in text for w in words)):
+        other = project.model_at(path)
+        if other is None:
+            continue
+        for ev in events_of(other):
+            home = ev.scope.model
+            if home is other or not ev.inlined or os.path.abspath(home.path) != here:
+                continue
+            mine = _same_construction(home, ev.node, by_function.get(ev.scope.name, ()), model)
+            if mine is None:
+                continue
+            known = found.get(id(mine))
+            # NB: the nearest importer's sighting stands; within it, the fewest calls.
+            if known is None or (known[1] is other and len(ev.via) < len(known[2].via)):
+                found[id(mine)] = (mine, other, ev)
+    return list(found.values())
+
+
+def _same_construction(home, node: cst.Call, candidates, model) -> cst.Call | None:
     """The construction of this module's `candidates` that `node` (found in `home`, a model
     of the same file that an importer's analysis used) stands for."""
     for call in candidates:

@@ -8,7 +8,7 @@ import libcst as cst
 
 from amplint.analysis.names import dotted
 from amplint.analysis.scaler_protocol import protocol
-from amplint.analysis.steps import MANAGED_RECEIVER_WORDS, Kind, same_construction
+from amplint.analysis.steps import MANAGED_RECEIVER_WORDS, Kind, constructions_seen_from_importers
 from amplint.analysis.casts import OPTIMIZER_TOKENS
 from amplint.prefilter import Attr, Word
 from amplint.rules._base import Rule
@@ -138,39 +138,20 @@ class ScalerInLoop(Rule):
         """A function here builds a scaler and another module calls it in its loop
         (`engine.train_one_epoch`, called once per epoch by `main.py`): reported here, at
         the construction, with the loop's place as a related location."""
-        if self.model.project is None:
-            return
-        here = os.path.abspath(self.model.path)
-        by_function: dict[str, list[cst.Call]] = {}
-        for c in self.model.bindings.scaler_constructions:
-            scope = c.scope
-            if c.enabled is False or id(c.call) in reported or scope is None or scope.is_module:
-                continue
-            by_function.setdefault(scope.name, []).append(c.call)
-        if not by_function:
-            return
-        words = {name.split(".")[-1].lower() for name in by_function}
+        candidates = [
+            c for c in self.model.bindings.scaler_constructions
+            if c.enabled is not False and id(c.call) not in reported and c.scope is not None and not c.scope.is_module
+        ]
 
-        def wanted(text: str) -> bool:
-            return any(w in text for w in words)
+        def per_iteration(other):
+            return [ev for ev, _ in self._per_iteration(other) if not _through_constructor(ev)]
 
-        project = self.model.project
-        for path in project.importers_among(self.model.path, wanted):
-            other = project.model_at(path)
-            if other is None:
-                continue
-            for ev, _ in self._per_iteration(other):
-                home = ev.scope.model
-                if home is other or not ev.inlined or os.path.abspath(home.path) != here or _through_constructor(ev):
-                    continue
-                mine = same_construction(home, ev.node, by_function.get(ev.scope.name, ()), self.model)
-                if mine is None or id(mine) in reported:
-                    continue
-                reported.add(id(mine))
-                called = other.module.code_for_node(ev.anchor.func)
-                how = f" (through `{called}()`, called in a loop in {os.path.basename(other.path)})"
-                self.report(mine, ctor=self.model.module.code_for_node(mine.func) + "(...)", how=how,
-                            related=((other, ev.anchor, f"`{called}()` is called in a loop here"),))
+        for mine, other, ev in constructions_seen_from_importers(self.model, candidates, lambda text: True, per_iteration):
+            reported.add(id(mine))
+            called = other.module.code_for_node(ev.anchor.func)
+            how = f" (through `{called}()`, called in a loop in {os.path.basename(other.path)})"
+            self.report(mine, ctor=self.model.module.code_for_node(mine.func) + "(...)", how=how,
+                        related=((other, ev.anchor, f"`{called}()` is called in a loop here"),))
 
     @staticmethod
     def _ctor(ev, model) -> str:

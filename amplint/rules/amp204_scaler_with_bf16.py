@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import os
-
 import libcst as cst
 
 from amplint.analysis.bindings import call_arg
 from amplint.analysis.precision import precision_of, scaler_only_for_bf16
 from amplint.analysis.torch_api import HALF_DTYPES
-from amplint.analysis.steps import Kind, same_construction
+from amplint.analysis.steps import Kind, constructions_seen_from_importers
 from amplint.rules._base import Rule
 
 
@@ -122,46 +120,21 @@ class ScalerWithBf16(Rule):
         """A function here builds its scaler only for bfloat16 runs (`GradScaler() if
         use_bf16 else None`) and a module that imports it trains under bfloat16 autocast
         with it: reported at the construction, with the call as a related location."""
-        if self.model.project is None:
-            return
-        by_function: dict[str, list[cst.Call]] = {}
-        for c in self.model.bindings.scaler_constructions:
-            if c.enabled is False or id(c.call) in reported or c.scope is None or c.scope.is_module:
-                continue
-            if scaler_only_for_bf16(c.call, c.scope, self.model):
-                by_function.setdefault(c.scope.name, []).append(c.call)
-        if not by_function:
-            return
-        here = os.path.abspath(self.model.path)
-        words = {name.split(".")[-1].lower() for name in by_function}
+        candidates = [
+            c for c in self.model.bindings.scaler_constructions
+            if c.enabled is not False and id(c.call) not in reported and c.scope is not None and not c.scope.is_module
+            and scaler_only_for_bf16(c.call, c.scope, self.model)
+        ]
 
-        def wanted(text: str) -> bool:
-            return "autocast" in text and any(w in text for w in words)
+        def scaler_events(other):
+            if not any(self._bf16_runs(other)):
+                return []
+            return [ev for graph in other.steps for ev in graph.of_kind(Kind.SCALER_NEW)]
 
-        project = self.model.project
-        for path in project.importers_among(self.model.path, wanted):
-            other = project.model_at(path)
-            if other is None:
-                continue
-            always, sometimes = self._bf16_runs(other)
-            if not (always or sometimes):
-                continue
-            nearest: dict[int, tuple[cst.Call, object]] = {}
-            for graph in other.steps:
-                for ev in graph.of_kind(Kind.SCALER_NEW):
-                    home = ev.scope.model
-                    if home is other or not ev.inlined or os.path.abspath(home.path) != here:
-                        continue
-                    mine = same_construction(home, ev.node, by_function.get(ev.scope.name, ()), self.model)
-                    if mine is None or id(mine) in reported:
-                        continue
-                    known = nearest.get(id(mine))
-                    if known is None or len(ev.via) < len(known[1].via):
-                        nearest[id(mine)] = (mine, ev)  # the call nearest the construction, not `main()`
-            for mine, ev in nearest.values():
-                reported.add(id(mine))
-                called = other.module.code_for_node(ev.anchor.func)
-                self.report(mine, related=((other, ev.anchor, f"`{called}()` takes this scaler for bfloat16 autocast here"),))
+        for mine, other, ev in constructions_seen_from_importers(self.model, candidates, lambda text: "autocast" in text, scaler_events):
+            reported.add(id(mine))
+            called = other.module.code_for_node(ev.anchor.func)
+            self.report(mine, related=((other, ev.anchor, f"`{called}()` takes this scaler for bfloat16 autocast here"),))
 
     @staticmethod
     def _tests_fp16(expr: cst.BaseExpression, model) -> bool:
