@@ -78,22 +78,37 @@ class _GuardCollector(cst.CSTVisitor):
         # catch a RuntimeError; the calls with one.
         self.catching: list[int] = [0]
         self.caught: set[int] = set()
+        # The last name of every callee called where a RuntimeError may be caught: a
+        # function `unscale_and_clip` called inside `try: ... except RuntimeError` raises
+        # into that handler.
+        self.caught_callees: set[str] = set()
+        self.function_stack: list[cst.FunctionDef] = []
+        self.function_of: dict[int, cst.FunctionDef] = {}
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
         self.stack.append([])
         self.test_stack.append([])
         self.catching.append(0)
+        self.function_stack.append(node)
 
     def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:
         self.stack.pop()
         self.test_stack.pop()
         self.catching.pop()
+        self.function_stack.pop()
 
     def visit_Try_body(self, node: cst.Try) -> None:
         self.catching[-1] += _catches_runtime_error(node)
 
     def leave_Try_body(self, node: cst.Try) -> None:
         self.catching[-1] -= _catches_runtime_error(node)
+
+    # `with contextlib.suppress(RuntimeError):` catches as a `try` does.
+    def visit_With_body(self, node: cst.With) -> None:
+        self.catching[-1] += _suppresses_runtime_error(node)
+
+    def leave_With_body(self, node: cst.With) -> None:
+        self.catching[-1] -= _suppresses_runtime_error(node)
 
     def visit_TryStar_body(self, node) -> None:
         self.catching[-1] += _catches_runtime_error(node)
@@ -149,8 +164,13 @@ class _GuardCollector(cst.CSTVisitor):
         self.guards[id(node)] = tuple(self.stack[-1])
         if self.catching[-1]:
             self.caught.add(id(node))
+            callee = dotted(node.func)
+            if callee is not None:
+                self.caught_callees.add(callee.rsplit(".", 1)[-1])
         if self.test_stack[-1]:
             self.tests[id(node)] = tuple(self.test_stack[-1])
+        if self.function_stack:
+            self.function_of[id(node)] = self.function_stack[-1]
 
     def visit_IndentedBlock(self, node: cst.IndentedBlock) -> None:
         self._block(node.body)
@@ -177,6 +197,8 @@ class ScalerProtocol:
         self._block_sizes = collector.block_sizes
         self._next = collector.next_statement
         self._caught = collector.caught
+        self._caught_callees = collector.caught_callees
+        self._function_of = collector.function_of
 
     # --- guards --------------------------------------------------------------------------
     def guards(self, event: Event) -> tuple[Guard, ...]:
@@ -212,7 +234,12 @@ class ScalerProtocol:
         """The event runs inside a `try` whose handlers may catch the RuntimeError that a
         protocol call raises (`unscale_` twice, `step` without `update`): deleting or adding
         such a call changes which branch runs."""
-        return any(id(c) in self._caught for c in (event.anchor, event.node))
+        if any(id(c) in self._caught for c in (event.anchor, event.node)):
+            return True
+        # Its function is called, somewhere in the module, where the error is caught (one
+        # level of callers; a caller in another module is not seen).
+        function = self._function_of.get(id(event.node))
+        return function is not None and function.name.value in self._caught_callees
 
     def alone_on_its_line(self, event: Event) -> bool:
         """The event's statement is one simple statement of a block of this module (not
@@ -314,7 +341,40 @@ class ScalerProtocol:
             walk(root, finder)
         if finder.state != 2:
             return True  # NB: not both found in this order (the same statement, another function)
-        return any(t == text or text.startswith(t + ".") for t in finder.names())
+        if any(t == text or text.startswith(t + ".") for t in finder.names()):
+            return True
+        return self._call_may_rebind(finder.calls, text)
+
+    def _call_may_rebind(self, calls: list[cst.Call], text: str) -> bool:
+        """A call between the two may rebind `text` out of sight: `self.refresh()` or
+        `reset(self)` can assign `self.scaler`; a function that declares `global scaler`
+        can rebind the module's `scaler`.  Calls on another attribute (`self.model.train()`,
+        `self.log.info(...)`) and on `text` itself are taken not to."""
+        root, dot, _ = text.partition(".")
+        declared_global = root in self._globals_declared()
+        for call in calls:
+            callee = dotted(call.func) or ""
+            if dot and callee.count(".") == 1 and callee.startswith(root + ".") and not callee.startswith(text + "."):
+                return True  # `self.refresh()`
+            if dot and any(isinstance(a.value, cst.Name) and a.value.value == root for a in call.args):
+                return True  # `reset(self)`
+            if declared_global and "." not in callee:
+                return True  # `refresh()` where some function says `global scaler`
+        return False
+
+    def _globals_declared(self) -> frozenset[str]:
+        """Names some `global` statement of the module declares (computed once)."""
+        cached = getattr(self, "_global_names", None)
+        if cached is None:
+            found: set[str] = set()
+
+            class _Globals(cst.CSTVisitor):
+                def visit_Global(self, node: cst.Global) -> None:
+                    found.update(n.name.value for n in node.names)
+
+            walk(self.model.module, _Globals())
+            cached = self._global_names = frozenset(found)
+        return cached
 
     @staticmethod
     def same(a: str | None, b: str | None) -> bool:
@@ -329,6 +389,7 @@ class _BindingsBetween(cst.CSTVisitor):
         self.start, self.end = start, end
         self.state = 0  # 0 before start, 1 between, 2 at or after end
         self.bound: set[str] = set()
+        self.calls: list[cst.Call] = []  # the calls between, in source order
         # `for opt in optimizers:` loops open here, and those around `start` and `end`.
         self.fors: list[tuple[cst.For, str]] = []
         self.start_fors: list[tuple[cst.For, str]] = []
@@ -342,6 +403,8 @@ class _BindingsBetween(cst.CSTVisitor):
         elif node is self.end and self.state == 1:
             self.state = 2
             self.end_fors = list(self.fors)
+        elif self.state == 1:
+            self.calls.append(node)
 
     def names(self) -> set[str]:
         """What is bound between, less the variable of a loop around `end` that walks the
@@ -451,6 +514,19 @@ def _catches_runtime_error(node) -> int:
             name = dotted(k)
             if name is None or name.split(".")[-1] not in _NOT_RUNTIME_ERROR:
                 return 1
+    return 0
+
+
+def _suppresses_runtime_error(node: cst.With) -> int:
+    """1 when the `with` enters `contextlib.suppress(...)` of an exception that may be a
+    RuntimeError (or of something we cannot place)."""
+    for item in node.items:
+        call = item.item
+        if isinstance(call, cst.Call) and (dotted(call.func) or "").rsplit(".", 1)[-1] == "suppress":
+            for arg in call.args:
+                name = dotted(arg.value)
+                if name is None or name.split(".")[-1] not in _NOT_RUNTIME_ERROR:
+                    return 1
     return 0
 
 

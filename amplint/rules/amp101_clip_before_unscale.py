@@ -84,7 +84,9 @@ class ClipBeforeUnscale(Rule):
     optimizer per iteration) get no fix, nor does a clip that shares its line with
     other statements (`scaler.scale(loss).backward(); clip_grad_norm_(...)`) or an
     optimizer name bound again between the clip and the step (`optimizer = o2`: the
-    clip's `optimizer` is another object). It is still wrong if an optimizer unscales
+    clip's `optimizer` is another object), also out of sight: a method called on the
+    same object between them (`self.rebuild_optimizer()` may assign `self.opt`). It is
+    still wrong if an optimizer unscales
     internally or a caller already unscaled.
 
     ## Runtime confirmation

@@ -56,8 +56,9 @@ class UnscaleTwice(Rule):
     ## Fix safety
     Unsafe: deletes the second `unscale_` statement. Offered only when every path to
     it passes the first one (so the call could only ever raise), the statement is
-    not alone in its block, and no `try` around it may catch the RuntimeError it
-    raises (there, the handler is the code that runs). Two calls whose optimizer name
+    not alone in its block, and nothing may catch the RuntimeError it raises: no `try`
+    or `with contextlib.suppress(RuntimeError)` around it, nor around a call of its
+    function elsewhere in the module (there, the handler is the code that runs). Two calls whose optimizer name
     is bound again between them (`optimizer = o2`) unscale two objects: no finding.
 
     ## Runtime confirmation
