@@ -245,7 +245,7 @@ def _called_result(call: cst.Call, scope, env, args: tuple, node: cst.Call, dept
     fn, fscope = wrapper
     bound = bind(tuple(Arg(a, scope, env) for a in call.args), fn, fscope)
     found: list = []
-    for value in _returned(fn):
+    for value in returned_values(fn):
         for branch in value_branches(value):
             found.extend(produced(fscope.model.bindings, branch, fscope, bound, args, node, depth + 1))
     return found
@@ -262,7 +262,7 @@ def _through_wrapper(wrapper, args: tuple, node: cst.Call, depth: int) -> list:
         for item, iscope in _items_around_yield(fn, fscope.model):
             found.extend(entered(bindings, item, iscope, bound if iscope is fscope else None, depth + 1))
         return _at(found, node)
-    for value in _returned(fn):
+    for value in returned_values(fn):
         found.extend(entered(bindings, value, fscope, bound, depth + 1))
     return _at(found, node)
 
@@ -460,9 +460,6 @@ def _rebinds(value: cst.BaseExpression, name: str) -> bool:
 
 # --- reading wrappers -------------------------------------------------------------------
 
-
-def _returned(fn: cst.FunctionDef) -> list[cst.BaseExpression]:
-    return returned_values(fn)
 
 
 def _items_around_yield(fn: cst.FunctionDef, model) -> list[tuple[cst.BaseExpression, object]]:

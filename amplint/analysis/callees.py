@@ -28,7 +28,7 @@ import libcst as cst
 
 from amplint.analysis import memo
 from amplint.analysis.names import dotted
-from amplint.analysis.walk import walk
+from amplint.analysis.syntax import returned_values
 from amplint.project.layout import is_external
 
 # Class names of training engines (see steps.MANAGED_RECEIVER_WORDS).
@@ -316,7 +316,7 @@ def classes_held(expr: cst.BaseExpression, scope, vocabulary: frozenset | None =
                 callee = resolve_call(branch, vscope, vocabulary)
                 inner = callee.scope if callee is not None else None
                 if inner is not None:
-                    for returned in _returned(callee.fn):
+                    for returned in returned_values(callee.fn):
                         out += _classes_named(returned, inner)
             else:
                 out += _classes_named(branch, vscope)
@@ -360,26 +360,3 @@ def _container_values(expr: cst.BaseExpression, scope) -> list:
     module = symbol.model
     values = module.module_scope.assignments.get(symbol.name.split(".")[-1], [])
     return [(v, module) for v in values if isinstance(v, containers)]
-
-
-def _returned(fn: cst.FunctionDef) -> list[cst.BaseExpression]:
-    collector = _Returns()
-    walk(fn.body, collector)
-    return collector.values
-
-
-class _Returns(cst.CSTVisitor):
-    """The values of a function's own `return` statements (not of nested functions)."""
-
-    def __init__(self) -> None:
-        self.values: list[cst.BaseExpression] = []
-
-    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
-        return False
-
-    def visit_Lambda(self, node: cst.Lambda) -> bool:
-        return False
-
-    def visit_Return(self, node: cst.Return) -> None:
-        if node.value is not None:
-            self.values.append(node.value)

@@ -28,7 +28,7 @@ from amplint.analysis.conditions import Fact, consistent, facts
 from amplint.analysis.grad_norms import is_grad_norm, managed_unscale
 from amplint.analysis.names import dotted
 from amplint.analysis.step_kinds import Kind
-from amplint.analysis.syntax import call_arg, value_branches
+from amplint.analysis.syntax import call_arg, returned_values, value_branches
 from amplint.analysis.walk import walk
 from amplint.analysis.torch_api import (
     AUTOGRAD_BACKWARD,
@@ -408,6 +408,14 @@ def calls_in(node: cst.CSTNode | None) -> list[cst.Call]:
     return collector.calls
 
 
+def _aliased(key: str, alias: tuple[str, str]) -> str:
+    """`Base.self.scaler` as `T.self.scaler` where a `Base` method runs on a `T`'s self."""
+    own, outer = alias
+    if key == f"{own}.self" or key.startswith(f"{own}.self."):
+        return outer + key[len(own):]
+    return key
+
+
 class _Builder:
     def __init__(self, model, graph: StepGraph) -> None:
         self.graph = graph
@@ -423,6 +431,11 @@ class _Builder:
         self.through: tuple[tuple[cst.Call, object], ...] = ()
         self.guards: tuple[Fact, ...] = ()
         self.no_grad = False  # inside `with torch.no_grad():` or a no_grad-decorated helper
+        # (class whose `self` the current scope's `self` is, the class that names it): a
+        # base-class method reached by `self.after_step()` updates the subclass
+        # instance's `self.scaler`, so its keys are the caller's (`T.self.scaler`, not
+        # `Base.self.scaler`).
+        self.self_alias: tuple[str, str] | None = None
 
     # The module whose code is being read: the graph's own, or the module of an inlined
     # function from elsewhere in the project (names there qualify through its imports).
@@ -639,6 +652,10 @@ class _Builder:
                 self.anchor = outer_anchor
 
     def make_event(self, kind: Kind, call: cst.Call, **kw) -> Event:
+        if self.self_alias is not None:
+            for which in ("scaler", "optimizer"):
+                if kw.get(which) is not None:
+                    kw[which] = _aliased(kw[which], self.self_alias)
         return Event(
             kind=kind,
             node=call,
@@ -766,11 +783,35 @@ class _Builder:
                         key = self._scaler_of(value.value)
                         if key is not None:
                             return key
+            if isinstance(branch, cst.Call):
+                # `loss = self.scale_loss(loss)`: a helper of the project (an inherited
+                # method among them) that returns `scaler.scale(...)`
+                found = self._scaled_by_helper(branch, depth)
+                if found is not None:
+                    return found
             if isinstance(branch, (cst.Name, cst.Attribute)):
                 for value, _ in self.b.values.assigned(branch, self.scope):
                     found = self._scaled_by(value, depth + 1)
                     if found is not None:
                         return found
+        return None
+
+    def _scaled_by_helper(self, call: cst.Call, depth: int) -> str | None:
+        """The scaler key when the function `call` runs returns a scaled tensor on some path,
+        as the caller names that scaler."""
+        callee = resolve_call(call, self.scope)
+        if callee is None or callee.scope is None or callee.fn in self.inline_stack or callee.fn is self.scope.node:
+            return None
+        saved = self.scope
+        alias = self._self_alias_into(callee.scope, call)
+        self.scope = callee.scope
+        try:
+            for value in returned_values(callee.fn):
+                found = self._scaled_by(value, depth + 1)
+                if found is not None:
+                    return _aliased(found, alias) if alias is not None else found
+        finally:
+            self.scope = saved
         return None
 
     def _scaler_of(self, expr: cst.BaseExpression, depth: int = 0) -> str | None:
@@ -861,7 +902,8 @@ class _Builder:
 
     def _inline(self, callee, call: cst.Call) -> None:
         callee_scope = callee.scope
-        saved = (self.scope, self.via, self.through, self.no_grad)
+        saved = (self.scope, self.via, self.through, self.no_grad, self.self_alias)
+        self.self_alias = self._self_alias_into(callee_scope, call)
         self.through = (*self.through, (call, self.scope))
         if any(self._decorator_disables_grad(d.decorator, callee.model) for d in callee.fn.decorators):
             self.no_grad = True
@@ -878,7 +920,22 @@ class _Builder:
         finally:
             self.return_targets.pop()
             self.inline_stack.pop()
-            self.scope, self.via, self.through, self.no_grad = saved
+            self.scope, self.via, self.through, self.no_grad, self.self_alias = saved
+
+    def _self_alias_into(self, callee_scope, call: cst.Call) -> tuple[str, str] | None:
+        """The alias of `self` inside a method called on the caller's own `self` (or
+        `super()`): the same instance, named by the outermost class that holds it."""
+        func = call.func
+        caller = self.scope
+        if callee_scope.cls is None or caller.cls is None or not isinstance(func, cst.Attribute):
+            return None
+        on_self = isinstance(func.value, cst.Name) and func.value.value == caller.self_name
+        on_super = isinstance(func.value, cst.Call) and dotted(func.value.func) == "super"
+        if not (on_self or on_super):
+            return None
+        outer = self.self_alias[1] if self.self_alias is not None else caller.cls.name
+        own = callee_scope.cls.name
+        return None if own == outer else (own, outer)
 
     @staticmethod
     def _decorator_disables_grad(expr: cst.BaseExpression, model) -> bool:

@@ -60,8 +60,12 @@ class BackwardNotScaled(Rule):
     single scaler visible in the same function, and not where the step runs under a
     condition the backward does not while the scaler may be None (`scaler =
     GradScaler() if use_amp else None` with `if scaler is not None: scaler.step(...)`),
-    where the backward also runs without a scaler; wrong if the loss was already scaled
-    by hand (`loss * scaler.get_scale()`).
+    where the backward also runs without a scaler, and not where the scaler's name may
+    denote another scaler at the step (`scaler = other`, or `self.refresh()` that may
+    assign `self.scaler`, between the two); wrong if the loss was already scaled by
+    hand (`loss * scaler.get_scale()`). A loss scaled by a helper (`loss =
+    self.scale_loss(loss)`, an inherited method or a function that returns
+    `scaler.scale(loss)`) is scaled: no finding.
 
     ## Runtime confirmation
     `amplint verify` records backward calls on tensors that did not come from
@@ -109,6 +113,8 @@ class BackwardNotScaled(Rule):
                 scaler = scalers.pop() if len(scalers) == 1 else None
                 # NB: the finding stays where `scaler.scale(loss)` could raise (no scaler there)
                 missing = scaler is not None and self._scaler_may_be_missing(proto, bw, step, scaler)
+                if scaler is not None and any(self._rebound(proto, bw, e, scaler) for e in steps):
+                    missing = True  # `scaler = other` (or `self.refresh()`) between: which scaler would scale?
                 loss, changes = self._rewrite(bw, None if missing else scaler)
                 self.report_event(
                     bw,
@@ -132,6 +138,13 @@ class BackwardNotScaled(Rule):
             return True  # the step is guarded by the scaler itself
         values = self.model.bindings.values.assigned(cst.parse_expression(scaler), step.scope)
         return not values or any(_may_be_none(v) for v, _ in values)
+
+    @staticmethod
+    def _rebound(proto, bw, step, scaler: str) -> bool:
+        """The scaler name may denote another object at the step than at the backward."""
+        if bw.inlined or step.inlined or step.scope is not bw.scope:
+            return True
+        return proto.rebound_between(bw.scope, bw.node, step.node, scaler)
 
     def _rewrite(self, bw, scaler: str | None) -> tuple[str | None, list[Replace] | None]:
         """`loss.backward(args)` -> `scaler.scale(loss).backward(args)`."""
