@@ -288,7 +288,7 @@ class Fp16OverflowConstant(Rule):
     only to such literals) written into a tensor with `masked_fill(_)`, `fill_`,
     `new_full`, `add_`/`sub_`/`mul_`, `torch.where` / `Tensor.where`, `full_like`,
     `torch.full(..., dtype=<maybe float16>)`, or an index/slice assignment
-    (`x[mask] = -1e9`, `x[i] += 1e5`), or added in place as a mask product
+    (`x[mask] = -1e9`, `x[i] += 1e5`; not into a NumPy array, list or dict), or added in place as a mask product
     (`scores += mask * -1e9`, where `scores` is computed by a call: the in-place add
     keeps float16), in code that runs in float16. A float32
     tensor that holds such a value (`torch.where(m > 0, 0.0, -1e10)`) is reported
@@ -347,7 +347,10 @@ class Fp16OverflowConstant(Rule):
     under `if TYPE_CHECKING:` or in another function, nor where the name is also a
     parameter, an assignment or `for`/`with`/`except ... as` target, another import
     (`import numpy as torch` in the function), a match capture or is deleted, where the
-    written `torch.finfo` would raise or read another module's `finfo`. In float32 the value becomes
+    written `torch.finfo` would raise or read another module's `finfo`. An index
+    assignment is fixed only where every value of the indexed name is computed by a
+    call that is not NumPy's (`x[m] = -1e9` on a parameter `x`, which may be a list or an
+    array, is reported without a fix). In float32 the value becomes
     -3.4e38 instead of -1e9, and code that adds two such masks can reach -inf.
 
     ## Runtime confirmation
@@ -393,10 +396,10 @@ class Fp16OverflowConstant(Rule):
         for node in self.precision.assigns:
             for target in node.targets:
                 if isinstance(target.target, cst.Subscript):
-                    self._sink(node, target.target.value, node.value, self.precision.scope_of(node))
+                    self._item_sink(node, target.target.value, node.value, self.precision.scope_of(node))
         for node in self.precision.augassigns:
             if isinstance(node.target, cst.Subscript) and isinstance(node.operator, (cst.AddAssign, cst.SubtractAssign, cst.MultiplyAssign)):
-                self._sink(node, node.target.value, node.value, self.precision.scope_of(node))
+                self._item_sink(node, node.target.value, node.value, self.precision.scope_of(node))
             elif isinstance(node.target, (cst.Name, cst.Attribute)) and isinstance(node.operator, (cst.AddAssign, cst.SubtractAssign)):
                 self._masked_in_place(node, self.precision.scope_of(node))
 
@@ -488,6 +491,32 @@ class Fp16OverflowConstant(Rule):
             return
         # No fix: `mask * finfo.min` overflows to -inf wherever the mask holds more than 1.
         self._sink(node, node.target, literal, scope, fixable=False, program_evidence=True)
+
+    def _item_sink(self, node, container: cst.BaseExpression, value, scope) -> None:
+        """`bias[mask] = -1e9`: a sink when `bias` may be a tensor.  A NumPy array, a list or
+        a dict holds the number as it is (no finding); the fix, which reads
+        `torch.finfo(bias.dtype)`, only where every value of `bias` is computed by a call
+        that is not NumPy's (a parameter may be a list)."""
+        assigned = self.model.bindings.values.assigned(container, scope)
+        if any(self._not_a_tensor(v, s) for v, s in assigned):
+            return
+        fixable = bool(assigned) and self._computed_tensor(container, scope)
+        self._sink(node, container, value, scope, fixable=fixable)
+
+    @staticmethod
+    def _not_a_tensor(value: cst.BaseExpression, scope) -> bool:
+        """A value that is certainly no torch tensor: a NumPy call, a list, tuple, dict or
+        set display or comprehension, `list(...)`/`dict(...)`, `[x] * n`."""
+        if isinstance(value, (cst.List, cst.Tuple, cst.Dict, cst.Set, cst.ListComp, cst.DictComp, cst.SetComp)):
+            return True
+        if isinstance(value, cst.BinaryOperation) and isinstance(value.operator, cst.Multiply):
+            return isinstance(value.left, (cst.List, cst.Tuple)) or isinstance(value.right, (cst.List, cst.Tuple))
+        if isinstance(value, cst.Call):
+            qual = scope.model.qualify(value.func)
+            if qual is None and isinstance(value.func, cst.Name):
+                return value.func.value in _BUILTIN_CONTAINERS and not scope.model.module_scope.binds(value.func.value)
+            return (qual or "").split(".")[0] == "numpy" or qual in _BUILTIN_CONTAINERS
+        return False
 
     def _computed_tensor(self, target: cst.BaseExpression, scope) -> bool:
         """Every value assigned to `target` in its scope is computed by a call (or
@@ -666,6 +695,9 @@ class Fp16OverflowConstant(Rule):
         always runs before it, and no local there (an import under TYPE_CHECKING or in another
         function, or a parameter `torch`, made the written `torch.finfo` raise)."""
         return self.model.deprecations.torch_name_at(node)
+
+
+_BUILTIN_CONTAINERS = frozenset({"list", "dict", "tuple", "set", "bytearray", "sorted"})
 
 
 def _unwrapped(expr: cst.BaseExpression, model, scope) -> cst.BaseExpression:
