@@ -1120,6 +1120,310 @@ def _step_rule_variants() -> list[Case]:
             for (rule, context, name, select), text in _STEP_RULE_CASES.items()]
 
 
+# A fourth hostile pass: names rebound by a call between two protocol calls, a RuntimeError
+# caught by `contextlib.suppress` or a caller's `try`, a scaler updated or scaling in a base
+# class's method or a helper, NumPy arrays and lists written under autocast.
+_HOSTILE4_CASES = {
+    ('AMP103', 'rebound_by_call', 'scaler_parameter_rebound'): (
+        ('train.py', (
+            'import torch\n'
+            'torch.manual_seed(0)\n'
+            'model = torch.nn.Linear(4, 4)\n'
+            'opt = torch.optim.SGD(model.parameters(), lr=0.1)\n'
+            'x = torch.randn(8, 4)\n'
+            '\n'
+            'def train(scaler, other):\n'
+            '    for i in range(3):\n'
+            '        opt.zero_grad()\n'
+            '        with torch.autocast("cpu", dtype=torch.bfloat16):\n'
+            '            loss = model(x).float().pow(2).mean()\n'
+            '        loss.backward()\n'
+            '        scaler = other\n'
+            '        scaler.step(opt)\n'
+            '        scaler.update()\n'
+            '\n'
+            's1 = torch.amp.GradScaler("cpu", init_scale=4.0)\n'
+            's2 = torch.amp.GradScaler("cpu", init_scale=1024.0)\n'
+            's2.scale(torch.ones(()))\n'
+            's1.scale(torch.ones(()))\n'
+            'train(s1, s2)\n'
+            'print(s1._scale, s2._scale)\n'
+            'print([p.sum().item() for p in model.parameters()])\n'
+        )),
+    ),
+    ('AMP103', 'rebound_by_call', 'self_scaler_refreshed'): (
+        ('train.py', (
+            'import torch\n'
+            'torch.manual_seed(0)\n'
+            '\n'
+            'class Trainer:\n'
+            '    def __init__(self):\n'
+            '        self.model = torch.nn.Linear(4, 4)\n'
+            '        self.opt = torch.optim.SGD(self.model.parameters(), lr=0.1)\n'
+            '        self.scaler = torch.amp.GradScaler("cpu", init_scale=4.0)\n'
+            '        self.scaler.scale(torch.ones(()))\n'
+            '\n'
+            '    def refresh(self):\n'
+            '        # swap in a fresh scaler on the first step\n'
+            '        old = self.scaler\n'
+            '        self.scaler = torch.amp.GradScaler("cpu", init_scale=1024.0)\n'
+            '        self.scaler.scale(torch.ones(()))\n'
+            '        return old\n'
+            '\n'
+            '    def step(self, x):\n'
+            '        self.opt.zero_grad()\n'
+            '        with torch.autocast("cpu", dtype=torch.float16):\n'
+            '            loss = self.model(x).float().pow(2).mean()\n'
+            '        loss.backward()\n'
+            '        self.refresh()\n'
+            '        self.scaler.step(self.opt)\n'
+            '        self.scaler.update()\n'
+            '\n'
+            't = Trainer()\n'
+            'x = torch.randn(8, 4)\n'
+            'for _ in range(3):\n'
+            '    t.step(x)\n'
+            'print(t.scaler._scale)\n'
+            'print([p.sum().item() for p in t.model.parameters()])\n'
+        )),
+    ),
+    ('AMP101', 'rebound_by_call', 'self_optimizer_rebuilt'): (
+        ('train.py', (
+            'import torch\n'
+            'torch.manual_seed(0)\n'
+            '\n'
+            'class Trainer:\n'
+            '    def __init__(self):\n'
+            '        self.model = torch.nn.Linear(4, 4)\n'
+            '        self.opt = torch.optim.SGD(self.model.parameters(), lr=0.1)\n'
+            '        self.scaler = torch.amp.GradScaler("cpu", init_scale=1024.0)\n'
+            '        self.n = 0\n'
+            '\n'
+            '    def maybe_rebuild(self):\n'
+            '        # rebuild the optimizer on the second step (e.g. after unfreezing)\n'
+            '        self.n += 1\n'
+            '        if self.n == 2:\n'
+            '            self.opt = torch.optim.SGD(self.model.parameters(), lr=0.1)\n'
+            '\n'
+            '    def step(self, x):\n'
+            '        self.opt.zero_grad()\n'
+            '        with torch.autocast("cpu", dtype=torch.float16):\n'
+            '            loss = self.model(x).float().pow(2).mean()\n'
+            '        self.scaler.scale(loss).backward()\n'
+            '        torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1e9)\n'
+            '        self.maybe_rebuild()\n'
+            '        self.scaler.step(self.opt)\n'
+            '        self.scaler.update()\n'
+            '\n'
+            't = Trainer()\n'
+            'x = torch.randn(8, 4)\n'
+            'for _ in range(3):\n'
+            '    t.step(x)\n'
+            'print(t.scaler._scale)\n'
+            'print([p.sum().item() for p in t.model.parameters()])\n'
+        )),
+    ),
+    ('AMP108', 'error_caught_elsewhere', 'contextlib_suppress'): (
+        ('train.py', (
+            'import contextlib\n'
+            'import torch\n'
+            'torch.manual_seed(0)\n'
+            'model = torch.nn.Linear(4, 4)\n'
+            'opt = torch.optim.SGD(model.parameters(), lr=0.1)\n'
+            'scaler = torch.amp.GradScaler("cpu", init_scale=1024.0)\n'
+            'x = torch.randn(8, 4)\n'
+            '\n'
+            'for i in range(3):\n'
+            '    opt.zero_grad()\n'
+            '    with torch.autocast("cpu", dtype=torch.float16):\n'
+            '        loss = model(x).float().pow(2).mean()\n'
+            '    scaler.scale(loss).backward()\n'
+            '    scaler.unscale_(opt)\n'
+            '    with contextlib.suppress(RuntimeError):\n'
+            '        scaler.unscale_(opt)\n'
+            '        torch.nn.utils.clip_grad_norm_(model.parameters(), 0.001)\n'
+            '    scaler.step(opt)\n'
+            '    scaler.update()\n'
+            'print(scaler._scale)\n'
+            'print([p.sum().item() for p in model.parameters()])\n'
+        )),
+    ),
+    ('AMP108', 'error_caught_elsewhere', 'caller_try'): (
+        ('train.py', (
+            'import torch\n'
+            'torch.manual_seed(0)\n'
+            'model = torch.nn.Linear(4, 4)\n'
+            'opt = torch.optim.SGD(model.parameters(), lr=0.1)\n'
+            'scaler = torch.amp.GradScaler("cpu", init_scale=1024.0)\n'
+            'x = torch.randn(8, 4)\n'
+            '\n'
+            'def unscale_and_clip():\n'
+            '    scaler.unscale_(opt)\n'
+            '    scaler.unscale_(opt)\n'
+            '    torch.nn.utils.clip_grad_norm_(model.parameters(), 0.001)\n'
+            '\n'
+            'for i in range(3):\n'
+            '    opt.zero_grad()\n'
+            '    with torch.autocast("cpu", dtype=torch.float16):\n'
+            '        loss = model(x).float().pow(2).mean()\n'
+            '    scaler.scale(loss).backward()\n'
+            '    try:\n'
+            '        unscale_and_clip()\n'
+            '    except RuntimeError:\n'
+            '        pass\n'
+            '    scaler.step(opt)\n'
+            '    scaler.update()\n'
+            'print(scaler._scale)\n'
+            'print([p.sum().item() for p in model.parameters()])\n'
+        )),
+    ),
+    ('AMP102', 'inherited_method', 'update_in_base_module'): (
+        ('base.py', (
+            'class Base:\n'
+            '    def after_step(self):\n'
+            '        self.scaler.update()\n'
+        )),
+        ('train.py', (
+            'import torch\n'
+            'from base import Base\n'
+            'torch.manual_seed(0)\n'
+            '\n'
+            'class T(Base):\n'
+            '    def __init__(self):\n'
+            '        self.model = torch.nn.Linear(4, 4)\n'
+            '        self.opt = torch.optim.SGD(self.model.parameters(), lr=0.1)\n'
+            '        self.scaler = torch.amp.GradScaler("cpu", init_scale=1024.0)\n'
+            '\n'
+            '    def step(self, x):\n'
+            '        with torch.autocast("cpu", dtype=torch.float16):\n'
+            '            loss = self.model(x).float().pow(2).mean()\n'
+            '        self.scaler.scale(loss).backward()\n'
+            '        self.scaler.step(self.opt)\n'
+            '        self.after_step()\n'
+            '        self.opt.zero_grad()\n'
+            '\n'
+            't = T()\n'
+            'x = torch.randn(8, 4)\n'
+            'for i in range(3):\n'
+            '    t.step(x)\n'
+            'print(t.scaler._scale, [p.sum().item() for p in t.model.parameters()])\n'
+        )),
+    ),
+    ('AMP102', 'inherited_method', 'update_in_base_class'): (
+        ('train.py', (
+            'import torch\n'
+            'class Base:\n'
+            '    def after_step(self):\n'
+            '        self.scaler.update()\n'
+            '\n'
+            'torch.manual_seed(0)\n'
+            '\n'
+            'class T(Base):\n'
+            '    def __init__(self):\n'
+            '        self.model = torch.nn.Linear(4, 4)\n'
+            '        self.opt = torch.optim.SGD(self.model.parameters(), lr=0.1)\n'
+            '        self.scaler = torch.amp.GradScaler("cpu", init_scale=1024.0)\n'
+            '\n'
+            '    def step(self, x):\n'
+            '        with torch.autocast("cpu", dtype=torch.float16):\n'
+            '            loss = self.model(x).float().pow(2).mean()\n'
+            '        self.scaler.scale(loss).backward()\n'
+            '        self.scaler.step(self.opt)\n'
+            '        self.after_step()\n'
+            '        self.opt.zero_grad()\n'
+            '\n'
+            't = T()\n'
+            'x = torch.randn(8, 4)\n'
+            'for i in range(3):\n'
+            '    t.step(x)\n'
+            'print(t.scaler._scale, [p.sum().item() for p in t.model.parameters()])\n'
+        )),
+    ),
+    ('AMP103', 'inherited_method', 'scale_in_base_class'): (
+        ('train.py', (
+            'import torch\n'
+            'torch.manual_seed(0)\n'
+            '\n'
+            'class Base:\n'
+            '    def scale_loss(self, loss):\n'
+            '        return self.scaler.scale(loss)\n'
+            '\n'
+            'class T(Base):\n'
+            '    def __init__(self):\n'
+            '        self.model = torch.nn.Linear(4, 4)\n'
+            '        self.opt = torch.optim.SGD(self.model.parameters(), lr=0.1)\n'
+            '        self.scaler = torch.amp.GradScaler("cpu", init_scale=1024.0)\n'
+            '\n'
+            '    def step(self, x):\n'
+            '        with torch.autocast("cpu", dtype=torch.float16):\n'
+            '            loss = self.model(x).float().pow(2).mean()\n'
+            '        loss = self.scale_loss(loss)\n'
+            '        loss.backward()\n'
+            '        self.scaler.step(self.opt)\n'
+            '        self.scaler.update()\n'
+            '        self.opt.zero_grad()\n'
+            '\n'
+            't = T()\n'
+            'x = torch.randn(8, 4)\n'
+            'for i in range(3):\n'
+            '    t.step(x)\n'
+            'print(t.scaler._scale, [p.sum().item() for p in t.model.parameters()])\n'
+        )),
+    ),
+    ('AMP103', 'scaled_elsewhere', 'helper_returns_scaled'): (
+        ('train.py', (
+            'import torch\n'
+            'torch.manual_seed(0)\n'
+            'model = torch.nn.Linear(4, 4)\n'
+            'opt = torch.optim.SGD(model.parameters(), lr=0.1)\n'
+            'scaler = torch.amp.GradScaler("cpu", init_scale=1024.0)\n'
+            'x = torch.randn(8, 4)\n'
+            '\n'
+            'def scaled(loss):\n'
+            '    return scaler.scale(loss)\n'
+            '\n'
+            'for i in range(3):\n'
+            '    with torch.autocast("cpu", dtype=torch.float16):\n'
+            '        loss = model(x).float().pow(2).mean()\n'
+            '    loss = scaled(loss)\n'
+            '    loss.backward()\n'
+            '    scaler.step(opt)\n'
+            '    scaler.update()\n'
+            '    opt.zero_grad()\n'
+            'print(scaler._scale, [p.sum().item() for p in model.parameters()])\n'
+        )),
+    ),
+    ('AMP501', 'not_a_tensor', 'numpy_array_and_list'): (
+        ('train.py', (
+            'import numpy as np\n'
+            'import torch\n'
+            'torch.manual_seed(0)\n'
+            '\n'
+            'def attend(q, k, mask_np, lst):\n'
+            '    with torch.autocast("cpu", dtype=torch.float16):\n'
+            '        scores = q @ k.T\n'
+            '        bias = np.zeros(scores.shape, dtype=np.float32)\n'
+            '        bias[mask_np] = -1e9\n'
+            '        lst[0] = -1e9\n'
+            '        scores = scores + torch.from_numpy(bias)\n'
+            '        scores = scores.masked_fill(torch.from_numpy(mask_np), -1e9)\n'
+            '        return scores.softmax(-1), lst\n'
+            '\n'
+            'q = torch.randn(2, 3); k = torch.randn(2, 3)\n'
+            'm = np.array([[True, False], [False, False]])\n'
+            'print(attend(q, k, m, [0.0]))\n'
+        )),
+    ),
+}
+
+
+def _hostile4_variants() -> list[Case]:
+    """Where the step rules and AMP501 must not fix (or not report): the object a name
+    denotes changes out of sight, or the error a fix removes is caught."""
+    return [Case(f"{rule}-{context}-{name}", files, ("train.py",))
+            for (rule, context, name), files in _HOSTILE4_CASES.items()]
+
+
 def variants() -> list[Case]:
     """Every generated case; ids name the rule, the context, the object, the device, the spelling."""
     cases = (_single_file_variants() + _branch_variants() + _reexport_variants() + _isinstance_variants()
@@ -1127,7 +1431,7 @@ def variants() -> list[Case]:
              + _star_import_variants() + _finfo_variants() + _optional_scaler_variants() + _torch_rebound_variants()
              + _class_body_import_variants()
              + _notebook_importer_variants()
-             + _step_rule_variants())
+             + _step_rule_variants() + _hostile4_variants())
     ids = [c.id for c in cases]
     assert len(ids) == len(set(ids)), "variant ids must be unique"
     return cases
