@@ -260,8 +260,13 @@ def collect(out_dir: Path, command: list[str], returncode: int, device: str | No
 KILLED = "killed before it could write its evidence"
 
 
+# Endings that are a success: a process that calls `sys.exit(0)` (or `sys.exit()`, `os._exit(0)`)
+# finished as it meant to; multiprocessing children end that way.
+_CLEAN_EXITS = frozenset({"sys.exit(0)", "sys.exit(None)", "sys.exit(False)", "os._exit(0)"})
+
+
 def _failed(reason: str) -> bool:
-    return not (reason == "completed" or reason.startswith("stopped after"))
+    return not (reason == "completed" or reason.startswith("stopped after") or reason in _CLEAN_EXITS)
 
 
 def rank_ends(procs: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -294,6 +299,8 @@ def _ended(procs: list[dict[str, Any]], status: int, steps: int) -> str:
         reason = first["ended"]
     elif any(r.startswith("stopped after") for r in reasons):
         reason = next(r for r in reasons if r.startswith("stopped after"))
+    elif len(procs) == 1 and reasons[0] in _CLEAN_EXITS:
+        reason = reasons[0]
     else:
         reason = "completed"
     if steps == 0:

@@ -95,6 +95,21 @@ def test_update_every_microbatch_is_confirmed_before_torch_raises(verify_run):
     assert f["evidence"]["updates"] > f["evidence"]["scaler_steps"]
 
 
+@pytest.mark.parametrize("clean", ["sys.exit(0)", "sys.exit(None)", "os._exit(0)"])
+def test_children_that_exit_cleanly_are_no_failure(tmp_path, clean):
+    """multiprocessing children end with `sys.exit(0)`: the run completed, and no child 'failed first'."""
+    from amplint.runtime.launch import collect
+
+    for rank, at in ((0, 10.0), (1, 11.0)):
+        _evidence(tmp_path, 2000 + rank, rank, clean, at)
+    outcome = collect(tmp_path, ["python", "train.py"], 0, None)
+    assert outcome.ended == "completed", outcome.ended
+    from amplint.runtime.launch import rank_ends
+
+    procs = [json.loads(p.read_text()) for p in sorted(tmp_path.glob("evidence-*.json"))]
+    assert not any(e["first_failure"] for e in rank_ends(procs))
+
+
 @pytest.mark.skipif(shutil.which("torchrun") is None and not hasattr(torch, "distributed"), reason="no torchrun")
 def test_torchrun_two_ranks_are_merged(verify_run):
     cmd = [PY, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", str(SCRIPTS / "ddp_clip.py")]
