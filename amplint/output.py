@@ -17,6 +17,7 @@ from urllib.parse import quote
 
 from amplint import __version__
 from amplint.diagnostics import Applicability, Diagnostic, SourceError, to_location, to_one_based
+from amplint.message_text import LINE_BREAKS, one_line
 from amplint.positions import split_lines
 
 FORMATS = ("text", "json", "json-lines", "github", "sarif")
@@ -77,30 +78,12 @@ class _NoqaRows:
 # --- text --------------------------------------------------------------------------------
 
 # What str.splitlines() ends a line at (a reader of the output may split there).
-_BREAKS = "\r\n\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"
-_LINE_BREAK = re.compile(f"[ \t]*(?:\r\n|[{_BREAKS}])\\s*")
-
-
-def one_line(text: str) -> str:
-    """`text` on one line: a line break and the indentation around it become one space, so a
-    multi-line expression quoted in a message reads as its one-line form, and each finding
-    stays one line of text or github output."""
-    if not any(c in text for c in _BREAKS):
-        return text
-
-    def join(m: re.Match) -> str:  # `f(\n    x\n)` reads `f(x)`, not `f( x )`
-        before, after = text[m.start() - 1: m.start()], text[m.end(): m.end() + 1]
-        return "" if before in ("(", "[", "{") or after in (")", "]", "}") else " "
-
-    return _LINE_BREAK.sub(join, text).strip()
-
-
 def escape_breaks(text: str) -> str:
     """A path (or other name that must stay exact) with its line breaks spelt as escapes (`\\n`)."""
-    return text.translate(_ESCAPES) if any(c in text for c in _BREAKS) else text
+    return text.translate(_ESCAPES) if any(c in text for c in LINE_BREAKS) else text
 
 
-_ESCAPES = {ord(c): repr(c)[1:-1] for c in _BREAKS}
+_ESCAPES = {ord(c): repr(c)[1:-1] for c in LINE_BREAKS}
 
 
 def use_colour(stream: TextIO) -> bool:

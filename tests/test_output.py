@@ -238,7 +238,7 @@ def test_a_multi_line_expression_in_a_message_is_quoted_on_one_line(tmp_path: Pa
         "import torch\n\ndef train(model, x, scaler):\n"
         "    with torch.autocast('cuda', dtype=torch.float16):\n"
         "        loss = model(x).sum()\n"
-        "        scaler.scale(\n            loss\n        ).backward()\n"
+        "        scaler.scale(\n            loss  # 100%,done:: '#'\n        ).backward()\n"
         "        z = torch.log(\n            x\n        )\n"
     )
     proc = amplint("check", "--isolated", "--no-cache", "--preview", "--extend-select", "AMP502", "a.py", cwd=tmp_path)
@@ -252,9 +252,21 @@ def test_a_multi_line_expression_in_a_message_is_quoted_on_one_line(tmp_path: Pa
     github = amplint("check", "--isolated", "--no-cache", "--preview", "--extend-select", "AMP502", "--output-format", "github",
                      "a.py", cwd=tmp_path)
     assert len(github.stdout.splitlines()) == 2
-    # JSON and SARIF keep the message as the rule wrote it (their consumers parse, not split)
+    assert "%0A" not in github.stdout and "100%25" not in github.stdout  # the comment is not quoted
+    # Every format quotes the one-line form, the comment left out (it would swallow the rest)
     rows = json.loads(amplint("check", "--isolated", "--no-cache", "--preview", "--output-format", "json", "a.py", cwd=tmp_path).stdout)
-    assert rows[0]["message"].startswith("`scaler.scale(\n")
+    assert rows[0]["message"] == "`scaler.scale(loss).backward()` runs inside an autocast region"
+
+
+@pytest.mark.parametrize("code, quoted", [
+    ("f(\n    x,  # a comment\n    y)", "f(x, y)"),
+    ("f(\n    '#not a comment',\n)", "f('#not a comment',)"),
+    ("f(x)", "f(x)"),
+])
+def test_code_quoted_in_a_message_loses_comments_and_line_breaks(code: str, quoted: str) -> None:
+    from amplint.message_text import code_in_message
+
+    assert code_in_message(code) == quoted
 
 
 BROKEN = "import torch\n\ndef f(:\n    pass\n"

@@ -17,6 +17,7 @@ import libcst as cst
 
 from amplint.changes import InsertBefore, RemoveStatement, Replace
 from amplint.diagnostics import Applicability
+from amplint.message_text import code_in_message
 
 # AMP0xx: meta rules about amplint's own comments (AMP001); AMP1xx-AMP9xx: see DESIGN.md.
 _CODE = re.compile(r"^AMP(?:00[1-9]|0[1-9][0-9]|[1-9][0-9]{2})$")
@@ -147,6 +148,7 @@ class Rule:
         `message` replaces the rule's message template (a rule with a second finding
         shape, e.g. AMP106's loading side); it is formatted with the same keywords.
         """
+        fmt = {k: code_in_message(v) if isinstance(v, str) else v for k, v in fmt.items()}
         text = (message or self.message).format(**fmt)
         spec = None
         if changes and self.fix_title and fix:
