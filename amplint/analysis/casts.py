@@ -24,7 +24,10 @@ from amplint.prefilter import identifier_span
 
 _FROM_PRETRAINED_DTYPE_KWARGS = ("torch_dtype", "dtype")
 # Calls that give some parameters back their fp32 precision after a cast (diffusers).
-_UPCAST_HELPERS = ("cast_training_params",)
+# Helpers that return every float16/bfloat16 parameter to float32: diffusers'
+# `cast_training_params`, and PEFT's `prepare_model_for_kbit_training` (it freezes the base
+# and casts each non-quantized half parameter to float32 before adapters are added).
+_UPCAST_HELPERS = ("cast_training_params", "prepare_model_for_kbit_training")
 # Wrapping a (cast) base model with adapters: only the adapters, created in fp32, train.
 _ADAPTER_HELPERS = ("get_peft_model", "prepare_model_for_kbit_training", "add_adapter", "inject_adapter_in_model")
 _PARAMETER_ACCESSORS = ("parameters", "named_parameters")
