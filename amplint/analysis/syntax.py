@@ -55,6 +55,12 @@ def _branches(expr: cst.BaseExpression) -> list[cst.BaseExpression]:
         return [*_branches(expr.body), *_branches(expr.orelse)]
     if isinstance(expr, cst.BooleanOperation):
         return [*_branches(expr.left), *_branches(expr.right)]
+    if isinstance(expr, cst.Subscript) and isinstance(expr.value, (cst.Dict, cst.List, cst.Tuple)):
+        # `{"bf16": autocast(dtype=bf16), "fp16": autocast(dtype=fp16)}[args.precision]`: a
+        # table of choices indexed by an option is any of its entries
+        elements = expr.value.elements
+        if elements and not any(isinstance(e, (cst.StarredDictElement, cst.StarredElement)) for e in elements):
+            return [b for e in elements for b in _branches(e.value)]
     return [expr]
 
 
