@@ -25,6 +25,9 @@ Events (arguments):
   save(obj)                                before torch.save
   load_state(obj)                          before Optimizer/GradScaler.load_state_dict
   set_default_dtype(dtype)                 after torch.set_default_dtype
+  lr_step(scheduler)                       after a torch LR scheduler's step() (not the one its
+                                           constructor makes)
+  average_update(averaged_model)           after AveragedModel.update_parameters (EMA, SWA)
   warning(message, category, filename, lineno)  every warning shown
   raised(api, exc)                         an intercepted call raised `exc` (an Exception)
 
@@ -537,6 +540,9 @@ def install(bus: Bus):
 
     yield wrap(torch, "set_default_dtype", w_default)
 
+    # --- what advances with a step: LR schedulers, weight averages (AMP904) ----------------------
+    yield from _schedule_patches(emit)
+
     # --- warnings (the user's own filters still decide what is shown) ---------------------------
     def w_show(orig):
         def showwarning(message, category, filename, lineno, file=None, line=None):
@@ -546,3 +552,62 @@ def install(bus: Bus):
         return showwarning
 
     yield wrap(warnings, "showwarning", w_show)
+
+
+def _schedule_patches(emit: Callable):
+    """Patches of torch's LR schedulers' `step` (the base class's, and each torch scheduler that
+    defines its own) and of AveragedModel.update_parameters.  One `lr_step` per call the user
+    makes: not the steps a scheduler's constructor takes (`_initial_step`, SequentialLR's
+    resets), nor the inner steps of SequentialLR / ChainedScheduler."""
+    import torch.optim.lr_scheduler as sched_mod
+    from torch.optim import swa_utils
+
+    base = getattr(sched_mod, "LRScheduler", None) or getattr(sched_mod, "_LRScheduler", None)
+    if base is not None:
+        owners = [base] + [obj for obj in vars(sched_mod).values()
+                           if isinstance(obj, type) and obj is not base and issubclass(obj, base)
+                           and ("step" in vars(obj) or "__init__" in vars(obj))]
+        depth = threading.local()
+
+        def inside(attr: str) -> int:
+            return getattr(depth, attr, 0)
+
+        def w_init(orig):
+            def init(self, *a, **kw):
+                depth.init = inside("init") + 1
+                try:
+                    return orig(self, *a, **kw)
+                finally:
+                    depth.init -= 1
+
+            return init
+
+        def w_step(orig):
+            def step(self, *a, **kw):
+                outermost = inside("step") == 0 and inside("init") == 0
+                depth.step = inside("step") + 1
+                try:
+                    result = orig(self, *a, **kw)
+                finally:
+                    depth.step -= 1
+                if outermost:
+                    emit("lr_step", self)
+                return result
+
+            return step
+
+        for owner in owners:
+            if "__init__" in vars(owner):
+                yield wrap(owner, "__init__", w_init)
+            if "step" in vars(owner):
+                yield wrap(owner, "step", w_step)
+
+    def w_average(orig):
+        def update_parameters(self, *a, **kw):
+            result = orig(self, *a, **kw)
+            emit("average_update", self)
+            return result
+
+        return update_parameters
+
+    yield wrap(swa_utils.AveragedModel, "update_parameters", w_average)

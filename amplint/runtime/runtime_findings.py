@@ -91,7 +91,35 @@ LOST_UPDATES = RuntimeFinding("AMP903", "lost-updates", """
     in the optimizer. To accept it: `# noqa: AMP903` on the optimizer line.
 """)
 
-ALL = (FIRST_NONFINITE, SKIPPED_STEPS, LOST_UPDATES)
+ADVANCED_ON_SKIPPED_STEP = RuntimeFinding("AMP904", "advanced-on-skipped-step", """
+    ## What it does
+    Reports an LR scheduler that stepped, or an `AveragedModel` (EMA, SWA) that updated, after
+    GradScaler skipped the optimizer's step and before its next real one: how many times, at
+    the line that stepped it, and how many more while the scale was calibrating.
+
+    ## Why is this bad?
+    GradScaler skips `optimizer.step()` when the scaled gradients hold inf/NaN; the weights do not
+    move, but `scheduler.step()` on the next line advances the schedule as if they had
+    (pytorch/pytorch#55585): a warm-up or a one-cycle schedule runs ahead of the training, and an
+    EMA averages weights that did not change. A few skips while the scale comes down from
+    `init_scale` are expected in every fp16 run (PyTorch warns "Detected call of
+    `lr_scheduler.step()` before `optimizer.step()`" then): they are counted apart and make no
+    finding alone. Skips after that mean the schedule and the weights drift apart.
+
+    ## How verify finds it
+    The global optimizer step hook does not fire on a skipped step; torch's scheduler classes'
+    `step` and `AveragedModel.update_parameters` are wrapped, and an advance between a skip and
+    that optimizer's next applied step is counted (once per skipped step and scheduler). A Python
+    step counter (`global_step += 1`) is not seen.
+
+    ## What to do
+    Step the scheduler only when the optimizer stepped: compare the scale before and after
+    `scaler.update()` (it decreases exactly when the step was skipped), or use a framework that
+    does this for you (Lightning, Accelerate's `optimizer.step_was_skipped`). To accept it:
+    `# noqa: AMP904` on the scheduler's line.
+""")
+
+ALL = (FIRST_NONFINITE, SKIPPED_STEPS, LOST_UPDATES, ADVANCED_ON_SKIPPED_STEP)
 BY_CODE = {f.code: f for f in ALL}
 BY_NAME = {f.name: f for f in ALL}
 

@@ -274,3 +274,26 @@ def test_torchrun_names_the_rank_that_died_not_the_rank_its_death_broke(verify_r
     rows = {e["rank"]: e for e in report["rank_ends"]}
     assert rows["rank1"]["first_failure"] and rows["rank1"]["ended"] == "raised RuntimeError: rank 1 dies"
     assert not rows["rank0"]["first_failure"] and rows["rank0"]["ended"] != "completed"
+
+
+# --- AMP904: what advanced on a step GradScaler skipped ----------------------------------------
+
+
+def test_a_scheduler_and_an_ema_that_advance_on_skipped_steps_are_reported(verify_run):
+    code, report = verify_run("--steps", "12", "--", PY, str(SCRIPTS / "scheduler_steps_after_skip.py"))
+    found = {(f["code"], f["evidence"]["advanced"]): f for f in report["runtime_findings"]}
+    assert set(found) == {("AMP904", "lr_scheduler"), ("AMP904", "weight_average")}, report["runtime_findings"]
+    lr = found[("AMP904", "lr_scheduler")]
+    assert lr["evidence"]["advanced_on_skipped_steps"] == 2 and lr["evidence"]["class"] == "StepLR"
+    lines = (SCRIPTS / "scheduler_steps_after_skip.py").read_text().splitlines()
+    assert lines[lr["line"] - 1].strip() == "scheduler.step()"
+    assert code == 1
+
+
+@pytest.mark.parametrize("flag", ["--guarded", "--calibrating"])
+def test_no_advance_on_a_skip_or_only_while_calibrating_is_no_finding(verify_run, flag):
+    """Stepping the scheduler only when the scale did not drop is the fix; skips while the scale
+    comes down from init_scale are expected."""
+    code, report = verify_run("--steps", "12", "--", PY, str(SCRIPTS / "scheduler_steps_after_skip.py"), flag)
+    assert report["runtime_findings"] == [] and not report.get("probe_errors"), report["runtime_findings"]
+    assert code == 0

@@ -36,6 +36,7 @@ _MODULES = (
     "amp401_deprecated_cuda_amp",
     "amp902_skipped_steps",
     "amp903_lost_updates",
+    "amp904_advanced_on_skipped_step",
 )
 NAN_GUARD = "amp901_first_nonfinite"
 
