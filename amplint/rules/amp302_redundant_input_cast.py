@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import libcst as cst
 
 from amplint.analysis.bindings import call_arg
@@ -56,6 +58,8 @@ class RedundantInputCast(Rule):
     def check(self) -> None:
         model = self.model
         precision = precision_of(model)
+        # the call each call is a direct argument of: `m(x.half())` -> `m(...)`
+        consumers = {id(a.value): (site.node, site.scope) for site in model.calls for a in site.node.args}
         for site in model.calls:
             call = site.node
             func = call.func
@@ -85,7 +89,25 @@ class RedundantInputCast(Rule):
                 continue
             if dtype not in region.info.dtypes or self._is_module(func.value, site.scope):
                 continue
+            if id(call) in consumers and self._runs_in_input_dtype(*consumers[id(call)]):
+                continue  # `FrozenBatchNorm2d(C)(x.half())`: no autocast op casts there
             self.report(call, cast=model.module.code_for_node(call), dtype=dtype)
+
+    def _runs_in_input_dtype(self, consumer: cst.Call, scope) -> bool:
+        """The cast goes straight into a module autocast leaves alone, which computes in its
+        input's dtype (a norm, pooling, dropout or activation layer built in this module):
+        the cast decides that dtype, it is not redundant."""
+        func = consumer.func
+        built = [func] if isinstance(func, cst.Call) else [v for v, _ in self.model.bindings.values.assigned(func, scope)]
+        for value in built:
+            while (isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute)
+                   and value.func.attr.value in _MOVES and isinstance(value.func.value, cst.Call)):
+                value = value.func.value  # `FrozenBatchNorm2d(C).cuda()`
+            if isinstance(value, cst.Call):
+                name = (dotted(value.func) or "").rsplit(".", 1)[-1]
+                if _INPUT_DTYPE_LAYERS.search(name):
+                    return True
+        return False
 
     def _is_module(self, receiver: cst.BaseExpression, scope) -> bool:
         """`self.half()` and names an optimizer trains are modules, not inputs."""
@@ -96,3 +118,9 @@ class RedundantInputCast(Rule):
             return True
         key = self.model.bindings.key(receiver, scope)
         return any(key in keys for _, keys in self.model.casts.optimizer_inputs)
+
+
+# Layers whose forward autocast does not cast: they compute in their input's dtype.
+_INPUT_DTYPE_LAYERS = re.compile(r"Norm|BN\d?d?$|Pool|Dropout|ReLU|GELU|SiLU|Sigmoid|Tanh|Identity")
+# Methods that return the module they are called on.
+_MOVES = frozenset({"to", "cuda", "cpu", "eval", "train", "requires_grad_", "float", "double"})
