@@ -167,14 +167,40 @@ class _SensitiveFinder(cst.CSTVisitor):
         func = node.func
         qual = self.model.qualify(func)
         if qual is not None:
-            if qual.split(".")[0] == "torch":
+            if qual.split(".")[0] == "torch" and not compiled_kernel(qual):
                 self.found = qual.rsplit(".", 1)[-1] in AUTOCAST_SENSITIVE_OPS and not self._on_complex(node)
+            else:
+                self.found = compiled_kernel(qual)
             return
         if isinstance(func, cst.Attribute):
             if func.attr.value in AUTOCAST_SENSITIVE_OPS:
                 self.found = not self._on_complex(node)  # `x.matmul(w)`, `grad.mm(weight)`, `scores.softmax(-1)`
             elif isinstance(func.value, cst.Name) and func.value.value == self.ctx and func.attr.value in self.rerun:
                 self.found = True  # `ctx.run_function(...)`: the forward handed over, run again
+
+
+# The module of a compiled extension, by the names projects give it: `from detectron2 import _C`,
+# `import fused_layer_norm_cuda`, `ext = load(name="deform_conv_ext", ...)`, `_backend`.
+_EXTENSION_MODULE = re.compile(r"^(?:_C|_ext|\w+_(?:C|ext|cuda|cpp|backend|kernels?)|_backend|_cuda)$", re.I)
+
+
+def compiled_kernel(qual: str) -> bool:
+    """A call into a project's compiled C++/CUDA extension, which often implements one dtype
+    or needs its operands in one: a function of an extension module
+    (`detectron2._C.deform_conv_forward`), or an operator the project registered with torch
+    (`torch.ops.detectron2.roi_align_rotated_forward`; torch's own `aten`/`prims` are the ops
+    autocast knows).  A Triton launch is not one: its kernels load and convert per element,
+    in whatever dtypes they are handed."""
+    parts = qual.split(".")
+    if _MOVES_DATA.search(parts[-1]):
+        return False  # `sort_kv_pairs`, `gather_rows`: the same in any dtype
+    if qual.startswith("torch.ops."):
+        return len(parts) > 3 and parts[2] not in ("aten", "prims", "_c10d_functional", "c10d", "profiler")
+    return len(parts) > 1 and parts[0] != "torch" and any(_EXTENSION_MODULE.match(p) for p in parts[:-1])
+
+
+# Kernels by the names of what only moves, sorts or counts values.
+_MOVES_DATA = re.compile(r"sort|gather|scatter|index|copy|permute|transpose|pack|pad|offsets|lengths|load_library|all_?reduce|broadcast_?(?:to|tensor)|bucketize|hash", re.I)
 
 
 def upcasts_inputs(forward: cst.FunctionDef, model) -> bool:

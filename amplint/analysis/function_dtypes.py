@@ -33,6 +33,8 @@ from __future__ import annotations
 
 import libcst as cst
 
+from amplint.analysis.function_body import compiled_kernel
+from amplint.analysis.names import dotted
 from amplint.analysis.torch_api import AUTOCAST_FLOAT32_OPS, AUTOCAST_LOWER_PRECISION_OPS
 from amplint.analysis.walk import walk
 
@@ -65,6 +67,11 @@ def upcasts_by_hand(forward: cst.FunctionDef, backward: cst.FunctionDef, model) 
     return bwd.upcasts or not bwd.float32_ops
 
 
+def _compiled_call(node: cst.Call, model) -> bool:
+    """A call into a project's compiled extension (function_body.compiled_kernel)."""
+    return compiled_kernel(model.qualify(node.func) or dotted(node.func) or "")
+
+
 class _OpKinds(cst.CSTVisitor):
     """Which kinds of ops a function runs: lower-precision, float32-list, explicit float32 casts."""
 
@@ -90,6 +97,8 @@ class _OpKinds(cst.CSTVisitor):
         if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and func.value.value == self.ctx \
                 and func.attr.value not in _CTX_BOOKKEEPING:
             self.lower = True  # `ctx.run_function(...)`: the same
+        if _compiled_call(node, self.model):
+            self.lower = True  # a compiled kernel: it takes the dtypes it is handed, whatever they are
         name = _op_name(node.func, self.model)
         if name in AUTOCAST_LOWER_PRECISION_OPS:
             self.lower = True

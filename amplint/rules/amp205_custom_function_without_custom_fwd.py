@@ -34,7 +34,10 @@ _CTX_CALL = re.compile(r"ctx\.(?!save_for_backward|mark_|set_materialize)\w+[ \t
 _FUNCTION_CLASS = re.compile(r"class[\s\\]+\w+[\s\\]*\((?:[^()]|\([^()]*\))*\bfunction\b")
 # What autocast decides the dtype of (analysis/function_body.py): an op of its lists, a
 # matmul operator (`x @ w`, not a decorator), a function run again through ctx.
-_SENSITIVE = (*(Word(op) for op in sorted(AUTOCAST_SENSITIVE_OPS)), _MATMUL_OPERATOR, _CTX_CALL)
+# A compiled kernel: an extension module's function (`_C.deform_conv_forward(`) or an operator
+# the project registered (`torch.ops.detectron2.`); see function_body.compiled_kernel.
+_KERNEL_CALL = re.compile(r"(?:\b_C|\w_(?:C|ext|cuda|cpp|backend|kernels?)|\b_ext|\b_backend|\b_cuda)\.\w+[ \t]*\(|\btorch\.ops\.(?!aten\b|prims\b)\w", re.I)
+_SENSITIVE = (*(Word(op) for op in sorted(AUTOCAST_SENSITIVE_OPS)), _MATMUL_OPERATOR, _CTX_CALL, _KERNEL_CALL)
 # An op imported under another name (`from torch import bmm as batched`): the class may
 # then call it by a name no token knows.
 _ALIASED_OP = re.compile(r"\b(?:" + "|".join(sorted(AUTOCAST_SENSITIVE_OPS, key=len, reverse=True)) + r")[\s\\]+as[\s\\]")
@@ -100,8 +103,10 @@ class CustomFunctionWithoutCustomFwd(Rule):
 
     Only Functions whose forward or backward computes something autocast decides the
     dtype of: an op of autocast's float16 or float32 lists (`@`, `matmul`, `linear`,
-    convolutions, softmax, norms, losses), a compiled kernel (a CUDA extension, a
-    Triton launch, `torch.ops`), or a function handed over (`ctx.run_function`). One
+    convolutions, softmax, norms, losses), a compiled kernel (a function of a C++/CUDA
+    extension module such as `_C` or `*_cuda`, an operator the project registered under
+    `torch.ops`; not a Triton launch, whose kernels convert per element), or a function
+    handed over (`ctx.run_function`). One
     that only moves, gathers or communicates tensors computes the same in any autocast
     state, and so does an op whose every tensor is complex, an FFT's result
     (`torch.einsum(eq, ifft(x), fft(w))`: autocast casts floating-point tensors only). Not
@@ -110,7 +115,9 @@ class CustomFunctionWithoutCustomFwd(Rule):
     (`x.float()`); a `forward` that asks torch for the autocast state
     (`torch.get_autocast_dtype(d) if torch.is_autocast_enabled(d) else x.dtype`, also
     through a helper of its module) and computes in that dtype; a Function whose every
-    `Cls.apply(...)` in its module sits inside `autocast(enabled=False)`; one without any
+    `Cls.apply(...)` in its module sits inside `autocast(enabled=False)`, or receives an
+    input its caller made float32 first (`x = x.float()`; also through a module-level
+    alias, `roi_align = _ROIAlign.apply`); one without any
     backward (a namespace of inference kernels); a `backward` that re-enters the
     autocast state the forward recorded (a hand-written `custom_bwd`); a `backward` whose
     every matmul meets its operands in the gradient's dtype (`w.to(grad.dtype)`: the
@@ -223,6 +230,8 @@ class CustomFunctionWithoutCustomFwd(Rule):
                 continue  # communication, indexing, copies: the autocast state changes nothing
             if upcasts_inputs(forward, model):
                 continue  # it computes in float32 by itself, as custom_fwd(cast_inputs=float32) would
+            if self._applied_only_to_upcast_inputs(cls.name):
+                continue  # its callers hand it float32 (`input = input.float()` before the apply)
             # By hand, in place of both decorators (a custom_bwd without custom_fwd raises in
             # backward: it reads the autocast state custom_fwd records on ctx).
             by_hand = backward is not None and not decorated_with(backward, model, "custom_bwd")
@@ -276,6 +285,32 @@ class CustomFunctionWithoutCustomFwd(Rule):
                 return False
         return True
 
+    def _applied_only_to_upcast_inputs(self, name: str) -> bool:
+        """Every call of `Cls.apply` in this module (also through a module-level alias,
+        `roi_align = _ROIAlign.apply`) passes as its first argument a name its function
+        made float32 before (`input = input.float()`): custom_fwd(cast_inputs=float32)
+        written at the caller (detectron2's ROIAlignRotated)."""
+        finder = _ApplyFinder(name)
+        walk(self.model.module, finder)
+        calls = list(finder.calls)
+        aliases = [target for target, values in self.model.module_scope.assignments.items()
+                   if any(finder._is_apply(v) for v in values)]
+        if finder.other_uses != len(aliases):
+            return False  # handed over somewhere: where it runs is not known
+        calls += [site.node for site in self.model.calls
+                  if isinstance(site.node.func, cst.Name) and site.node.func.value in aliases]
+        if not calls:
+            return False
+        values = self.model.bindings.values
+        for call in calls:
+            first = call.args[0].value if call.args and call.args[0].keyword is None and not call.args[0].star else None
+            site_scope = next((site.scope for site in self.model.calls if site.node is call), None)
+            if not isinstance(first, cst.Name) or site_scope is None:
+                return False
+            if not any(_float32_cast(v, self.model) for v, _ in values.assigned(first, site_scope)):
+                return False
+        return True
+
     def _disables_autocast(self, forward: cst.FunctionDef) -> bool:
         scope = self.model.scope_of.get(forward)
         return any(r.scope is scope and r.info.enabled is False for r in precision_of(self.model).regions)
@@ -305,6 +340,20 @@ class _ApplyFinder(cst.CSTVisitor):
     @property
     def other_uses(self) -> int:
         return self.mentions - len(self.calls)  # each call's func is a mention too
+
+
+def _float32_cast(value: cst.BaseExpression, model) -> bool:
+    """`x.float()`, `x.to(torch.float32)`, `x.to(dtype=torch.float32)`, `x.type(torch.float32)`."""
+    if not (isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute)):
+        return False
+    method = value.func.attr.value
+    if method == "float":
+        return not value.args
+    if method in ("to", "type") and value.args:
+        target = next((a.value for a in value.args if a.keyword is not None and a.keyword.value == "dtype"),
+                      value.args[0].value if value.args[0].keyword is None else None)
+        return target is not None and model.qualify(target) in ("torch.float32", "torch.float")
+    return False
 
 
 def _relative(path: str, beside: str) -> str:
