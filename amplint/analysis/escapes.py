@@ -28,6 +28,9 @@ from amplint.analysis.walk import child_fields
 
 # Builtins that read an object without keeping it.
 _HARMLESS_CALLS = frozenset({"print", "isinstance", "hasattr", "type", "id", "repr", "str", "bool", "len", "callable", "format"})
+# The methods whose bound reference can run the GradScaler protocol out of sight
+# (`hooks = [scaler.update]`, `step = scaler.step`).
+_PROTOCOL_METHODS = frozenset({"update", "step", "unscale_", "scale", "load_state_dict", "__call__"})
 # Statements whose names are not uses of an object (imports, global declarations).
 _SKIP = (cst.Import, cst.ImportFrom, cst.Global, cst.Nonlocal)
 _TEST_FIELDS = {(cst.If, "test"), (cst.While, "test"), (cst.IfExp, "test"), (cst.Assert, "test")}
@@ -161,8 +164,12 @@ def _how(node: cst.CSTNode, ancestors: tuple) -> object:
     parent, field = ancestors[-1]
     grand = ancestors[-2] if len(ancestors) > 1 else (None, None)
     if isinstance(parent, cst.Attribute) and field == "value":
-        # `scaler.update()` keeps it; `scaler.update` alone is its bound method, loose.
-        return None if isinstance(grand[0], cst.Call) and grand[1] == "func" else "escape"
+        # `scaler.update()` keeps it; `scaler.update` alone is its bound method, loose; a
+        # data attribute read (`scaler._scale`, `scaler.get_scale` handed to a logger) is no
+        # way for the protocol to run elsewhere.
+        if isinstance(grand[0], cst.Call) and grand[1] == "func":
+            return None
+        return "escape" if parent.attr.value in _PROTOCOL_METHODS else None
     if isinstance(parent, cst.Call) and field == "func":
         return None
     if isinstance(parent, cst.Arg) and field == "value" and isinstance(grand[0], cst.Call) and grand[1] == "args":

@@ -64,8 +64,9 @@ def _normalise(test: cst.BaseExpression, code: Callable[[cst.CSTNode], str]) -> 
 class _GuardCollector(cst.CSTVisitor):
     """For every call: the `if` branches around it, inside its own function."""
 
-    def __init__(self, module: cst.Module) -> None:
+    def __init__(self, module: cst.Module, qualify=lambda expr: None) -> None:
         self.code = lambda n: module.code_for_node(n).strip()
+        self.qualify = qualify
         self.stack: list[list[Guard]] = [[]]
         self.guards: dict[int, tuple[Guard, ...]] = {}
         # The text of every `if` test whose body holds the call, outermost first (whatever
@@ -78,6 +79,10 @@ class _GuardCollector(cst.CSTVisitor):
         # catch a RuntimeError; the calls with one.
         self.catching: list[int] = [0]
         self.caught: set[int] = set()
+        # How many `try` bodies around a call (in its own function) have handlers of any
+        # exception: a handler that `continue`s leaves the iteration half done.
+        self.handled: list[int] = [0]
+        self.in_handled_try: set[int] = set()
         # The last name of every callee called where a RuntimeError may be caught: a
         # function `unscale_and_clip` called inside `try: ... except RuntimeError` raises
         # into that handler.
@@ -88,27 +93,33 @@ class _GuardCollector(cst.CSTVisitor):
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
         self.stack.append([])
         self.test_stack.append([])
-        self.catching.append(0)
+        # a decorator may wrap the function in a `try` (`@tolerant`, a retry on OOM)
+        self.catching.append(int(any(_decorator_may_catch(d.decorator, self.qualify) for d in node.decorators)))
+        self.handled.append(0)
         self.function_stack.append(node)
 
     def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:
         self.stack.pop()
         self.test_stack.pop()
         self.catching.pop()
+        self.handled.pop()
         self.function_stack.pop()
 
     def visit_Try_body(self, node: cst.Try) -> None:
         self.catching[-1] += _catches_runtime_error(node)
+        self.handled[-1] += bool(node.handlers)
 
     def leave_Try_body(self, node: cst.Try) -> None:
         self.catching[-1] -= _catches_runtime_error(node)
+        self.handled[-1] -= bool(node.handlers)
 
-    # `with contextlib.suppress(RuntimeError):` catches as a `try` does.
+    # `with contextlib.suppress(RuntimeError):` catches as a `try` does, and so may a context
+    # manager of the project (`@contextmanager def best_effort(): try: yield except ...`).
     def visit_With_body(self, node: cst.With) -> None:
-        self.catching[-1] += _suppresses_runtime_error(node)
+        self.catching[-1] += _with_may_catch(node, self.qualify)
 
     def leave_With_body(self, node: cst.With) -> None:
-        self.catching[-1] -= _suppresses_runtime_error(node)
+        self.catching[-1] -= _with_may_catch(node, self.qualify)
 
     def visit_TryStar_body(self, node) -> None:
         self.catching[-1] += _catches_runtime_error(node)
@@ -162,6 +173,8 @@ class _GuardCollector(cst.CSTVisitor):
 
     def visit_Call(self, node: cst.Call) -> None:
         self.guards[id(node)] = tuple(self.stack[-1])
+        if self.handled[-1]:
+            self.in_handled_try.add(id(node))
         if self.catching[-1]:
             self.caught.add(id(node))
             callee = dotted(node.func)
@@ -190,7 +203,7 @@ class ScalerProtocol:
 
     def __init__(self, model) -> None:
         self.model = model
-        collector = _GuardCollector(model.module)
+        collector = _GuardCollector(model.module, model.qualify)
         walk(model.module, collector)
         self._guards = collector.guards
         self._tests = collector.tests
@@ -198,6 +211,7 @@ class ScalerProtocol:
         self._next = collector.next_statement
         self._caught = collector.caught
         self._caught_callees = collector.caught_callees
+        self._in_handled_try = collector.in_handled_try
         self._function_of = collector.function_of
 
     # --- guards --------------------------------------------------------------------------
@@ -240,6 +254,24 @@ class ScalerProtocol:
         # level of callers; a caller in another module is not seen).
         function = self._function_of.get(id(event.node))
         return function is not None and function.name.value in self._caught_callees
+
+    def flag_set_after(self, event: Event, flag: str) -> bool:
+        """A later statement of the event's own block sets `flag = True` (`scaler.unscale_(opt);
+        unscaled = True`): a call guarded by `if not unscaled:` cannot follow it."""
+        stmt = self.next_statement(event.statement)
+        while stmt is not None:
+            if isinstance(stmt, cst.SimpleStatementLine):
+                for small in stmt.body:
+                    if (isinstance(small, cst.Assign) and isinstance(small.value, cst.Name) and small.value.value == "True"
+                            and any(dotted(t.target) == flag for t in small.targets)):
+                        return True
+            stmt = self.next_statement(stmt)
+        return False
+
+    def in_handled_try(self, event: Event) -> bool:
+        """The event runs inside a `try` body that has handlers (of any exception): an
+        exception after it may end the iteration without the rest of the protocol."""
+        return any(id(c) in self._in_handled_try for c in (event.anchor, event.node))
 
     def alone_on_its_line(self, event: Event) -> bool:
         """The event's statement is one simple statement of a block of this module (not
@@ -344,6 +376,13 @@ class ScalerProtocol:
         if any(t == text or text.startswith(t + ".") for t in finder.names()):
             return True
         return self._call_may_rebind(finder.calls, text)
+
+    def calls_between(self, scope, start: cst.Call, end: cst.Call) -> list[cst.Call] | None:
+        """The calls after `start` and before `end` in the function of `scope`, in source
+        order; None when the two are not found in that order."""
+        finder = _BindingsBetween(start, end)
+        walk(scope.node.body if isinstance(scope.node, cst.FunctionDef) else scope.node, finder)
+        return finder.calls if finder.state == 2 else None
 
     def _call_may_rebind(self, calls: list[cst.Call], text: str) -> bool:
         """A call between the two may rebind `text` out of sight: `self.refresh()` or
@@ -517,17 +556,42 @@ def _catches_runtime_error(node) -> int:
     return 0
 
 
-def _suppresses_runtime_error(node: cst.With) -> int:
-    """1 when the `with` enters `contextlib.suppress(...)` of an exception that may be a
-    RuntimeError (or of something we cannot place)."""
+def _with_may_catch(node: cst.With, qualify) -> int:
+    """1 when a context the `with` enters may swallow a RuntimeError: `contextlib.suppress`
+    of one (or of something we cannot place), or any context manager that is not torch's,
+    `open` or `nullcontext` (a project's `@contextmanager` may `try: yield except: ...`)."""
     for item in node.items:
-        call = item.item
-        if isinstance(call, cst.Call) and (dotted(call.func) or "").rsplit(".", 1)[-1] == "suppress":
-            for arg in call.args:
-                name = dotted(arg.value)
-                if name is None or name.split(".")[-1] not in _NOT_RUNTIME_ERROR:
-                    return 1
+        ctx = item.item
+        func = ctx.func if isinstance(ctx, cst.Call) else ctx
+        name = dotted(func) or ""
+        qual = qualify(func) or name
+        if name.rsplit(".", 1)[-1] == "suppress":
+            if any((dotted(a.value) or "?").split(".")[-1] not in _NOT_RUNTIME_ERROR for a in ctx.args):
+                return 1
+            continue
+        if qual.split(".")[0] == "torch" or qual in _CONTEXTS_THAT_RERAISE or name.rsplit(".", 1)[-1] in _CONTEXT_METHODS_THAT_RERAISE:
+            continue
+        return 1
     return 0
+
+
+def _decorator_may_catch(decorator: cst.BaseExpression, qualify) -> bool:
+    """A decorator that may run the function inside a `try` of its own: any but torch's, the
+    builtins' (`staticmethod`, `property` ...) and `functools`' caches."""
+    func = decorator.func if isinstance(decorator, cst.Call) else decorator
+    qual = qualify(func) or dotted(func) or ""
+    return not (qual.split(".")[0] == "torch" or qual in _DECORATORS_THAT_RERAISE)
+
+
+# Context managers and decorators known to let a RuntimeError through.
+_CONTEXTS_THAT_RERAISE = frozenset({"open", "contextlib.nullcontext", "nullcontext", "contextlib.ExitStack",
+                                     "warnings.catch_warnings", "tempfile.TemporaryDirectory", "threading.Lock"})
+# `with model.no_sync():`, `with accelerator.accumulate(model):`, `with ema.average_parameters():` ...
+_CONTEXT_METHODS_THAT_RERAISE = frozenset({"no_sync", "accumulate", "autocast", "no_grad", "enable_grad",
+                                           "inference_mode", "record_function", "profile", "join"})
+_DECORATORS_THAT_RERAISE = frozenset({"staticmethod", "classmethod", "property", "functools.wraps", "functools.lru_cache",
+                                       "functools.cache", "functools.cached_property", "abc.abstractmethod",
+                                       "typing.overload", "dataclasses.dataclass", "contextlib.contextmanager"})
 
 
 # A modulo, or a word of gradient accumulation, in an `if` test (see ScalerProtocol.periodic).

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import libcst as cst
+
 from amplint.analysis.bindings import Bindings
+from amplint.analysis.names import dotted
 from amplint.analysis.scaler_protocol import protocol, search
 from amplint.analysis.steps import Kind
 from amplint.diagnostics import Applicability
@@ -84,6 +87,7 @@ class UnscaleTwice(Rule):
             for first in unscales:
                 if proto.scaler_disabled(first.scaler) or proto.key(first, graph, "optimizer") is None:
                     continue
+                escaped = self._escapes(proto, first, graph)
                 # Stay within one iteration of every loop around the first unscale_: an
                 # unscale_ repeated by the training loop, with the update skipped on some
                 # iterations, is AMP107's finding, and the next pass of
@@ -105,8 +109,15 @@ class UnscaleTwice(Rule):
                         continue
                     if proto.exclusive(first, second):
                         continue
+                    if escaped and self._hidden_call_between(proto, graph, first, second):
+                        # Aliased, stored, passed on or its bound `update` taken
+                        # (`on_step_end = scaler.update`), and a call between the two could
+                        # run that update under another name, out of this analysis's sight.
+                        continue
                     if self._rebound(proto, graph, first, second):
                         continue  # `optimizer = o2` between them: another optimizer, unscaled once
+                    if any(g.holds is False and g.cond and proto.flag_set_after(first, g.cond) for g in proto.guards(second)):
+                        continue  # `unscale_(opt); unscaled = True` ... `if not unscaled: unscale_(opt)`
                     changes = None
                     if (not second.inlined and proto.removable(second.statement) and self._dominated(graph, first, second)
                             and not proto.caught(second)):
@@ -131,14 +142,39 @@ class UnscaleTwice(Rule):
         return name
 
     @staticmethod
+    def _hidden_call_between(proto, graph, first, second) -> bool:
+        """A call between the two that could reach the scaler under another name: a plain
+        function or callback (`on_step_end()`, `cb()`), or one handed the scaler."""
+        start, end = (first.anchor, second.anchor) if first.anchor is not second.anchor else (first.node, second.node)
+        scope = graph.scope if first.anchor is not second.anchor else first.scope
+        calls = proto.calls_between(scope, start, end)
+        if calls is None:
+            return True
+        scaler = (Bindings.text_of(proto.key(first, graph)) or "").split(".")[0]
+        for call in calls:
+            if isinstance(call.func, cst.Name) and call.func.value not in _BUILTINS:
+                return True
+            if any(dotted(a.value) == scaler for a in call.args):
+                return True
+        return False
+
+    def _escapes(self, proto, event, graph) -> bool:
+        if event.scope.model.bindings.escaped(event.scaler):
+            return True
+        caller_key = proto.key(event, graph)
+        return caller_key != event.scaler and self.model.bindings.escaped(caller_key)
+
+    @staticmethod
     def _rebound(proto, graph, first, second) -> bool:
-        """The two calls' optimizer may not be one object: its name (as the analysed
-        function writes it) is bound again between them, or their order is unknown."""
+        """The two calls' optimizer, or their scaler, may not be one object: its name (as
+        the analysed function writes it) is bound again between them (`optimizer = o2`,
+        `scaler = GradScaler()`), or their order is unknown."""
         if first.anchor is not second.anchor:
-            text = Bindings.text_of(proto.key(first, graph, "optimizer"))
-            return proto.rebound_between(graph.scope, first.anchor, second.anchor, text)
+            return any(proto.rebound_between(graph.scope, first.anchor, second.anchor, Bindings.text_of(proto.key(first, graph, which)))
+                       for which in ("optimizer", "scaler"))
         if first.scope is second.scope:  # both inside one call of the same helper
-            return proto.rebound_between(first.scope, first.node, second.node, Bindings.text_of(first.optimizer))
+            return any(proto.rebound_between(first.scope, first.node, second.node, Bindings.text_of(getattr(first, which)))
+                       for which in ("optimizer", "scaler"))
         return False
 
     @staticmethod
@@ -146,3 +182,9 @@ class UnscaleTwice(Rule):
         """Every path from the function's entry to `second` passes `first`."""
         a, b = graph.point(first), graph.point(second)
         return not search(graph.entry, found=lambda p: p is b, blocked=lambda p: p is a)
+
+
+# Builtins that never call back into the program's objects.
+_BUILTINS = frozenset({"print", "len", "list", "tuple", "dict", "set", "range", "enumerate", "zip", "isinstance",
+                       "float", "int", "str", "bool", "sum", "min", "max", "abs", "any", "all", "sorted", "iter", "next",
+                       "hasattr", "getattr", "round", "repr", "format", "id", "type"})
