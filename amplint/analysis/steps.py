@@ -408,6 +408,51 @@ def calls_in(node: cst.CSTNode | None) -> list[cst.Call]:
     return collector.calls
 
 
+def _ensures_unscaled(node: cst.If, function: cst.CSTNode, model) -> bool:
+    """`if not unscaled: scaler.unscale_(opt)` where every `unscaled = True` of the function
+    comes right after an `unscale_` call: the idiom "unscale unless done already".  Past
+    it the gradients are unscaled on every path, which a path-insensitive graph would not
+    see (it also walks the path where neither unscale_ ran)."""
+    test = node.test
+    if not (isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not) and isinstance(test.expression, cst.Name)):
+        return False
+    body = _statements(node.body)
+    if not body or not all(_calls_unscale(stmt, model) for stmt in body[:1]):
+        return False
+    finder = _FlagSetters(test.expression.value, model)
+    walk(function, finder)
+    return finder.setters > 0 and finder.after_unscale == finder.setters
+
+
+def _calls_unscale(stmt: cst.CSTNode, model) -> bool:
+    return ".unscale_(" in model.module.code_for_node(stmt) if isinstance(stmt, cst.SimpleStatementLine) else False
+
+
+class _FlagSetters(cst.CSTVisitor):
+    """How many `flag = True` statements a function holds, and how many of them come right
+    after a statement that calls `unscale_`."""
+
+    def __init__(self, flag: str, model) -> None:
+        self.flag, self.model = flag, model
+        self.setters = self.after_unscale = 0
+
+    def visit_IndentedBlock(self, node: cst.IndentedBlock) -> None:
+        self._block(node.body)
+
+    def visit_Module(self, node: cst.Module) -> None:
+        self._block(node.body)
+
+    def _block(self, body) -> None:
+        for i, stmt in enumerate(body):
+            if not isinstance(stmt, cst.SimpleStatementLine):
+                continue
+            for small in stmt.body:
+                if (isinstance(small, cst.Assign) and isinstance(small.value, cst.Name) and small.value.value == "True"
+                        and any(isinstance(t.target, cst.Name) and t.target.value == self.flag for t in small.targets)):
+                    self.setters += 1
+                    self.after_unscale += i > 0 and _calls_unscale(body[i - 1], self.model)
+
+
 def _aliased(key: str, alias: tuple[str, str]) -> str:
     """`Base.self.scaler` as `T.self.scaler` where a `Base` method runs on a `T`'s self."""
     own, outer = alias
@@ -535,7 +580,10 @@ class _Builder:
                 else:
                     self.block(_statements(s.orelse.body))
             self.guards = self.guards[: len(self.guards) - len(when_false)]
-            self.frontier = after_body + self.frontier
+            if s.orelse is None and _ensures_unscaled(s, self.scope.node, self.model):
+                self.frontier = after_body  # the other way holds only where an unscale_ ran already
+            else:
+                self.frontier = after_body + self.frontier
         elif isinstance(s, (cst.For, cst.While)):
             self.expr(s.iter if isinstance(s, cst.For) else s.test)
             header = self._new_point()

@@ -82,11 +82,13 @@ class ClipBeforeUnscale(Rule):
     function and loop, and nothing unscales this scaler's optimizers in the iteration
     already (`unscale_` twice raises); alternating steps (a GAN that steps one
     optimizer per iteration) get no fix, nor does a clip that shares its line with
-    other statements (`scaler.scale(loss).backward(); clip_grad_norm_(...)`) or an
+    other statements (`scaler.scale(loss).backward(); clip_grad_norm_(...)`), an
     optimizer name bound again between the clip and the step (`optimizer = o2`: the
-    clip's `optimizer` is another object), also out of sight: a method called on the
-    same object between them (`self.rebuild_optimizer()` may assign `self.opt`). It is
-    still wrong if an optimizer unscales
+    clip's `optimizer` is another object), also out of sight (a method called on the
+    same object between them: `self.rebuild_optimizer()` may assign `self.opt`), or a
+    clip inside a `try` with handlers (an exception between the inserted `unscale_`
+    and the update, handled by `continue`, leaves the optimizer unscaled, and the next
+    iteration's `unscale_` raises). It is still wrong if an optimizer unscales
     internally or a caller already unscaled.
 
     ## Runtime confirmation
@@ -155,6 +157,8 @@ class ClipBeforeUnscale(Rule):
         """
         if backward.inlined or backward.scope is not clip.scope or clip.statement is None:
             return None
+        if protocol(clip.scope.model).in_handled_try(clip):
+            return None  # an exception after the inserted unscale_ may skip the update: the next unscale_ raises
         ends = lambda e: e.kind is Kind.UPDATE or (e.kind is Kind.BACKWARD and e.scaled)  # noqa: E731
         if any(e.kind is Kind.UNSCALE for e in graph.reachable(backward, stop=ends)):
             return None
