@@ -59,6 +59,7 @@ class Bindings:
             return None
         head, _, rest = text.partition(".")
         if scope.cls is not None and scope.self_name == head:
+            rest = _through_properties(scope.cls, rest)
             return f"{scope.cls.name}.self" + (f".{rest}" if rest else "")
         s = scope
         while s is not None and not s.binds(head):
@@ -360,3 +361,21 @@ def receiver_name(call: cst.Call) -> str | None:
 
 def method_name(call: cst.Call) -> str | None:
     return attr_name(call.func) if isinstance(call.func, cst.Attribute) else None
+
+
+def _through_properties(cls, rest: str) -> str:
+    """`scaler.step` as `_scaler.step` where the class's `scaler` is a property that returns
+    `self._scaler`: one object under two names, one key."""
+    first, dot, tail = rest.partition(".")
+    method = cls.methods.get(first) if first else None
+    if method is None or not any(dotted(d.decorator) in ("property", "functools.cached_property", "cached_property")
+                                 for d in method.decorators):
+        return rest
+    body = method.body.body
+    if len(body) != 1 or not isinstance(body[0], cst.SimpleStatementLine) or not isinstance(body[0].body[0], cst.Return):
+        return rest
+    returned = dotted(body[0].body[0].value) if body[0].body[0].value is not None else None
+    params = method.params.params
+    if returned is None or not params or not returned.startswith(params[0].name.value + "."):
+        return rest
+    return returned.split(".", 1)[1] + (dot + tail if dot else "")
