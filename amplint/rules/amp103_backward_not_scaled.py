@@ -7,8 +7,11 @@ import re
 import libcst as cst
 
 from amplint.analysis.bindings import Bindings
+from amplint.analysis.callees import bases_of, method_of, resolve_class
+from amplint.analysis.model import ClassInfo
 from amplint.analysis.scaler_protocol import SCALER_TOKENS, before_training, protocol
 from amplint.analysis.steps import Kind
+from amplint.analysis.syntax import value_branches
 from amplint.diagnostics import Applicability
 from amplint.rules._base import FixAvailability, Replace, Rule
 
@@ -62,7 +65,8 @@ class BackwardNotScaled(Rule):
     GradScaler() if use_amp else None` with `if scaler is not None: scaler.step(...)`),
     where the backward also runs without a scaler, and not where the scaler's name may
     denote another scaler at the step (`scaler = other`, or `self.refresh()` that may
-    assign `self.scaler`, between the two); wrong if the loss was already scaled by
+    assign `self.scaler`, between the two), nor where a value of the scaler is a
+    project's stand-in class without `scale` (`GradScaler() if use_amp else NoScaler()`); wrong if the loss was already scaled by
     hand (`loss * scaler.get_scale()`). A loss scaled by a helper (`loss =
     self.scale_loss(loss)`, an inherited method or a function that returns
     `scaler.scale(loss)`) is scaled: no finding.
@@ -115,6 +119,8 @@ class BackwardNotScaled(Rule):
                 missing = scaler is not None and self._scaler_may_be_missing(proto, bw, step, scaler)
                 if scaler is not None and any(self._rebound(proto, bw, e, scaler) for e in steps):
                     missing = True  # `scaler = other` (or `self.refresh()`) between: which scaler would scale?
+                if scaler is not None and self._stand_in_without_scale(scaler, step.scope):
+                    missing = True  # `GradScaler() if use_amp else NoScaler()`: the stand-in has no `scale`
                 loss, changes = self._rewrite(bw, None if missing else scaler)
                 self.report_event(
                     bw,
@@ -138,6 +144,23 @@ class BackwardNotScaled(Rule):
             return True  # the step is guarded by the scaler itself
         values = self.model.bindings.values.assigned(cst.parse_expression(scaler), step.scope)
         return not values or any(_may_be_none(v) for v, _ in values)
+
+    def _stand_in_without_scale(self, scaler: str, scope) -> bool:
+        """Some value of the scaler is an instance of a project class that defines no `scale`
+        (its bases all known and none defining it): a stand-in for the no-AMP run, where the
+        fixed `scaler.scale(loss)` raised AttributeError."""
+        for value, vscope in self.model.bindings.values.assigned(cst.parse_expression(scaler), scope):
+            for branch in value_branches(value):
+                if not isinstance(branch, cst.Call):
+                    continue
+                cls = resolve_class(branch.func, vscope.model)
+                if not isinstance(cls, ClassInfo) or method_of(cls, "scale") is not None:
+                    continue
+                known = bases_of(cls)
+                if all(b in ("object",) or any(getattr(k, "name", None) == b.rsplit(".", 1)[-1] for k in known)
+                       for b in cls.bases):
+                    return True
+        return False
 
     @staticmethod
     def _rebound(proto, bw, step, scaler: str) -> bool:
