@@ -30,6 +30,9 @@ _WRITING_METHODS = {
 }
 # Receivers that are no longer float16 whatever the module does.
 _FULL_PRECISION_METHODS = ("float", "double")
+_INTEGER_METHODS = ("long", "int", "short", "bool", "byte", "char")
+# In-place arithmetic with the literal: a computation, not a fill.
+_ARITHMETIC_METHODS = frozenset({"add_", "sub_", "mul_"})
 _FULL_DTYPES = frozenset({"float32", "float64"})
 # Tensor factories: float32 unless given a dtype (`*_like` inherits its input's).
 _FACTORIES = frozenset(
@@ -443,7 +446,20 @@ class Fp16OverflowConstant(Rule):
         if method not in _WRITING_METHODS:
             return
         position, keyword = _WRITING_METHODS[method]
-        self._sink(call, call.func.value, call_arg(call, position, keyword), scope)
+        value = call_arg(call, position, keyword)
+        if method == "new_full" and call_arg(call, None, "dtype") is not None:
+            # `h.new_full(shape, -1e9, dtype=torch.float32)`: the dtype given, not `h`'s
+            dtype = call_arg(call, None, "dtype")
+            if self._full_dtype(dtype, scope, unknown_is_full=False):
+                self._float32_holder(call, value, scope)
+            else:
+                self._sink(call, None, value, scope, dtype_expr=dtype if dotted(dtype) is not None else None)
+            return
+        # `s.mul_(1e5)`, `t.add_(1e5)`: arithmetic, not a fill; reported only inside float16
+        # autocast (a module's float16 elsewhere says nothing of this tensor), never fixed
+        # (`mul_(finfo.max)` is another computation).
+        arithmetic = method in _ARITHMETIC_METHODS
+        self._sink(call, call.func.value, value, scope, fixable=not arithmetic, region_only=arithmetic)
 
     def _cast_where(self, cast: cst.Call, method: str, where: cst.Call, scope) -> None:
         if method == "half":
@@ -511,6 +527,8 @@ class Fp16OverflowConstant(Rule):
             return True
         if isinstance(value, cst.BinaryOperation) and isinstance(value.operator, cst.Multiply):
             return isinstance(value.left, (cst.List, cst.Tuple)) or isinstance(value.right, (cst.List, cst.Tuple))
+        if isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) and value.func.attr.value in ("numpy", "tolist", "item"):
+            return True  # `scores.numpy()`, `t.tolist()`: out of torch
         if isinstance(value, cst.Call):
             qual = scope.model.qualify(value.func)
             if qual is None and isinstance(value.func, cst.Name):
@@ -550,7 +568,7 @@ class Fp16OverflowConstant(Rule):
         return "dtype" in (dotted(sink.dtype) or "").split(".")[-1].lower()
 
     def _sink(self, node, tensor, value, scope, dtype_expr=None, related=(), fixable: bool = True,
-              program_evidence: bool = False) -> None:
+              program_evidence: bool = False, region_only: bool = False) -> None:
         if value is None:
             return
         literal = self._overflowing(value, scope)
@@ -566,7 +584,7 @@ class Fp16OverflowConstant(Rule):
             if not may_run_fp16(region.info) and region.info.dtypes is not None and not region.info.managed:
                 return  # a bfloat16-only region: -1e9 fits
             why = "inside float16 autocast" if may_run_fp16(region.info) else self.precision.fp16_evidence
-        elif regions:
+        elif regions or region_only:
             return  # autocast(enabled=False): the author made this part full precision
         else:
             why = self.precision.fp16_evidence
@@ -656,18 +674,22 @@ class Fp16OverflowConstant(Rule):
                 return not qual.endswith("_like")  # float32 by default; `_like` inherits
             return self._full_dtype(dtype, scope, unknown_is_full=False)
         if qual in ("torch.arange", "torch.linspace"):
-            # NB: `torch.arange(n)` is int64 (a product with float16 stays float16): only
-            # an explicit full dtype counts.
-            return self._full_dtype(call_arg(tensor, None, "dtype"), scope, unknown_is_full=False)
+            # NB: `torch.arange(n)` is int64: no float16 to overflow (a product with float16
+            # stays float16, which the `_names_a_dtype` test of products keeps apart).
+            dtype = call_arg(tensor, None, "dtype")
+            if dtype is None and qual == "torch.arange":
+                return not any(isinstance(a.value, cst.Float) or a.star for a in tensor.args)
+            return self._full_dtype(dtype, scope, unknown_is_full=False)
+        if qual in ("torch.randint", "torch.randperm", "torch.randint_like"):
+            return call_arg(tensor, None, "dtype") is None  # int64
         if isinstance(tensor, cst.Call) and isinstance(tensor.func, cst.Attribute):
             method = tensor.func.attr.value
-            if method in _FULL_PRECISION_METHODS and not tensor.args:
+            if (method in _FULL_PRECISION_METHODS or method in _INTEGER_METHODS) and not tensor.args:
                 return True
             if method in ("to", "type"):
                 dtype = call_arg(tensor, None, "dtype") or (tensor.args[0].value if tensor.args else None)
                 return self._full_dtype(dtype, scope, unknown_is_full=False)
-            if method in ("masked_fill", "masked_fill_", "clone", "contiguous", "view", "reshape",
-                          "unsqueeze", "squeeze", "flatten", "expand", "expand_as", "permute", "transpose", "t"):
+            if method in _DTYPE_KEEPING:
                 return self._full_precision_tensor(tensor.func.value, scope, depth + 1)
             return False
         if isinstance(tensor, cst.BinaryOperation) and isinstance(
@@ -684,7 +706,10 @@ class Fp16OverflowConstant(Rule):
             # assignment makes float32 explicitly is taken as float32 where it is written
             # (`state = torch.zeros(..., dtype=torch.float32)` then `state[...] -= 1e38`).
             # A float32 only by default (`torch.zeros(n)`) must hold for every assignment.
-            assigned = self.model.bindings.values.assigned(tensor, scope)
+            # `ids = ids.masked_fill(m, x)` keeps what `ids` was: its other values decide
+            text = dotted(tensor)
+            assigned = [(v, s) for v, s in self.model.bindings.values.assigned(tensor, scope)
+                        if _kept_from(v) != text] or self.model.bindings.values.assigned(tensor, scope)
             full = [self._full_precision_tensor(v, s, depth + 1) for v, s in assigned]
             explicit = any(f and _names_a_dtype(v) for f, (v, _) in zip(full, assigned))
             return bool(full) and (explicit or all(full))
@@ -695,6 +720,19 @@ class Fp16OverflowConstant(Rule):
         always runs before it, and no local there (an import under TYPE_CHECKING or in another
         function, or a parameter `torch`, made the written `torch.finfo` raise)."""
         return self.model.deprecations.torch_name_at(node)
+
+
+# Methods whose result has their receiver's dtype.
+_DTYPE_KEEPING = frozenset({"masked_fill", "masked_fill_", "clone", "contiguous", "view", "reshape", "unsqueeze",
+                            "squeeze", "flatten", "expand", "expand_as", "permute", "transpose", "t", "fill_"})
+
+
+def _kept_from(value: cst.BaseExpression) -> str | None:
+    """The dotted name whose dtype `value` keeps (`ids.view(2, 3).masked_fill(m, 0)` -> `ids`)."""
+    while (isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute)
+           and value.func.attr.value in _DTYPE_KEEPING):
+        value = value.func.value
+    return dotted(value)
 
 
 _BUILTIN_CONTAINERS = frozenset({"list", "dict", "tuple", "set", "bytearray", "sorted"})
