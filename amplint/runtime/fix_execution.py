@@ -1417,11 +1417,425 @@ _HOSTILE4_CASES = {
 }
 
 
-def _hostile4_variants() -> list[Case]:
+# A fifth hostile pass: a property and a bound method as other names of the scaler, context
+# managers and decorators that swallow the RuntimeError, flags that guard a second unscale_, a
+# scaler rebuilt between two unscale_, an exception edge after the clip, a stand-in scaler
+# without `scale`, integer tensors, NumPy arrays and lists, an explicit dtype, in-place arithmetic.
+_HOSTILE5_CASES = {
+    ('AMP102', 'hidden_alias', 'scaler_property'): (
+        ('train.py', (
+            'import torch\n'
+            'torch.manual_seed(0)\n'
+            '\n'
+            '\n'
+            'class Trainer:\n'
+            '    def __init__(self):\n'
+            '        self.model = torch.nn.Linear(4, 1)\n'
+            '        self.opt = torch.optim.SGD(self.model.parameters(), lr=0.1)\n'
+            '        self._scaler = torch.amp.GradScaler("cpu", init_scale=1024.0)\n'
+            '\n'
+            '    @property\n'
+            '    def scaler(self):\n'
+            '        return self._scaler\n'
+            '\n'
+            '    def after_step(self):\n'
+            '        self._scaler.update()\n'
+            '\n'
+            '    def train_step(self, x):\n'
+            '        self.opt.zero_grad()\n'
+            '        with torch.autocast("cpu", dtype=torch.float16):\n'
+            '            loss = self.model(x).float().pow(2).mean()\n'
+            '        self.scaler.scale(loss).backward()\n'
+            '        self.scaler.step(self.opt)\n'
+            '        print(loss.item())\n'
+            '\n'
+            '\n'
+            't = Trainer()\n'
+            'x = torch.randn(8, 4)\n'
+            'for i in range(3):\n'
+            '    t.train_step(x)\n'
+            '    t.after_step()\n'
+            'print(t.model.weight.data, t.scaler._scale)\n'
+        )),
+    ),
+    ('AMP108', 'error_caught_elsewhere', 'swallowing_contextmanager'): (
+        ('train.py', (
+            'import contextlib\n'
+            'import torch\n'
+            'torch.manual_seed(0)\n'
+            '\n'
+            '\n'
+            '@contextlib.contextmanager\n'
+            'def best_effort():\n'
+            '    try:\n'
+            '        yield\n'
+            '    except RuntimeError as e:\n'
+            '        print("skipped:", e)\n'
+            '\n'
+            '\n'
+            'model = torch.nn.Linear(4, 1)\n'
+            'opt = torch.optim.SGD(model.parameters(), lr=0.1)\n'
+            'scaler = torch.amp.GradScaler("cpu", init_scale=1024.0)\n'
+            'x = torch.randn(8, 4)\n'
+            'for i in range(3):\n'
+            '    opt.zero_grad()\n'
+            '    with torch.autocast("cpu", dtype=torch.float16):\n'
+            '        loss = model(x).float().pow(2).mean() * 100\n'
+            '    scaler.scale(loss).backward()\n'
+            '    scaler.unscale_(opt)\n'
+            '    with best_effort():\n'
+            '        scaler.unscale_(opt)\n'
+            '        torch.nn.utils.clip_grad_norm_(model.parameters(), 0.01)\n'
+            '    scaler.step(opt)\n'
+            '    scaler.update()\n'
+            '    print(i, loss.item())\n'
+            'print(model.weight.data, scaler._scale)\n'
+        )),
+    ),
+    ('AMP108', 'error_caught_elsewhere', 'decorator_catches'): (
+        ('train.py', (
+            'import functools\n'
+            'import torch\n'
+            'torch.manual_seed(0)\n'
+            '\n'
+            '\n'
+            'def tolerant(fn):\n'
+            '    @functools.wraps(fn)\n'
+            '    def wrapper(*a, **k):\n'
+            '        try:\n'
+            '            return fn(*a, **k)\n'
+            '        except RuntimeError as e:\n'
+            '            print("step failed:", e)\n'
+            '    return wrapper\n'
+            '\n'
+            '\n'
+            'model = torch.nn.Linear(4, 1)\n'
+            'opt = torch.optim.SGD(model.parameters(), lr=0.1)\n'
+            'scaler = torch.amp.GradScaler("cpu", init_scale=1024.0)\n'
+            'x = torch.randn(8, 4)\n'
+            '\n'
+            '\n'
+            '@tolerant\n'
+            'def clip_and_step():\n'
+            '    scaler.unscale_(opt)\n'
+            '    torch.nn.utils.clip_grad_norm_(model.parameters(), 0.5)\n'
+            '    scaler.unscale_(opt)\n'
+            '    torch.nn.utils.clip_grad_value_(model.parameters(), 0.01)\n'
+            '    scaler.step(opt)\n'
+            '\n'
+            '\n'
+            'for i in range(3):\n'
+            '    opt.zero_grad()\n'
+            '    with torch.autocast("cpu", dtype=torch.float16):\n'
+            '        loss = model(x).float().pow(2).mean() * 100\n'
+            '    scaler.scale(loss).backward()\n'
+            '    clip_and_step()\n'
+            '    scaler.update()\n'
+            '    print(i, loss.item())\n'
+            'print(model.weight.data, scaler._scale)\n'
+        )),
+    ),
+    ('AMP108', 'flag_guarded', 'unscale_unless_done'): (
+        ('train.py', (
+            'import torch\n'
+            'torch.manual_seed(0)\n'
+            'model = torch.nn.Linear(4, 1)\n'
+            'opt = torch.optim.SGD(model.parameters(), lr=0.1)\n'
+            'scaler = torch.amp.GradScaler("cpu", init_scale=1024.0)\n'
+            'x = torch.randn(8, 4)\n'
+            'clip_norm = 0.5\n'
+            'log_every = 2\n'
+            'for i in range(3):\n'
+            '    opt.zero_grad()\n'
+            '    with torch.autocast("cpu", dtype=torch.float16):\n'
+            '        loss = model(x).float().pow(2).mean() * 100\n'
+            '    scaler.scale(loss).backward()\n'
+            '    unscaled = False\n'
+            '    if clip_norm:\n'
+            '        scaler.unscale_(opt)\n'
+            '        unscaled = True\n'
+            '        torch.nn.utils.clip_grad_norm_(model.parameters(), clip_norm)\n'
+            '    if i % log_every == 0:\n'
+            '        if not unscaled:\n'
+            '            scaler.unscale_(opt)\n'
+            '        print("grad norm", model.weight.grad.norm().item())\n'
+            '    scaler.step(opt)\n'
+            '    scaler.update()\n'
+            '    print(i, loss.item())\n'
+            'print(model.weight.data, scaler._scale)\n'
+        )),
+    ),
+    ('AMP101', 'flag_guarded', 'unscale_in_try_unless_done'): (
+        ('train.py', (
+            'import torch\n'
+            'torch.manual_seed(0)\n'
+            '\n'
+            '\n'
+            'def log_grad_norm(model, i):\n'
+            '    if i == 1:\n'
+            '        raise ValueError("logging backend down")\n'
+            '    print("norm", sum(p.grad.norm() for p in model.parameters()).item())\n'
+            '\n'
+            '\n'
+            'model = torch.nn.Linear(4, 1)\n'
+            'opt = torch.optim.SGD(model.parameters(), lr=0.1)\n'
+            'scaler = torch.amp.GradScaler("cpu", init_scale=1024.0)\n'
+            'x = torch.randn(8, 4)\n'
+            'for i in range(3):\n'
+            '    opt.zero_grad()\n'
+            '    with torch.autocast("cpu", dtype=torch.float16):\n'
+            '        loss = model(x).float().pow(2).mean() * 100\n'
+            '    scaler.scale(loss).backward()\n'
+            '    unscaled = False\n'
+            '    try:\n'
+            '        log_grad_norm(model, i)\n'
+            '        scaler.unscale_(opt)\n'
+            '        unscaled = True\n'
+            '    except ValueError:\n'
+            '        pass\n'
+            '    if not unscaled:\n'
+            '        scaler.unscale_(opt)\n'
+            '    torch.nn.utils.clip_grad_norm_(model.parameters(), 0.5)\n'
+            '    scaler.step(opt)\n'
+            '    scaler.update()\n'
+            '    print(i, loss.item())\n'
+            'print(model.weight.data, scaler._scale)\n'
+        )),
+    ),
+    ('AMP108', 'hidden_alias', 'bound_update_callback'): (
+        ('train.py', (
+            'import torch\n'
+            'torch.manual_seed(0)\n'
+            'model = torch.nn.Linear(4, 1)\n'
+            'opt = torch.optim.SGD(model.parameters(), lr=0.1)\n'
+            'scaler = torch.amp.GradScaler("cpu", init_scale=1024.0)\n'
+            'x = torch.randn(8, 4)\n'
+            'on_step_end = scaler.update  # e.g. registered as a callback\n'
+            '\n'
+            '\n'
+            'def half_step():\n'
+            '    opt.zero_grad()\n'
+            '    with torch.autocast("cpu", dtype=torch.float16):\n'
+            '        loss = model(x).float().pow(2).mean() * 100\n'
+            '    scaler.scale(loss).backward()\n'
+            '    print(loss.item())\n'
+            '\n'
+            '\n'
+            'half_step()\n'
+            'scaler.unscale_(opt)\n'
+            'torch.nn.utils.clip_grad_norm_(model.parameters(), 0.5)\n'
+            'scaler.step(opt)\n'
+            'on_step_end()\n'
+            'half_step()\n'
+            'scaler.unscale_(opt)\n'
+            'torch.nn.utils.clip_grad_norm_(model.parameters(), 0.5)\n'
+            'scaler.step(opt)\n'
+            'scaler.update()\n'
+            'print(model.weight.data, scaler._scale)\n'
+        )),
+    ),
+    ('AMP108', 'hidden_alias', 'update_callbacks_in_a_list'): (
+        ('train.py', (
+            'import torch\n'
+            'torch.manual_seed(0)\n'
+            'model = torch.nn.Linear(4, 1)\n'
+            'opt = torch.optim.SGD(model.parameters(), lr=0.1)\n'
+            'scaler = torch.amp.GradScaler("cpu", init_scale=1024.0)\n'
+            'x = torch.randn(8, 4)\n'
+            'finish = [scaler.update]\n'
+            '\n'
+            '\n'
+            'def half_step():\n'
+            '    opt.zero_grad()\n'
+            '    with torch.autocast("cpu", dtype=torch.float16):\n'
+            '        loss = model(x).float().pow(2).mean() * 100\n'
+            '    scaler.scale(loss).backward()\n'
+            '    print(loss.item())\n'
+            '\n'
+            '\n'
+            'half_step()\n'
+            'scaler.unscale_(opt)\n'
+            'torch.nn.utils.clip_grad_norm_(model.parameters(), 0.5)\n'
+            'scaler.step(opt)\n'
+            'for f in finish:\n'
+            '    f()\n'
+            'half_step()\n'
+            'scaler.unscale_(opt)\n'
+            'torch.nn.utils.clip_grad_norm_(model.parameters(), 0.5)\n'
+            'scaler.step(opt)\n'
+            'scaler.update()\n'
+            'print(model.weight.data, scaler._scale)\n'
+        )),
+    ),
+    ('AMP108', 'rebound_by_call', 'scaler_rebuilt_between'): (
+        ('train.py', (
+            'import torch\n'
+            'torch.manual_seed(0)\n'
+            'model = torch.nn.Linear(4, 1)\n'
+            'opt = torch.optim.SGD(model.parameters(), lr=0.1)\n'
+            'scaler = torch.amp.GradScaler("cpu", init_scale=1024.0)\n'
+            'x = torch.randn(8, 4)\n'
+            '\n'
+            '\n'
+            'def backward():\n'
+            '    opt.zero_grad()\n'
+            '    with torch.autocast("cpu", dtype=torch.float16):\n'
+            '        loss = model(x).float().pow(2).mean() * 100\n'
+            '    scaler.scale(loss).backward()\n'
+            '    print(loss.item())\n'
+            '\n'
+            '\n'
+            'backward()\n'
+            'scaler.unscale_(opt)\n'
+            'if not all(torch.isfinite(p.grad).all() for p in model.parameters()):\n'
+            '    print("bad")\n'
+            '# warm-up probe done: start the real run with a fresh scaler\n'
+            'scaler = torch.amp.GradScaler("cpu", init_scale=512.0)\n'
+            'backward()\n'
+            'scaler.unscale_(opt)\n'
+            'torch.nn.utils.clip_grad_norm_(model.parameters(), 0.5)\n'
+            'scaler.step(opt)\n'
+            'scaler.update()\n'
+            'print(model.weight.data, scaler._scale)\n'
+        )),
+    ),
+    ('AMP101', 'exception_edge', 'handler_continues'): (
+        ('train.py', (
+            'import torch\n'
+            'torch.manual_seed(0)\n'
+            'model = torch.nn.Linear(4, 1)\n'
+            'opt = torch.optim.SGD(model.parameters(), lr=0.1)\n'
+            'scaler = torch.amp.GradScaler("cpu", init_scale=1024.0)\n'
+            'x = torch.randn(8, 4)\n'
+            '\n'
+            '\n'
+            'def check_loss(loss, i):\n'
+            '    if i == 1:\n'
+            '        raise FloatingPointError("loss spike")\n'
+            '\n'
+            '\n'
+            'for i in range(4):\n'
+            '    opt.zero_grad()\n'
+            '    with torch.autocast("cpu", dtype=torch.float16):\n'
+            '        loss = model(x).float().pow(2).mean() * 100\n'
+            '    scaler.scale(loss).backward()\n'
+            '    try:\n'
+            '        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)\n'
+            '        check_loss(loss, i)\n'
+            '        scaler.step(opt)\n'
+            '        scaler.update()\n'
+            '    except FloatingPointError as e:\n'
+            '        print("skip", e)\n'
+            '        continue\n'
+            '    print(i, loss.item())\n'
+            'print(model.weight.data, scaler._scale)\n'
+        )),
+    ),
+    ('AMP103', 'stand_in_scaler', 'no_scale_method'): (
+        ('train.py', (
+            'import torch\n'
+            'torch.manual_seed(0)\n'
+            '\n'
+            '\n'
+            'class NoScaler:\n'
+            '    """fp32 stand-in: steps plainly."""\n'
+            '    def step(self, optimizer):\n'
+            '        optimizer.step()\n'
+            '\n'
+            '    def update(self):\n'
+            '        pass\n'
+            '\n'
+            '\n'
+            'model = torch.nn.Linear(4, 1)\n'
+            'opt = torch.optim.SGD(model.parameters(), lr=0.1)\n'
+            'use_amp = False\n'
+            'scaler = torch.amp.GradScaler("cpu", init_scale=1024.0) if use_amp else NoScaler()\n'
+            'x = torch.randn(8, 4)\n'
+            'for i in range(3):\n'
+            '    opt.zero_grad()\n'
+            '    with torch.autocast("cpu", dtype=torch.float16, enabled=use_amp):\n'
+            '        loss = model(x).float().pow(2).mean()\n'
+            '    loss.backward()\n'
+            '    scaler.step(opt)\n'
+            '    scaler.update()\n'
+            '    print(i, loss.item())\n'
+            'print(model.weight.data)\n'
+        )),
+    ),
+    ('AMP501', 'not_a_tensor', 'integer_tensor'): (
+        ('train.py', (
+            'import torch\n'
+            'torch.manual_seed(0)\n'
+            'scaler = torch.amp.GradScaler("cpu", init_scale=1024.0)  # the module trains in fp16\n'
+            'm = torch.tensor([[True, False, True], [False, False, True]])\n'
+            '\n'
+            'ids = torch.arange(6).view(2, 3)\n'
+            'ids = ids.masked_fill(m, -1e9)  # int64 sentinel, fits\n'
+            'print(ids.dtype, ids)\n'
+        )),
+    ),
+    ('AMP501', 'explicit_dtype', 'new_full_float32'): (
+        ('train.py', (
+            'import torch\n'
+            'torch.manual_seed(0)\n'
+            'scaler = torch.amp.GradScaler("cpu", init_scale=1024.0)  # the module trains in fp16\n'
+            'm = torch.tensor([[True, False, True], [False, False, True]])\n'
+            '\n'
+            'h = torch.randn(2, 3, dtype=torch.float16)\n'
+            'bias = h.new_full((2, 3), -1e9, dtype=torch.float32)  # explicitly float32\n'
+            'print(bias.dtype, bias)\n'
+        )),
+    ),
+    ('AMP501', 'not_a_tensor', 'numpy_from_tensor'): (
+        ('train.py', (
+            'import torch\n'
+            'torch.manual_seed(0)\n'
+            'scaler = torch.amp.GradScaler("cpu", init_scale=1024.0)  # the module trains in fp16\n'
+            'm = torch.tensor([[True, False, True], [False, False, True]])\n'
+            '\n'
+            'scores = torch.randn(2, 3)\n'
+            'arr = scores.numpy()\n'
+            'arr[0] = -1e9\n'
+            'print(arr)\n'
+        )),
+    ),
+    ('AMP501', 'not_a_tensor', 'list_from_tolist'): (
+        ('train.py', (
+            'import torch\n'
+            'torch.manual_seed(0)\n'
+            'scaler = torch.amp.GradScaler("cpu", init_scale=1024.0)  # the module trains in fp16\n'
+            'm = torch.tensor([[True, False, True], [False, False, True]])\n'
+            '\n'
+            'row = torch.zeros(3).tolist()\n'
+            'row[0] = -1e9\n'
+            'print(row)\n'
+        )),
+    ),
+    ('AMP501', 'arithmetic', 'in_place_scale_and_shift'): (
+        ('train.py', (
+            'import torch\n'
+            'torch.manual_seed(0)\n'
+            'scaler = torch.amp.GradScaler("cpu", init_scale=1024.0)  # the module trains in fp16\n'
+            'lin = torch.nn.Linear(3, 3)\n'
+            'x = torch.randn(2, 3)\n'
+            's = lin(x)  # float32 (no autocast here)\n'
+            's.mul_(1e5)  # rescale to fixed-point units\n'
+            'print(s.dtype, s)\n'
+            't = lin(x)\n'
+            't.add_(1e5)  # shift, then undo\n'
+            't.sub_(1e5)\n'
+            'print(t)\n'
+        )),
+    ),
+}
+
+
+def _hostile_variants() -> list[Case]:
     """Where the step rules and AMP501 must not fix (or not report): the object a name
-    denotes changes out of sight, or the error a fix removes is caught."""
+    denotes changes out of sight, the error a fix removes is caught, the value is no
+    float16 tensor (hostile passes 4 and 5)."""
     return [Case(f"{rule}-{context}-{name}", files, ("train.py",))
-            for (rule, context, name), files in _HOSTILE4_CASES.items()]
+            for (rule, context, name), files in (*_HOSTILE4_CASES.items(), *_HOSTILE5_CASES.items())]
 
 
 def variants() -> list[Case]:
@@ -1431,7 +1845,7 @@ def variants() -> list[Case]:
              + _star_import_variants() + _finfo_variants() + _optional_scaler_variants() + _torch_rebound_variants()
              + _class_body_import_variants()
              + _notebook_importer_variants()
-             + _step_rule_variants() + _hostile4_variants())
+             + _step_rule_variants() + _hostile_variants())
     ids = [c.id for c in cases]
     assert len(ids) == len(set(ids)), "variant ids must be unique"
     return cases

@@ -71,7 +71,8 @@ def test_the_variants_cover_the_contexts_a_fix_can_break() -> None:
             "optional_scaler", "torch_rebound", "class_body_import", "notebook_importer",
             "scaler_escapes", "clip_shares_line", "optimizer_rebound", "unscale_in_try",
             "scaled_elsewhere", "input_dtype_unknown", "rebound_by_call", "error_caught_elsewhere",
-            "inherited_method", "not_a_tensor"} <= contexts
+            "inherited_method", "not_a_tensor", "hidden_alias", "flag_guarded", "exception_edge",
+            "stand_in_scaler", "explicit_dtype", "arithmetic"} <= contexts
     assert any(len(c.files) > 1 for c in VARIANTS) and any(c.entries[0].endswith(".ipynb") for c in VARIANTS)
 
 
