@@ -9,7 +9,7 @@ import libcst as cst
 from amplint.analysis.bindings import call_arg
 from amplint.analysis.names import dotted
 from amplint.analysis.precision import precision_of
-from amplint.analysis.torch_api import HALF_CAST_METHODS, REDUCED_DTYPE_TOKENS
+from amplint.analysis.torch_api import HALF_CAST_METHODS, MODULE_RETURNING, REDUCED_DTYPE_TOKENS
 from amplint.rules._base import Rule
 
 
@@ -101,7 +101,7 @@ class RedundantInputCast(Rule):
         built = [func] if isinstance(func, cst.Call) else [v for v, _ in self.model.bindings.values.assigned(func, scope)]
         for value in built:
             while (isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute)
-                   and value.func.attr.value in _MOVES and isinstance(value.func.value, cst.Call)):
+                   and value.func.attr.value in MODULE_RETURNING and isinstance(value.func.value, cst.Call)):
                 value = value.func.value  # `FrozenBatchNorm2d(C).cuda()`
             if isinstance(value, cst.Call):
                 name = (dotted(value.func) or "").rsplit(".", 1)[-1]
@@ -122,5 +122,3 @@ class RedundantInputCast(Rule):
 
 # Layers whose forward autocast does not cast: they compute in their input's dtype.
 _INPUT_DTYPE_LAYERS = re.compile(r"Norm|BN\d?d?$|Pool|Dropout|ReLU|GELU|SiLU|Sigmoid|Tanh|Identity")
-# Methods that return the module they are called on.
-_MOVES = frozenset({"to", "cuda", "cpu", "eval", "train", "requires_grad_", "float", "double"})
