@@ -267,7 +267,25 @@ def _class_of_instance(expr: cst.BaseExpression, scope, depth: int, seen: dict):
                 found = cls
     if found is None and isinstance(expr, cst.Name):
         found = _annotated_class(expr.value, scope)
+    if (found is None and isinstance(expr, cst.Attribute) and isinstance(expr.value, cst.Name)
+            and scope.cls is not None and expr.value.value == scope.self_name):
+        found = _field_class(scope.cls, expr.attr.value)
     return found
+
+
+def _field_class(cls, name: str):
+    """The project class a field of `cls` is declared with in the class body (`cfg:
+    TrainConfig` of a dataclass): `self.cfg` holds one."""
+    for stmt in cls.node.body.body:
+        if isinstance(stmt, cst.SimpleStatementLine):
+            for small in stmt.body:
+                if isinstance(small, cst.AnnAssign) and isinstance(small.target, cst.Name) and small.target.value == name:
+                    annotation = small.annotation.annotation
+                    if isinstance(annotation, cst.SimpleString):
+                        text = annotation.evaluated_value
+                        return resolve_class_text(text, cls.model) if isinstance(text, str) and text.isidentifier() else None
+                    return resolve_class(annotation, cls.model) if cls.model is not None else None
+    return None
 
 
 def _annotated_class(name: str, scope):

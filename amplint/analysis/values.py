@@ -148,8 +148,24 @@ class ValueResolver:
         if not assigned:
             if isinstance(expr, cst.Name):
                 return self._unpacked_dtypes(expr.value, scope, depth)
-            return None
+            return self._property_dtypes(expr, scope, depth)
         return _union(self.dtypes(value, vscope, depth + 1) for value, vscope in assigned)
+
+    def _property_dtypes(self, expr: cst.Attribute, scope, depth: int) -> frozenset[str] | None:
+        """`self.cfg.autocast_precision` where `cfg` holds a project class whose
+        `autocast_precision` is a property: the dtypes its returns may hold (OLMo's
+        `precision: amp_fp16` option becomes `torch.float16` there)."""
+        from amplint.analysis.callees import class_of_instance, method_of
+        from amplint.analysis.syntax import returned_values
+
+        if depth >= _MAX_CALL_DEPTH:
+            return None
+        cls = class_of_instance(expr.value, scope)
+        found = method_of(cls, expr.attr.value, DTYPE_VOCABULARY) if cls is not None else None
+        if found is None or found.scope is None or not any(
+                (dotted(d.decorator) or "").rsplit(".", 1)[-1] in ("property", "cached_property") for d in found.fn.decorators):
+            return None
+        return _union(found.model.bindings.values.dtypes(value, found.scope, depth + 2) for value in returned_values(found.fn))
 
     def _unpacked_dtypes(self, name: str, scope, depth: int) -> frozenset[str] | None:
         """`weight_dtype, save_dtype = prepare_dtype(args)`: the dtypes at that position of
