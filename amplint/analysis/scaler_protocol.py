@@ -31,7 +31,7 @@ import libcst as cst
 
 from amplint.analysis.conditions import contradicts, facts, negate
 from amplint.analysis.names import dotted
-from amplint.analysis.syntax import argument_for, call_arg
+from amplint.analysis.syntax import argument_for, call_arg, sets_true
 from amplint.analysis.walk import walk
 from amplint.analysis.steps import Event, Kind, Point, StepGraph
 from amplint.prefilter import Attr, Word
@@ -260,11 +260,8 @@ class ScalerProtocol:
         unscaled = True`): a call guarded by `if not unscaled:` cannot follow it."""
         stmt = self.next_statement(event.statement)
         while stmt is not None:
-            if isinstance(stmt, cst.SimpleStatementLine):
-                for small in stmt.body:
-                    if (isinstance(small, cst.Assign) and isinstance(small.value, cst.Name) and small.value.value == "True"
-                            and any(dotted(t.target) == flag for t in small.targets)):
-                        return True
+            if sets_true(stmt, flag):
+                return True
             stmt = self.next_statement(stmt)
         return False
 

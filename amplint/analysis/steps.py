@@ -28,7 +28,7 @@ from amplint.analysis.conditions import Fact, consistent, facts
 from amplint.analysis.grad_norms import is_grad_norm, managed_unscale
 from amplint.analysis.names import dotted
 from amplint.analysis.step_kinds import Kind
-from amplint.analysis.syntax import call_arg, returned_values, value_branches
+from amplint.analysis.syntax import call_arg, returned_values, sets_true, value_branches
 from amplint.analysis.walk import walk
 from amplint.analysis.torch_api import (
     AUTOGRAD_BACKWARD,
@@ -444,13 +444,9 @@ class _FlagSetters(cst.CSTVisitor):
 
     def _block(self, body) -> None:
         for i, stmt in enumerate(body):
-            if not isinstance(stmt, cst.SimpleStatementLine):
-                continue
-            for small in stmt.body:
-                if (isinstance(small, cst.Assign) and isinstance(small.value, cst.Name) and small.value.value == "True"
-                        and any(isinstance(t.target, cst.Name) and t.target.value == self.flag for t in small.targets)):
-                    self.setters += 1
-                    self.after_unscale += i > 0 and _calls_unscale(body[i - 1], self.model)
+            if sets_true(stmt, self.flag):
+                self.setters += 1
+                self.after_unscale += i > 0 and _calls_unscale(body[i - 1], self.model)
 
 
 def _aliased(key: str, alias: tuple[str, str]) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import libcst as cst
 
+from amplint.analysis.names import dotted
 from amplint.analysis.walk import walk
 
 
@@ -81,3 +82,11 @@ def argument_for(call: cst.Call, callee, param: str) -> cst.BaseExpression | Non
     positional = [a for a in call.args if a.keyword is None]
     index = params.index(param)
     return positional[index].value if index < len(positional) else None
+
+
+def sets_true(statement: cst.CSTNode, flag: str) -> bool:
+    """`statement` is a line that assigns `True` to the dotted name `flag` (`unscaled = True`)."""
+    if not isinstance(statement, cst.SimpleStatementLine):
+        return False
+    return any(isinstance(small, cst.Assign) and isinstance(small.value, cst.Name) and small.value.value == "True"
+               and any(dotted(t.target) == flag for t in small.targets) for small in statement.body)
