@@ -289,7 +289,9 @@ class Fp16OverflowConstant(Rule):
     Flags a float literal outside float16's range (|x| > 65504: `-1e9`, `-1e10`,
     `1e5`, also `torch.finfo(torch.float32).min`, directly or through a name bound
     only to such literals) written into a tensor with `masked_fill(_)`, `fill_`,
-    `new_full`, `add_`/`sub_`/`mul_`, `torch.where` / `Tensor.where`, `full_like`,
+    `new_full`, `add_`/`sub_`/`mul_` (arithmetic: only inside float16 autocast or on a
+    tensor made float16 with `.half()` / `.to(torch.float16)`, and never fixed),
+    `torch.where` / `Tensor.where`, `full_like`,
     `torch.full(..., dtype=<maybe float16>)`, or an index/slice assignment
     (`x[mask] = -1e9`, `x[i] += 1e5`; not into a NumPy array, list or dict), or added in place as a mask product
     (`scores += mask * -1e9`, where `scores` is computed by a call: the in-place add
@@ -459,7 +461,26 @@ class Fp16OverflowConstant(Rule):
         # autocast (a module's float16 elsewhere says nothing of this tensor), never fixed
         # (`mul_(finfo.max)` is another computation).
         arithmetic = method in _ARITHMETIC_METHODS
-        self._sink(call, call.func.value, value, scope, fixable=not arithmetic, region_only=arithmetic)
+        region_only = arithmetic and not self._made_float16(call.func.value, scope)
+        self._sink(call, call.func.value, value, scope, fixable=not arithmetic, region_only=region_only)
+
+    def _made_float16(self, tensor: cst.BaseExpression, scope) -> bool:
+        """Some value of `tensor` is cast to float16 where it is made (`x.half()`,
+        `x.to(torch.float16)`), through methods that keep the dtype."""
+        for value, vscope in self.model.bindings.values.assigned(tensor, scope):
+            while (isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute)
+                   and value.func.attr.value in _DTYPE_KEEPING):
+                value = value.func.value
+            if not (isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute)):
+                continue
+            method = value.func.attr.value
+            if method == "half" and not value.args:
+                return True
+            if method in ("to", "type") and value.args:
+                dtype = call_arg(value, None, "dtype") or value.args[0].value
+                if self.model.bindings.values.dtypes(dtype, vscope) == frozenset({"float16"}):
+                    return True
+        return False
 
     def _cast_where(self, cast: cst.Call, method: str, where: cst.Call, scope) -> None:
         if method == "half":
