@@ -36,9 +36,16 @@ class Options:
     @cached_property
     def declared(self) -> dict[str, frozenset[str]]:
         out: dict[str, set[str]] = {}
+        defaults: dict[str, set[str]] = {}
         for site in self.model.calls:
             call = site.node
             func = call.func
+            if isinstance(func, cst.Attribute) and func.attr.value == "set_defaults":
+                # `parser.set_defaults(precision="fp16")`: argparse checks no default against choices
+                for arg in call.args:
+                    if arg.keyword is not None and isinstance(arg.value, cst.SimpleString):
+                        defaults.setdefault(arg.keyword.value, set()).add(arg.value.evaluated_value)
+                continue
             if not isinstance(func, cst.Attribute) or func.attr.value != "add_argument":
                 continue
             dest = _destination(call)
@@ -48,6 +55,12 @@ class Options:
             strings = _choice_strings(choices, site.scope, self.model.bindings.values)
             if strings:
                 out.setdefault(dest, set()).update(strings)
+                default = call_arg(call, None, "default")
+                if isinstance(default, cst.SimpleString) and isinstance(default.evaluated_value, str):
+                    out[dest].add(default.evaluated_value)  # a default outside the choices is kept as given
+        for dest, values in defaults.items():
+            if dest in out:
+                out[dest] |= values
         return {k: frozenset(v) for k, v in out.items()}
 
     def choices(self, dest: str) -> frozenset[str] | None:

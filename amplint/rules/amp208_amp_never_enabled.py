@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import libcst as cst
 
 from amplint.analysis.names import dotted
@@ -17,8 +19,10 @@ class AmpNeverEnabled(Rule):
     where `--precision` is declared with `choices=["16", "bf16", "32"]` (also through a
     name assigned such a comparison, and `x in ("fp16", "float16")`). The choices are read
     from the `add_argument` that declares the option, in this module or one that imports
-    it; an option with no `choices` is never judged. The diagnostic points at the
-    comparison.
+    it, with its `default` and any `set_defaults(...)` (argparse checks neither against the
+    choices); an option with no `choices` is never judged, nor one the module may write
+    after parsing (`args.precision = ...` on any name, `setattr`, `vars(args)`,
+    `__dict__`, `parse_args(namespace=...)`). The diagnostic points at the comparison.
 
     Hunted in public code: `GradScaler(enabled=args.precision == "fp16")` and
     `autocast(..., enabled=args.precision == "fp16")` are common (ten files by an exact
@@ -104,9 +108,16 @@ class AmpNeverEnabled(Rule):
         if wanted is None or option is None or not isinstance(left, cst.Attribute):
             return None
         choices = self.model.bindings.values.strings(left, scope)
-        if not choices or wanted & choices:
+        if not choices or wanted & choices or self._written_after_parsing(left.attr.value):
             return None
         return option, choices
+
+    def _written_after_parsing(self, dest: str) -> bool:
+        """The module may give the option another value than the command line's: it assigns
+        `<anything>.dest = ...` (an alias of the namespace, a function that edits it), or
+        writes through `setattr`, `vars(args)`, `__dict__` or a prepared `namespace=`."""
+        text = self.model.module.code
+        return bool(re.search(rf"\.{re.escape(dest)}\s*(?:=[^=]|\+=)|\bsetattr\(|\bvars\(|__dict__|\bnamespace\s*=", text))
 
 
 def _strings(expr: cst.BaseExpression) -> frozenset[str] | None:
