@@ -104,7 +104,7 @@ class _OpKinds(cst.CSTVisitor):
             self.lower = True
         elif name in AUTOCAST_FLOAT32_OPS:
             self.float32_ops = True
-        if _is_float32_cast(node, self.model):
+        if is_float32_cast(node, self.model):
             self.upcasts = True
         if isinstance(node.func, cst.Name) and node.func.value in self.model.functions:
             self.helpers.add(node.func.value)
@@ -139,7 +139,7 @@ def _op_name(func: cst.BaseExpression, model) -> str | None:
     return None
 
 
-def _is_float32_cast(call: cst.Call, model) -> bool:
+def is_float32_cast(call: cst.Call, model) -> bool:
     """`x.float()`, `x.to(torch.float32)`, `x.to(dtype=torch.float32)`, `x.type(torch.float)`."""
     func = call.func
     if not isinstance(func, cst.Attribute) or model.qualify(func) is not None:

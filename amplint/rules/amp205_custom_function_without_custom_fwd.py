@@ -8,7 +8,7 @@ import libcst as cst
 
 from amplint.analysis.walk import walk
 from amplint.analysis.bindings import autocast_entered_in
-from amplint.analysis.function_dtypes import computes_in_gradient_dtype, upcasts_by_hand
+from amplint.analysis.function_dtypes import computes_in_gradient_dtype, is_float32_cast, upcasts_by_hand
 from amplint.analysis.function_body import (
     autocast_sensitive,
     decorated_with,
@@ -302,12 +302,13 @@ class CustomFunctionWithoutCustomFwd(Rule):
         if not calls:
             return False
         values = self.model.bindings.values
+        scope_of = {id(site.node): site.scope for site in self.model.calls}
         for call in calls:
             first = call.args[0].value if call.args and call.args[0].keyword is None and not call.args[0].star else None
-            site_scope = next((site.scope for site in self.model.calls if site.node is call), None)
+            site_scope = scope_of.get(id(call))
             if not isinstance(first, cst.Name) or site_scope is None:
                 return False
-            if not any(_float32_cast(v, self.model) for v, _ in values.assigned(first, site_scope)):
+            if not any(isinstance(v, cst.Call) and is_float32_cast(v, self.model) for v, _ in values.assigned(first, site_scope)):
                 return False
         return True
 
@@ -340,20 +341,6 @@ class _ApplyFinder(cst.CSTVisitor):
     @property
     def other_uses(self) -> int:
         return self.mentions - len(self.calls)  # each call's func is a mention too
-
-
-def _float32_cast(value: cst.BaseExpression, model) -> bool:
-    """`x.float()`, `x.to(torch.float32)`, `x.to(dtype=torch.float32)`, `x.type(torch.float32)`."""
-    if not (isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute)):
-        return False
-    method = value.func.attr.value
-    if method == "float":
-        return not value.args
-    if method in ("to", "type") and value.args:
-        target = next((a.value for a in value.args if a.keyword is not None and a.keyword.value == "dtype"),
-                      value.args[0].value if value.args[0].keyword is None else None)
-        return target is not None and model.qualify(target) in ("torch.float32", "torch.float")
-    return False
 
 
 def _relative(path: str, beside: str) -> str:
