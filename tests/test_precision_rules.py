@@ -330,7 +330,8 @@ def test_amp501_fix_uses_the_tensor_and_the_torch_alias() -> None:
         """
         import torch as th
         scaler = th.amp.GradScaler("cuda")
-        def attend(scores, mask):
+        def attend(q, k, mask):
+            scores = th.matmul(q, k).softmax(-1)
             scores.masked_fill_(mask, -1e9)
             big = th.full((3,), 1e6, dtype=scores.dtype)
             return scores
@@ -340,6 +341,29 @@ def test_amp501_fix_uses_the_tensor_and_the_torch_alias() -> None:
     assert "scores.masked_fill_(mask, th.finfo(scores.dtype).min)" in out.source
     assert "th.full((3,), th.finfo(scores.dtype).max, dtype=scores.dtype)" in out.source
     assert check_source(out.source, "t.py", select=["AMP501"]) == []
+
+
+def test_amp501_fix_needs_evidence_of_a_floating_tensor() -> None:
+    """`torch.finfo` raises on an integer or bool tensor and on a NumPy array: a parameter, a
+    helper's result or an integer-typed value is reported without a fix."""
+    from amplint.fixes import fix_text
+
+    src = textwrap.dedent(
+        """
+        import torch
+        scaler = torch.amp.GradScaler("cuda")
+        def attend(scores, ids, mask, helper):
+            scores.masked_fill_(mask, -1e9)
+            ids = ids.to(torch.int64)
+            ids.masked_fill_(mask, -1e9)
+            bias = helper()
+            bias[mask] = -1e9
+            return scores, ids, bias
+        """
+    )
+    found = check_source(src, "t.py", select=["AMP501"])
+    assert len(found) == 3 and all(d.fix is None for d in found)
+    assert fix_text(src, lambda t: check_source(t, "t.py", select=["AMP501"]), unsafe=True).source == src
 
 
 def test_amp501_names_bound_to_a_literal_in_a_class() -> None:
@@ -422,6 +446,10 @@ def test_amp501_scalar_where_cast_to_a_half_dtype() -> None:
     from amplint.fixes import fix_text
 
     out = fix_text(textwrap.dedent(src), lambda t: check_source(t, "t.py", select=["AMP501"]), unsafe=True)
+    # `hidden` is not known to be a floating tensor (finfo of an integer dtype raises): no fix
+    assert out.source == textwrap.dedent(src)
+    known = textwrap.dedent(src).replace("import torch\n", "import torch\nhidden = torch.randn(2, 3).half()\n")
+    out = fix_text(known, lambda t: check_source(t, "t.py", select=["AMP501"]), unsafe=True)
     assert "torch.where(mask > 0, 0, torch.finfo(hidden.dtype).min).to(hidden.dtype)" in out.source
 
 

@@ -39,6 +39,14 @@ def autocast_sensitive(fn: cst.FunctionDef, model, rerun: frozenset[str] = froze
     return finder.found
 
 
+def runs_autocast_ops(fn: cst.FunctionDef, model) -> bool:
+    """The function runs an op autocast casts (`F.linear`, `@`, `softmax`), not only a
+    compiled kernel: handing it float32 inputs does not keep it in float32 inside a region."""
+    finder = _SensitiveFinder(model, _ctx_name(fn), frozenset(), _complex_names(fn, model), kernels=False)
+    walk(fn.body, finder)
+    return finder.found
+
+
 # torch.fft's transforms whose result is complex (irfft, hfft and the like return real
 # tensors): autocast casts floating-point tensors only, so an op on these is not its concern.
 _COMPLEX_FFT = frozenset(
@@ -140,8 +148,10 @@ def _ctx_name(fn: cst.FunctionDef) -> str | None:
 
 
 class _SensitiveFinder(cst.CSTVisitor):
-    def __init__(self, model, ctx: str | None, rerun: frozenset[str], complex_names: frozenset[str] = frozenset()) -> None:
+    def __init__(self, model, ctx: str | None, rerun: frozenset[str], complex_names: frozenset[str] = frozenset(),
+                 kernels: bool = True) -> None:
         self.model = model
+        self.kernels = kernels  # a compiled kernel's call counts
         self.ctx = ctx
         self.rerun = rerun
         self.complex_names = complex_names
@@ -170,7 +180,7 @@ class _SensitiveFinder(cst.CSTVisitor):
             if qual.split(".")[0] == "torch" and not compiled_kernel(qual):
                 self.found = qual.rsplit(".", 1)[-1] in AUTOCAST_SENSITIVE_OPS and not self._on_complex(node)
             else:
-                self.found = compiled_kernel(qual)
+                self.found = self.kernels and compiled_kernel(qual)
             return
         if isinstance(func, cst.Attribute):
             if func.attr.value in AUTOCAST_SENSITIVE_OPS:

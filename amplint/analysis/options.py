@@ -22,6 +22,8 @@ from functools import cached_property
 import libcst as cst
 
 from amplint.analysis.bindings import call_arg
+from amplint.analysis.names import dotted
+from amplint.analysis.walk import walk
 
 # An importer whose text lacks these cannot declare the option.
 _DECLARATION_WORDS = ("add_argument", "choices")
@@ -120,6 +122,10 @@ def _choice_strings(expr: cst.BaseExpression, scope, values, depth: int = 0) -> 
         return frozenset(found)
     if isinstance(expr, (cst.Name, cst.Attribute)) and depth < 2:
         assigned = values.assigned(expr, scope)
+        text = dotted(expr)
+        modules = {id(s.model.module): s.model.module for _, s in assigned} | {id(scope.model.module): scope.model.module}
+        if text is None or any(_mutated(module, text) for module in modules.values()):
+            return None  # `DTYPES.append("fp16")`, `DTYPES += [...]`: not only the literal's strings
         found = set()
         for value, vscope in assigned:
             got = _choice_strings(value, vscope, values, depth + 1)
@@ -128,3 +134,34 @@ def _choice_strings(expr: cst.BaseExpression, scope, values, depth: int = 0) -> 
             found |= got
         return frozenset(found) if assigned else None
     return None
+
+
+_MUTATORS = frozenset({"append", "extend", "insert", "add", "update", "__setitem__", "__iadd__"})
+
+
+def _mutated(module: cst.Module, text: str) -> bool:
+    """The module changes the container named `text` in place: a mutating method
+    (`append`, `extend`, `insert`, `add`, `update`), an augmented assignment, or an item
+    or slice assignment."""
+    finder = _Mutations(text)
+    walk(module, finder)
+    return finder.found
+
+
+class _Mutations(cst.CSTVisitor):
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.found = False
+
+    def visit_Call(self, node: cst.Call) -> None:
+        func = node.func
+        if isinstance(func, cst.Attribute) and func.attr.value in _MUTATORS and dotted(func.value) == self.text:
+            self.found = True
+
+    def visit_AugAssign(self, node: cst.AugAssign) -> None:
+        if dotted(node.target) == self.text:
+            self.found = True
+
+    def visit_AssignTarget(self, node: cst.AssignTarget) -> None:
+        if isinstance(node.target, cst.Subscript) and dotted(node.target.value) == self.text:
+            self.found = True

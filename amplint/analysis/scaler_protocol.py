@@ -31,7 +31,7 @@ import libcst as cst
 
 from amplint.analysis.conditions import contradicts, facts, negate
 from amplint.analysis.names import dotted
-from amplint.analysis.syntax import argument_for, call_arg, sets_true
+from amplint.analysis.syntax import argument_for, call_arg, flag_text, sets_true
 from amplint.analysis.walk import walk
 from amplint.analysis.steps import Event, Kind, Point, StepGraph
 from amplint.prefilter import Attr, Word
@@ -89,6 +89,9 @@ class _GuardCollector(cst.CSTVisitor):
         self.caught_callees: set[str] = set()
         self.function_stack: list[cst.FunctionDef] = []
         self.function_of: dict[int, cst.FunctionDef] = {}
+        # The simple statement line each call is written on (an inlined event's own line).
+        self.line: cst.SimpleStatementLine | None = None
+        self.statement_of: dict[int, cst.SimpleStatementLine] = {}
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
         self.stack.append([])
@@ -184,6 +187,14 @@ class _GuardCollector(cst.CSTVisitor):
             self.tests[id(node)] = tuple(self.test_stack[-1])
         if self.function_stack:
             self.function_of[id(node)] = self.function_stack[-1]
+        if self.line is not None:
+            self.statement_of[id(node)] = self.line
+
+    def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> None:
+        self.line = node
+
+    def leave_SimpleStatementLine(self, original_node: cst.SimpleStatementLine) -> None:
+        self.line = None
 
     def visit_IndentedBlock(self, node: cst.IndentedBlock) -> None:
         self._block(node.body)
@@ -213,6 +224,7 @@ class ScalerProtocol:
         self._caught_callees = collector.caught_callees
         self._in_handled_try = collector.in_handled_try
         self._function_of = collector.function_of
+        self._statement_of = collector.statement_of
 
     # --- guards --------------------------------------------------------------------------
     def guards(self, event: Event) -> tuple[Guard, ...]:
@@ -255,15 +267,102 @@ class ScalerProtocol:
         function = self._function_of.get(id(event.node))
         return function is not None and function.name.value in self._caught_callees
 
-    def flag_set_after(self, event: Event, flag: str) -> bool:
+    def raises_uncaught(self, event: Event) -> bool:
+        """Positive evidence that the RuntimeError a protocol call raises at `event` ends
+        the program: nothing around it may catch it, and its function is reached only by
+        direct calls (within this module, up to four callers deep, or from the module level
+        of a script no project file imports) that nothing catches either.  A function that is decorated, a generator or a
+        coroutine, referenced other than by a call (a callback, a thread's target), called
+        nowhere in this module (a framework's hook), or whose name another project file
+        mentions (a caller there is not seen) gives no such evidence.  Deleting a call that
+        raises is then a change from a crash to a run, never from one handled path to
+        another."""
+        if event.inlined or self.caught(event):
+            return False
+        return self._uncaught_from(self._function_of.get(id(event.node)), 0, frozenset())
+
+    def _uncaught_from(self, function: cst.FunctionDef | None, depth: int, seen: frozenset[int]) -> bool:
+        if function is None:
+            # module-level code: an uncaught error ends the script, unless another module
+            # imports this one (`try: import job except RuntimeError: ...`)
+            project = self.model.project
+            path = str(self.model.path)
+            return project is not None and path[:1] != "<" and not project.may_be_imported(path)
+        if depth > 4 or id(function) in seen or function.decorators or function.asynchronous:
+            return False
+        if _contains_yield(function):
+            return False
+        name = function.name.value
+        references = self._references().get(name)
+        if not references or not self.only_here(name):
+            return False
+        for call, caller in references:
+            if call is None or id(call) in self._caught:
+                return False
+            if not self._uncaught_from(caller, depth + 1, seen | {id(function)}):
+                return False
+        return True
+
+    def only_here(self, name: str) -> bool:
+        """No project file that imports this module mentions `name`: nothing else can call
+        its functions or reach its objects by that name (a module checked without a
+        project may be imported by anything)."""
+        project = self.model.project
+        path = str(self.model.path)
+        if project is None or path[:1] == "<":
+            return False
+        return not project.named_by_importers(path, name.lower())
+
+    def _references(self) -> dict[str, list[tuple[cst.Call | None, cst.FunctionDef | None]]]:
+        """Each name's uses in the module (as a plain name or an attribute's last part):
+        the call it is the callee of (None for any other use), and the function it is in."""
+        cached = getattr(self, "_reference_map", None)
+        if cached is None:
+            finder = _References()
+            walk(self.model.module, finder)
+            cached = self._reference_map = finder.found
+        return cached
+
+    def flag_set_after(self, event: Event, flag: str, later: Event | None = None) -> bool:
         """A later statement of the event's own block sets `flag = True` (`scaler.unscale_(opt);
-        unscaled = True`): a call guarded by `if not unscaled:` cannot follow it."""
-        stmt = self.next_statement(event.statement)
+        unscaled = True`): a call guarded by `if not unscaled:` cannot follow it.  For an
+        event inlined from a helper (`ensure_unscaled(state)`), the helper's own block; then
+        the `later` event, inlined from the same line, must see the same flag object (the
+        same argument for a parameter the flag belongs to)."""
+        statement = event.statement
+        if event.inlined:
+            statement = self._statement_of.get(id(event.node))
+            if later is None or not self._same_flag_object(event, later, flag):
+                return False
+        try:
+            flag = flag_text(cst.parse_expression(flag))  # a guard's text: `st["unscaled"]`
+        except cst.ParserSyntaxError:
+            return False
+        if flag is None:
+            return False
+        stmt = self.next_statement(statement)
         while stmt is not None:
             if sets_true(stmt, flag):
                 return True
             stmt = self.next_statement(stmt)
         return False
+
+    def _same_flag_object(self, first: Event, later: Event, flag: str) -> bool:
+        """Both events run the same helper line, and the flag's owner is the same object in
+        both calls: a module-level name, or a parameter given the same name twice."""
+        if first.node is not later.node or not first.through or not later.through:
+            return False
+        helper = first.scope
+        root = re.split(r"[.\[]", flag, maxsplit=1)[0]
+        if root not in helper.params:
+            return True  # a global or a closure's name: one object
+        a = argument_for(first.through[-1][0], helper, root) if root != helper.self_name else None
+        b = argument_for(later.through[-1][0], helper, root) if root != helper.self_name else None
+        if root == helper.self_name:
+            a, b = (c.func.value if isinstance(c.func, cst.Attribute) else None for c in (first.through[-1][0], later.through[-1][0]))
+        text = dotted(a) if a is not None else None
+        return text is not None and text == (dotted(b) if b is not None else None) and len(first.through) == len(later.through) == 1 \
+            and not self.rebound_between(first.through[0][1], first.anchor, later.anchor, text)
 
     def in_handled_try(self, event: Event) -> bool:
         """The event runs inside a `try` body that has handlers (of any exception): an
@@ -525,6 +624,60 @@ class _BindingsBetween(cst.CSTVisitor):
     def visit_Global(self, node: cst.Global) -> None:
         if self.state == 1:
             self.bound.update(n.name.value for n in node.names)
+
+
+class _References(cst.CSTVisitor):
+    """Where each name is used: as the callee of a call (`train(...)`, `self.train_step()`),
+    or otherwise (`Thread(target=train)`, `callbacks.append(self.step)`); a function's own
+    `def` is no use."""
+
+    def __init__(self) -> None:
+        self.found: dict[str, list[tuple[cst.Call | None, cst.FunctionDef | None]]] = {}
+        self.callees: dict[int, cst.Call] = {}
+        self.functions: list[cst.FunctionDef] = []
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        self.functions.append(node)
+        self.callees[id(node.name)] = None  # the definition's own name: skipped below
+
+    def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:
+        self.functions.pop()
+
+    def visit_Call(self, node: cst.Call) -> None:
+        func = node.func
+        self.callees[id(func.attr if isinstance(func, cst.Attribute) else func)] = node
+
+    def visit_Attribute(self, node: cst.Attribute) -> None:
+        self._use(node.attr)
+
+    def visit_Name(self, node: cst.Name) -> None:
+        self._use(node)
+
+    def _use(self, name: cst.Name) -> None:
+        if id(name) in self.callees and self.callees[id(name)] is None:
+            return
+        function = self.functions[-1] if self.functions else None
+        self.found.setdefault(name.value, []).append((self.callees.get(id(name)), function))
+
+
+def _contains_yield(function: cst.FunctionDef) -> bool:
+    """The function's own body yields (nested definitions are their own)."""
+
+    class _Yields(cst.CSTVisitor):
+        found = False
+
+        def visit_Yield(self, node: cst.Yield) -> None:
+            self.found = True
+
+        def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+            return node is function
+
+        def visit_Lambda(self, node: cst.Lambda) -> bool:
+            return False
+
+    finder = _Yields()
+    walk(function, finder)
+    return finder.found
 
 
 # Exceptions whose handler does not catch a plain RuntimeError (RuntimeError's subclasses among them).

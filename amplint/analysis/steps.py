@@ -28,7 +28,7 @@ from amplint.analysis.conditions import Fact, consistent, facts
 from amplint.analysis.grad_norms import is_grad_norm, managed_unscale
 from amplint.analysis.names import dotted
 from amplint.analysis.step_kinds import Kind
-from amplint.analysis.syntax import call_arg, returned_values, sets_true, value_branches
+from amplint.analysis.syntax import call_arg, flag_text, returned_values, sets_true, value_branches
 from amplint.analysis.walk import walk
 from amplint.analysis.torch_api import (
     AUTOGRAD_BACKWARD,
@@ -414,12 +414,15 @@ def _ensures_unscaled(node: cst.If, function: cst.CSTNode, model) -> bool:
     it the gradients are unscaled on every path, which a path-insensitive graph would not
     see (it also walks the path where neither unscale_ ran)."""
     test = node.test
-    if not (isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not) and isinstance(test.expression, cst.Name)):
+    if not (isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not)):
+        return False
+    flag = flag_text(test.expression)  # `unscaled`, `state.unscaled`, `st["unscaled"]`
+    if flag is None:
         return False
     body = _statements(node.body)
     if not body or not all(_calls_unscale(stmt, model) for stmt in body[:1]):
         return False
-    finder = _FlagSetters(test.expression.value, model)
+    finder = _FlagSetters(flag, model)
     walk(function, finder)
     return finder.setters > 0 and finder.after_unscale == finder.setters
 

@@ -85,8 +85,24 @@ def argument_for(call: cst.Call, callee, param: str) -> cst.BaseExpression | Non
 
 
 def sets_true(statement: cst.CSTNode, flag: str) -> bool:
-    """`statement` is a line that assigns `True` to the dotted name `flag` (`unscaled = True`)."""
+    """`statement` is a line that assigns `True` to the flag `flag`, as `flag_text` writes it
+    (`unscaled = True`, `self.unscaled = True`, `state["unscaled"] = True`)."""
     if not isinstance(statement, cst.SimpleStatementLine):
         return False
     return any(isinstance(small, cst.Assign) and isinstance(small.value, cst.Name) and small.value.value == "True"
-               and any(dotted(t.target) == flag for t in small.targets) for small in statement.body)
+               and any(flag_text(t.target) == flag for t in small.targets) for small in statement.body)
+
+
+def flag_text(expr: cst.BaseExpression) -> str | None:
+    """A flag's spelling, blanks and quote style aside: a dotted name (`self.unscaled`) or a
+    string-keyed item of one (`state["unscaled"]` and `state['unscaled']` alike); None for
+    anything else."""
+    name = dotted(expr)
+    if name is not None:
+        return name
+    if isinstance(expr, cst.Subscript) and len(expr.slice) == 1 and isinstance(expr.slice[0].slice, cst.Index):
+        key = expr.slice[0].slice.value
+        owner = dotted(expr.value)
+        if owner is not None and isinstance(key, cst.SimpleString):
+            return f"{owner}[{key.evaluated_value!r}]"
+    return None

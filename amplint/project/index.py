@@ -775,6 +775,22 @@ class ProjectIndex:
             return True
         return any(f != key and word in (self._raw_text(f) or "") for f in listing.files)
 
+    def may_be_imported(self, path: str) -> bool:
+        """Whether some project file imports the module at `path` (True when the project is
+        too large to list): its module-level code may then run inside an importer's `try`."""
+        if self._whole_project(_abs(path)) is None:
+            return True
+        return bool(self.importers(path, depth=1))
+
+    def named_by_importers(self, path: str, word: str) -> bool:
+        """Whether a project file that imports the module at `path` (directly or through
+        others) has `word` (lowercase) in its text: the only files that can call a function
+        of the module or reach its module-level objects by name.  True when the project is
+        too large to list."""
+        if self._whole_project(_abs(path)) is None:
+            return True
+        return any(word in (self._raw_text(f) or "") for f in self.importers(path))
+
     def _import_distance(self, start: str, target: str, depth: int) -> int | None:
         """How many imports lead from `start` to the module `target` (None: more than `depth`)."""
         return self._forward_closure(start, depth).get(target)

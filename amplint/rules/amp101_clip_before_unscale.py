@@ -9,6 +9,8 @@ import libcst as cst
 from amplint.analysis.bindings import Bindings
 from amplint.analysis.grad_norms import clips_nothing
 from amplint.analysis.names import dotted
+from amplint.analysis.quiet_window import quiet_between
+from amplint.analysis.syntax import call_arg
 from amplint.analysis.scaler_protocol import event_is, protocol, search, training_loop
 from amplint.analysis.steps import SCALING_LIBRARY_WORDS, Kind
 from amplint.diagnostics import Applicability
@@ -86,10 +88,16 @@ class ClipBeforeUnscale(Rule):
     optimizer name bound again between the clip and the step (`optimizer = o2`: the
     clip's `optimizer` is another object), also out of sight (a method called on the
     same object between them: `self.rebuild_optimizer()` may assign `self.opt`), or a
-    clip inside a `try` with handlers (an exception between the inserted `unscale_`
-    and the update, handled by `continue`, leaves the optimizer unscaled, and the next
-    iteration's `unscale_` raises). It is still wrong if an optimizer unscales
-    internally or a caller already unscaled.
+    clip inside a `try` with handlers. Between the clip and the steps there must be
+    nothing that can raise or suspend (only names bound to names and constants, `pass`,
+    and `if` tests of those; no call, attribute, `yield`, nor the end of a `with`,
+    `try` or loop), the clip's own arguments may call only `<module>.parameters()`, and
+    the clip must not raise on non-finite gradients (`error_if_nonfinite=True`,
+    `**kwargs`): an exception after the inserted
+    `unscale_` that any caller handles, or a generator abandoned at a `yield`, leaves
+    the optimizer unscaled, and the next iteration's `unscale_` raises where the code
+    as written ran on. It is still wrong if an optimizer unscales internally or a
+    caller already unscaled.
 
     ## Runtime confirmation
     `amplint verify` reads the scaler's per-optimizer stage at the clip call: READY
@@ -184,7 +192,26 @@ class ClipBeforeUnscale(Rule):
                 return None  # some path from the clip skips this step
             if name not in names:
                 names.append(name)
-        return names or None
+        if not names:
+            return None
+        # Positive evidence that nothing leaves between the inserted unscale_ and the steps
+        # (an exception a caller handles, a generator abandoned at a `yield`): the optimizer
+        # would stay unscaled and the next iteration's unscale_ raise.
+        clips = [e.node for e in graph.of_kind(Kind.CLIP) if e.scope is clip.scope]
+        if any(_may_raise_on_non_finite(c) for c in (clip.node, *clips)):
+            return None
+        if not quiet_between(clip.scope.node, clip.statement, [s.node for s in steps], allowed=clips):
+            return None
+        return names
+
+
+def _may_raise_on_non_finite(clip: cst.Call) -> bool:
+    """`clip_grad_norm_(..., error_if_nonfinite=True)` raises on the infinite gradients
+    an overflowing step has (its fourth parameter; anything but a literal False)."""
+    if any(a.star == "**" for a in clip.args):
+        return True  # `clip_grad_norm_(params, **clip_kwargs)`: it may be set there
+    arg = call_arg(clip, 3, "error_if_nonfinite")
+    return arg is not None and not (isinstance(arg, cst.Name) and arg.value == "False")
 
 
 def _library_unscale_note(backward) -> str:

@@ -11,7 +11,10 @@ from amplint.analysis.callees import bases_of, method_of, resolve_class
 from amplint.analysis.model import ClassInfo
 from amplint.analysis.scaler_protocol import SCALER_TOKENS, before_training, protocol
 from amplint.analysis.steps import Kind
+from amplint.analysis.names import dotted
+from amplint.analysis.plain_scaler import plain_scaler
 from amplint.analysis.syntax import value_branches
+from amplint.analysis.walk import walk
 from amplint.diagnostics import Applicability
 from amplint.rules._base import FixAvailability, Replace, Rule
 
@@ -66,7 +69,13 @@ class BackwardNotScaled(Rule):
     where the backward also runs without a scaler, and not where the scaler's name may
     denote another scaler at the step (`scaler = other`, or `self.refresh()` that may
     assign `self.scaler`, between the two), nor where a value of the scaler is a
-    project's stand-in class without `scale` (`GradScaler() if use_amp else NoScaler()`); wrong if the loss was already scaled by
+    project's stand-in class without `scale` (`GradScaler() if use_amp else NoScaler()`).
+    It asks for positive evidence besides: the scaler is a GradScaler built in the
+    module and used only through its methods by its name (not a parameter, a factory's
+    result, an alias, an argument, or named by a module that imports this one), and every
+    `scaler.scale(...)` of the module is directly `.backward()`ed, so no value here is
+    scaled already (`sum(scaler.scale(l) for l in losses)`, a lambda, a helper or
+    callable object given the scaler). It is wrong if the loss was already scaled by
     hand (`loss * scaler.get_scale()`). A loss scaled by a helper (`loss =
     self.scale_loss(loss)`, an inherited method or a function that returns
     `scaler.scale(loss)`) is scaled: no finding.
@@ -121,6 +130,8 @@ class BackwardNotScaled(Rule):
                     missing = True  # `scaler = other` (or `self.refresh()`) between: which scaler would scale?
                 if scaler is not None and self._stand_in_without_scale(scaler, step.scope):
                     missing = True  # `GradScaler() if use_amp else NoScaler()`: the stand-in has no `scale`
+                if scaler is not None and not missing and not self._known_unscaled_loss(proto, bw, step, scaler):
+                    missing = True  # no proof that `scaler` is a GradScaler and `loss` not scaled already
                 loss, changes = self._rewrite(bw, None if missing else scaler)
                 self.report_event(
                     bw,
@@ -162,6 +173,18 @@ class BackwardNotScaled(Rule):
                     return True
         return False
 
+    def _known_unscaled_loss(self, proto, bw, step, scaler: str) -> bool:
+        """Positive evidence for the fix: `scaler` is plain (analysis/plain_scaler.py: a
+        GradScaler built here, used only through its methods by that name), and every
+        `<scaler>.scale(...)` the module writes is directly the receiver of `.backward()`,
+        so nothing here holds a scaled loss that the fix would scale again
+        (`sum(scaler.scale(l) for l in losses)`, a lambda)."""
+        if self.model.bindings.escaped(step.scaler) or not plain_scaler(self.model, proto, scaler, step.scope):
+            return False
+        finder = _ScaleCalls(scaler.rsplit(".", 1)[-1])
+        walk(self.model.module, finder)
+        return not finder.other_use
+
     @staticmethod
     def _rebound(proto, bw, step, scaler: str) -> bool:
         """The scaler name may denote another object at the step than at the backward."""
@@ -179,6 +202,32 @@ class BackwardNotScaled(Rule):
             return None, None
         receiver = cst.parse_expression(f"{scaler}.scale({loss})")
         return loss, [Replace(func.value, receiver)]
+
+
+
+class _ScaleCalls(cst.CSTVisitor):
+    """Whether `<...name>.scale` is used other than as `<...name>.scale(x).backward(...)` or
+    `torch.autograd.backward(<...name>.scale(x))` (the receiver's last part is compared:
+    `scaler`, `self.scaler`, `trainer.scaler` alike)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.backward_receivers: set[int] = set()
+        self.other_use = False
+
+    def visit_Call(self, node: cst.Call) -> None:
+        func = node.func
+        if isinstance(func, cst.Attribute) and func.attr.value == "backward" and isinstance(func.value, cst.Call):
+            self.backward_receivers.add(id(func.value.func))
+        elif dotted(func) in ("torch.autograd.backward", "autograd.backward") and node.args and isinstance(node.args[0].value, cst.Call):
+            self.backward_receivers.add(id(node.args[0].value.func))
+
+    def visit_Attribute(self, node: cst.Attribute) -> None:
+        if node.attr.value != "scale" or id(node) in self.backward_receivers:
+            return
+        receiver = dotted(node.value)
+        if receiver is not None and receiver.rsplit(".", 1)[-1] == self.name:
+            self.other_use = True
 
 
 def _may_be_none(value: cst.BaseExpression) -> bool:

@@ -59,9 +59,13 @@ class UnscaleTwice(Rule):
     ## Fix safety
     Unsafe: deletes the second `unscale_` statement. Offered only when every path to
     it passes the first one (so the call could only ever raise), the statement is
-    not alone in its block, and nothing may catch the RuntimeError it raises: no `try`
-    or `with contextlib.suppress(RuntimeError)` around it, nor around a call of its
-    function elsewhere in the module (there, the handler is the code that runs). Two calls whose optimizer name
+    not alone in its block, and there is positive evidence that nothing catches the
+    RuntimeError it raises (where a handler runs, deleting the call changes which code
+    runs): no `try`, `contextlib.suppress` or project context manager around it, and its
+    function is reached only by direct calls of this module (up to four callers deep, or
+    from module level) that nothing catches either. A decorated function, a generator, a
+    callback or thread target (named other than in a call), a method nothing here calls
+    (a framework's hook), or a name another project file mentions gets no fix. Two calls whose optimizer name
     is bound again between them (`optimizer = o2`) unscale two objects: no finding.
 
     ## Runtime confirmation
@@ -116,11 +120,11 @@ class UnscaleTwice(Rule):
                         continue
                     if self._rebound(proto, graph, first, second):
                         continue  # `optimizer = o2` between them: another optimizer, unscaled once
-                    if any(g.holds is False and g.cond and proto.flag_set_after(first, g.cond) for g in proto.guards(second)):
+                    if any(g.holds is False and g.cond and proto.flag_set_after(first, g.cond, second) for g in proto.guards(second)):
                         continue  # `unscale_(opt); unscaled = True` ... `if not unscaled: unscale_(opt)`
                     changes = None
                     if (not second.inlined and proto.removable(second.statement) and self._dominated(graph, first, second)
-                            and not proto.caught(second)):
+                            and proto.raises_uncaught(second)):
                         changes = [RemoveStatement(second.statement)]
                     self.report_event(
                         second,

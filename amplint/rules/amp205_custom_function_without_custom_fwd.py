@@ -11,6 +11,7 @@ from amplint.analysis.bindings import autocast_entered_in
 from amplint.analysis.function_dtypes import computes_in_gradient_dtype, is_float32_cast, upcasts_by_hand
 from amplint.analysis.function_body import (
     autocast_sensitive,
+    runs_autocast_ops,
     decorated_with,
     handed_functions,
     may_be_applied,
@@ -230,7 +231,7 @@ class CustomFunctionWithoutCustomFwd(Rule):
                 continue  # communication, indexing, copies: the autocast state changes nothing
             if upcasts_inputs(forward, model):
                 continue  # it computes in float32 by itself, as custom_fwd(cast_inputs=float32) would
-            if self._applied_only_to_upcast_inputs(cls.name):
+            if not runs_autocast_ops(forward, model) and self._applied_only_to_upcast_inputs(cls.name):
                 continue  # its callers hand it float32 (`input = input.float()` before the apply)
             # By hand, in place of both decorators (a custom_bwd without custom_fwd raises in
             # backward: it reads the autocast state custom_fwd records on ctx).
@@ -306,6 +307,8 @@ class CustomFunctionWithoutCustomFwd(Rule):
         for call in calls:
             first = call.args[0].value if call.args and call.args[0].keyword is None and not call.args[0].star else None
             site_scope = scope_of.get(id(call))
+            if isinstance(first, cst.Call) and is_float32_cast(first, self.model):
+                continue  # `Cls.apply(x.float(), ...)`: cast right there
             if not isinstance(first, cst.Name) or site_scope is None:
                 return False
             if not any(isinstance(v, cst.Call) and is_float32_cast(v, self.model) for v, _ in values.assigned(first, site_scope)):

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import libcst as cst
 
 from amplint.analysis.bindings import call_arg
+from amplint.analysis.float_tensors import floating_dtype, known_float_tensor
 from amplint.analysis.names import dotted
 from amplint.analysis.precision import fp16_from_importers, may_run_fp16, number_of, overflows_fp16, precision_of
 from amplint.analysis.tensor_flow import Sink, flows_from
@@ -352,7 +353,12 @@ class Fp16OverflowConstant(Rule):
     under `if TYPE_CHECKING:` or in another function, nor where the name is also a
     parameter, an assignment or `for`/`with`/`except ... as` target, another import
     (`import numpy as torch` in the function), a match capture or is deleted, where the
-    written `torch.finfo` would raise or read another module's `finfo`. An index
+    written `torch.finfo` would raise or read another module's `finfo`. The code must
+    show that the tensor is floating (`finfo` of an int64 or bool tensor, or of a NumPy
+    array, raises): a cast to a floating dtype, a float factory, a softmax or matmul of
+    such a tensor, an `nn.Linear`-like module's output, and names and `self` attributes
+    assigned only those (amplint/analysis/float_tensors.py); a parameter or a helper's
+    result is reported without a fix. An index
     assignment is fixed only where every value of the indexed name is computed by a
     call that is not NumPy's (`x[m] = -1e9` on a parameter `x`, which may be a list or an
     array, is reported without a fix). In float32 the value becomes
@@ -621,7 +627,11 @@ class Fp16OverflowConstant(Rule):
         subject = dotted(tensor) if tensor is not None else None
         # the written `finfo` reads the tensor (or dtype) named where the fill runs
         named = tensor if subject is not None else dtype_expr if dtype_expr is not None and dotted(dtype_expr) else None
-        torch_name = self._torch_name_at(named) if fixable and named is not None and self._is_direct(value) else None
+        if isinstance(node, cst.Call) and any(a.star for a in node.args):
+            fixable = False  # `h.new_full(shape, -1e9, **kwargs)`: a dtype may be given there
+        evidence = (known_float_tensor(tensor, scope) if subject is not None
+                    else named is not None and floating_dtype(named, scope))
+        torch_name = self._torch_name_at(named) if fixable and evidence and self._is_direct(value) else None
         if torch_name:
             if subject is not None:
                 replacement = f"{torch_name}.finfo({subject}.dtype).{bound}"

@@ -1,0 +1,245 @@
+"""Positive evidence that an expression is a floating-point torch tensor.
+
+A fix that writes `torch.finfo(x.dtype).min` in place of `-1e9` is only right where `x` is
+a floating-point tensor: on an int64 or bool tensor `finfo` raises TypeError, on a NumPy
+array it does too, and where the code as written ran.  Whether a value is such a tensor is
+asked here the other way round from the report's question ("might this be float16?"): only
+what the code itself shows counts, and anything unknown (a parameter, a helper's result, a
+call into a model whose class is not known) is not evidence.
+
+Evidence, followed through names assigned in the same scope (every assignment must give
+it) and through `self.<attr>` assigned in the class:
+
+- a cast to a floating dtype: `.float()`, `.half()`, `.double()`, `.bfloat16()`,
+  `.to(<floating dtype>)`, `.type(<floating dtype>)`;
+- a factory that makes floats: `torch.randn`/`rand` (and `_like`), `torch.zeros`/`ones`/
+  `empty` without a dtype or with a floating one, `torch.full` with a floating dtype or a
+  float fill, `torch.tensor` of float literals;
+- an operation whose result is floating or which raises on integers: softmax, sigmoid,
+  tanh, exp, log, sqrt, mean, layer/group norm, linear, and `nn.Linear`-like modules built
+  in the class (`self.proj(x)` with `self.proj = nn.Linear(...)`);
+- an operation that keeps its input's dtype (`view`, `transpose`, `masked_fill`, `clone`,
+  indexing, ...) of such a tensor, a matmul of one, and arithmetic with one (promotion
+  keeps the floating dtype).
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from amplint.analysis.names import dotted
+from amplint.analysis.syntax import call_arg
+from amplint.analysis.walk import walk
+
+FLOATING_DTYPES = frozenset({"float16", "bfloat16", "float32", "float64"})
+
+# Tensor methods and torch functions whose result is floating (or that raise on integers).
+_FLOAT_RESULT_METHODS = frozenset({
+    "float", "half", "double", "bfloat16", "softmax", "log_softmax", "sigmoid", "tanh", "exp", "log", "sqrt",
+    "rsqrt", "norm", "sin", "cos",
+})  # NB: not `mean`/`std`/`var`, which a NumPy array has too
+_FLOAT_RESULT_FUNCTIONS = frozenset(
+    [f"torch.{n}" for n in ("randn", "rand", "softmax", "log_softmax", "sigmoid", "tanh", "exp", "log", "sqrt", "rsqrt",
+                            "mean", "layer_norm", "group_norm", "sin", "cos", "randn_like", "rand_like")]
+    + [f"torch.nn.functional.{n}" for n in ("softmax", "log_softmax", "sigmoid", "tanh", "gelu", "silu", "linear",
+                                            "layer_norm", "group_norm", "scaled_dot_product_attention", "normalize",
+                                            "conv1d", "conv2d", "conv3d", "embedding", "rms_norm")]
+)
+# Factories: float32 without a dtype.
+_DEFAULT_FLOAT_FACTORIES = frozenset(f"torch.{n}" for n in ("zeros", "ones", "empty"))
+# `_like` factories and `new_*` methods: the input's dtype unless one is given.
+_LIKE_FACTORIES = frozenset(f"torch.{n}" for n in ("zeros_like", "ones_like", "empty_like", "full_like"))
+_NEW_METHODS = frozenset({"new_zeros", "new_ones", "new_empty", "new_full", "new_tensor"})
+# Methods and functions whose result has their (first) input's dtype.
+_DTYPE_KEEPING_METHODS = frozenset({
+    "view", "reshape", "transpose", "permute", "unsqueeze", "squeeze", "flatten", "contiguous", "clone", "detach",
+    "expand", "expand_as", "t", "masked_fill", "masked_fill_", "fill_", "repeat", "chunk", "narrow", "roll",
+    "matmul", "bmm", "mm", "add", "sub", "mul", "div", "neg", "abs", "relu", "clamp", "clamp_", "add_", "mul_",
+    "sub_", "div_", "cpu", "cuda",
+})
+_DTYPE_KEEPING_FUNCTIONS = frozenset(
+    f"torch.{n}" for n in ("matmul", "bmm", "mm", "einsum", "baddbmm", "cat", "stack", "where", "clamp", "relu", "abs")
+)
+# Modules built in a class whose output is floating.
+_FLOAT_MODULES = frozenset(
+    f"torch.nn.{n}" for n in ("Linear", "Bilinear", "Conv1d", "Conv2d", "Conv3d", "ConvTranspose1d", "ConvTranspose2d",
+                              "ConvTranspose3d", "Embedding", "LayerNorm", "GroupNorm", "BatchNorm1d", "BatchNorm2d",
+                              "BatchNorm3d", "RMSNorm", "Softmax", "LogSoftmax", "GELU", "SiLU", "Tanh", "Sigmoid")
+)
+_MAX_DEPTH = 6
+
+
+def known_float_tensor(expr: cst.BaseExpression | None, scope, depth: int = 0) -> bool:
+    """Whether the code shows that `expr` is a floating-point torch tensor."""
+    if expr is None or depth > _MAX_DEPTH:
+        return False
+    model = scope.model
+    if isinstance(expr, cst.Name) and not model.bindings.values.assigned(expr, scope):
+        source = _split_source(expr.value, scope)  # `q, k, v = self.qkv(x).chunk(3, dim=-1)`
+        return source is not None and known_float_tensor(source, scope, depth + 1)
+    if isinstance(expr, (cst.Name, cst.Attribute)):
+        assigned = model.bindings.values.assigned(expr, scope)
+        # `x = x.masked_fill(...)` keeps what x was: the other assignments decide
+        others = [(v, s) for v, s in assigned if not _keeps(v, expr)]
+        return bool(others) and all(known_float_tensor(v, s, depth + 1) for v, s in others)
+    if isinstance(expr, cst.Subscript):
+        return known_float_tensor(expr.value, scope, depth + 1)
+    if isinstance(expr, cst.BinaryOperation):
+        if isinstance(expr.operator, (cst.Add, cst.Subtract, cst.Multiply, cst.Divide, cst.MatrixMultiply)):
+            return known_float_tensor(expr.left, scope, depth + 1) or known_float_tensor(expr.right, scope, depth + 1)
+        return False
+    if not isinstance(expr, cst.Call):
+        return False
+    func = expr.func
+    qual = model.qualify(func)
+    if qual in _FLOAT_RESULT_FUNCTIONS:
+        return True
+    if qual in _DEFAULT_FLOAT_FACTORIES:
+        return _floating_dtype_or_none(call_arg(expr, None, "dtype"), scope)
+    if qual == "torch.full":
+        dtype = call_arg(expr, None, "dtype")
+        if dtype is not None:
+            return floating_dtype(dtype, scope)
+        fill = call_arg(expr, 1, "fill_value")
+        return isinstance(fill, cst.Float) or (isinstance(fill, cst.UnaryOperation) and isinstance(fill.expression, cst.Float))
+    if qual in _LIKE_FACTORIES:
+        dtype = call_arg(expr, None, "dtype")
+        return floating_dtype(dtype, scope) if dtype is not None else known_float_tensor(call_arg(expr, 0, "input"), scope, depth + 1)
+    if qual in _DTYPE_KEEPING_FUNCTIONS:
+        return any(known_float_tensor(_unstarred(a), scope, depth + 1) for a in expr.args if a.keyword is None)
+    if qual in _FLOAT_MODULES:
+        return False  # building the module, not calling it
+    if isinstance(func, cst.Attribute):
+        method = func.attr.value
+        if any(a.star for a in expr.args):
+            return False  # `**kwargs` may name a dtype
+        if method in _FLOAT_RESULT_METHODS and method not in ("float", "half", "double", "bfloat16"):
+            return True
+        if method in ("float", "half", "double", "bfloat16"):
+            return not expr.args
+        if method in ("to", "type"):
+            dtype = call_arg(expr, None, "dtype") or (expr.args[0].value if expr.args else None)
+            return dtype is not None and floating_dtype(dtype, scope)
+        if method in _NEW_METHODS:
+            dtype = call_arg(expr, None, "dtype")
+            return floating_dtype(dtype, scope) if dtype is not None else known_float_tensor(func.value, scope, depth + 1)
+        if method in _DTYPE_KEEPING_METHODS:
+            return known_float_tensor(func.value, scope, depth + 1)
+    # `self.proj(x)` / `proj(x)` with `proj = nn.Linear(...).to(device)`
+    return isinstance(func, (cst.Name, cst.Attribute)) and _float_module(func, scope)
+
+
+# Module methods that return the module itself.
+_MODULE_RETURNING_SELF = frozenset({"to", "cuda", "cpu", "float", "half", "bfloat16", "double", "train", "eval",
+                                    "requires_grad_"})
+
+
+def _float_module(func: cst.BaseExpression, scope) -> bool:
+    """A name or `self.<attr>` assigned only modules whose output is floating (`nn.Linear(...)`,
+    also moved or cast: `nn.Linear(8, 8).to(device)`)."""
+    assigned = scope.model.bindings.values.assigned(func, scope)
+
+    def built(value: cst.BaseExpression, vscope) -> bool:
+        while (isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute)
+               and value.func.attr.value in _MODULE_RETURNING_SELF):
+            value = value.func.value
+        return isinstance(value, cst.Call) and vscope.model.qualify(value.func) in _FLOAT_MODULES
+
+    return bool(assigned) and all(built(v, s) for v, s in assigned)
+
+
+def floating_dtype(dtype: cst.BaseExpression | None, scope) -> bool:
+    """A dtype expression known to be floating (`torch.float16`, `x.dtype` of a float tensor)."""
+    if dtype is None:
+        return False
+    dtypes = scope.model.bindings.values.dtypes(dtype, scope)
+    if dtypes is not None:
+        return bool(dtypes) and dtypes <= FLOATING_DTYPES
+    if isinstance(dtype, cst.Attribute) and dtype.attr.value == "dtype":
+        return known_float_tensor(dtype.value, scope, 1)
+    return False
+
+
+def _floating_dtype_or_none(dtype: cst.BaseExpression | None, scope) -> bool:
+    return dtype is None or floating_dtype(dtype, scope)
+
+
+def _unstarred(arg: cst.Arg) -> cst.BaseExpression:
+    return arg.value.elements[0].value if isinstance(arg.value, (cst.List, cst.Tuple)) and arg.value.elements else arg.value
+
+
+def _keeps(value: cst.BaseExpression, name: cst.BaseExpression) -> bool:
+    """`x.masked_fill(...)` / `x.view(...)` assigned back to `x`: it has what `x` had."""
+    while isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) and value.func.attr.value in _DTYPE_KEEPING_METHODS:
+        value = value.func.value
+    return dotted(value) is not None and dotted(value) == dotted(name)
+
+
+_SPLITTING_METHODS = frozenset({"chunk", "split", "unbind", "tensor_split"})
+
+
+def _split_source(name: str, scope) -> cst.BaseExpression | None:
+    """The tensor a local name is unpacked from when its function binds it exactly once, by
+    `a, b, c = <tensor>.chunk(...)` (or `split`, `unbind`): each part has its dtype."""
+    node = getattr(scope, "node", None)
+    if not isinstance(node, cst.FunctionDef) or name in getattr(scope, "params", ()):
+        return None
+    finder = _Unpacking(name)
+    walk(node.body, finder)
+    return finder.source if finder.bindings == 1 else None
+
+
+class _Unpacking(cst.CSTVisitor):
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.bindings = 0
+        self.source: cst.BaseExpression | None = None
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+        return False  # another scope
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        for target in node.targets:
+            names = _target_names(target.target)
+            if self.name not in names:
+                continue
+            self.bindings += 1
+            value = node.value
+            direct = isinstance(target.target, (cst.Tuple, cst.List)) and any(
+                isinstance(e.value, cst.Name) and e.value.value == self.name for e in target.target.elements
+                if not isinstance(e, cst.StarredElement))  # `a, *rest = ...`: `rest` is a list
+            if (direct and isinstance(value, cst.Call)
+                    and isinstance(value.func, cst.Attribute) and value.func.attr.value in _SPLITTING_METHODS):
+                self.source = value.func.value
+
+    def _other(self, target) -> None:
+        if self.name in _target_names(target):
+            self.bindings += 2  # bound otherwise too: not known
+
+    def visit_AugAssign(self, node: cst.AugAssign) -> None:
+        self._other(node.target)
+
+    def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
+        self._other(node.target)
+
+    def visit_For(self, node: cst.For) -> None:
+        self._other(node.target)
+
+    def visit_AsName(self, node: cst.AsName) -> None:
+        self._other(node.name)
+
+    def visit_NamedExpr(self, node: cst.NamedExpr) -> None:
+        self._other(node.target)
+
+    def visit_CompFor(self, node: cst.CompFor) -> None:
+        self._other(node.target)
+
+
+def _target_names(target: cst.BaseExpression) -> set[str]:
+    if isinstance(target, cst.Name):
+        return {target.value}
+    if isinstance(target, (cst.Tuple, cst.List)):
+        return set().union(*(_target_names(e.value) for e in target.elements)) if target.elements else set()
+    if isinstance(target, cst.StarredElement):
+        return _target_names(target.value)
+    return set()
