@@ -7,9 +7,12 @@ import re
 
 import libcst as cst
 
+from amplint.analysis.callees import ForeignClass, bases_of
 from amplint.analysis.checkpoints import BY_NAME, Checkpoints
 from amplint.analysis.scaler_protocol import SCALER_TOKENS, protocol
 from amplint.analysis.steps import Kind
+from amplint.analysis.syntax import call_arg
+from amplint.analysis.wrappers import owned_scalers
 from amplint.rules._base import Rule
 
 
@@ -121,6 +124,8 @@ class ScalerNotCheckpointed(Rule):
         code = self.model.module.code_for_node
         if not uses_a_scaler(self.model, proto, ckpt):
             self._helper_writes(ckpt, code)
+            if self.model.project is not None:
+                self._loads(ckpt, code, inherited_only=True)
             return
         for graph, ev, payload in unsaved_writes(self.model, ckpt):
             if ev.inlined and ev.scope.model is not self.model and not ckpt.handed_in(ev):
@@ -150,16 +155,22 @@ class ScalerNotCheckpointed(Rule):
                 if not payload.known or payload.has_scaler or not payload.is_training_checkpoint or ckpt.handed_in(ev):
                     continue
                 caller = _caller_with_a_scaler(self.model, graph.scope, code(ev.node))
+                note = "called here, where a GradScaler steps"
+                if caller is None:
+                    caller = _subclass_with_a_scaler(self.model, graph.scope)
+                    note = "a subclass that inherits this method owns a GradScaler, built here"
                 if caller is None:
                     continue
                 other, call = caller
                 self.report(
                     ev.node, what=f"`{code(ev.node.func)}(...)`", held=_held(payload),
-                    related=((other, call, "called here, where a GradScaler steps"),),
+                    related=((other, call, note),),
                 )
 
-    def _loads(self, ckpt: Checkpoints, code) -> None:
+    def _loads(self, ckpt: Checkpoints, code, inherited_only: bool = False) -> None:
         """Resuming the optimizer from a file, in a module that never restores a scaler.
+        `inherited_only`: in a module that uses no scaler itself, only in a method that a
+        scaler-owning subclass of another module inherits.
 
         Through helpers too: `load_checkpoint(path, model, optimizer)` from utils.py is
         reported at its call, the place where this module could pass the scaler.
@@ -171,6 +182,8 @@ class ScalerNotCheckpointed(Rule):
             return
         for graph in graphs:
             for ev in graph.of_kind(Kind.LOAD):
+                if inherited_only and (ev.inlined or _subclass_with_a_scaler(self.model, graph.scope) is None):
+                    continue
                 if ckpt.resumes_optimizer(ev):
                     call = code(ev.anchor.func) if ev.inlined else code(ev.node.func)
                     self.report_event(ev, message=self.load_message, call=call)
@@ -244,4 +257,32 @@ def _caller_with_a_scaler(model, scope, write: str):
                 and home.module.code_for_node(ev.node) == write
             ):
                 return other, ev.anchor
+    return None
+
+
+def _subclass_with_a_scaler(model, scope):
+    """(module, GradScaler construction) of a class of a project module importing this one
+    that derives from the class of the method `scope` and owns an enabled GradScaler
+    (`self.scaler = GradScaler()` in `LTRTrainer(BaseTrainer)`): the method's checkpoint is
+    that trainer's checkpoint, whichever module writes it.  None otherwise."""
+    project = model.project
+    cls = getattr(scope, "cls", None)
+    if project is None or cls is None or str(model.path)[:1] == "<":
+        return None
+    here = os.path.abspath(model.path)
+    word = cls.name.lower()
+    for path in project.importers_among(model.path, lambda text: word in text and "gradscaler" in text):
+        other = project.model_at(path)
+        if other is None:
+            continue
+        for sub in other.classes.values():
+            derives = any(
+                isinstance(base, ForeignClass) and os.path.abspath(base.symbol.path) == here and base.name == cls.name
+                for base in bases_of(sub)
+            )
+            if not derives:
+                continue
+            for owned in owned_scalers(sub):
+                if owned.model.bindings.values.literal_bool(call_arg(owned.call, None, "enabled")) is not False:
+                    return owned.model, owned.call
     return None

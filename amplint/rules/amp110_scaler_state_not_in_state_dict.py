@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import libcst as cst
 
+from amplint.analysis.callees import ForeignClass, bases_of, resolve_class_text
 from amplint.analysis.names import dotted
 from amplint.analysis.steps import module_label
 from amplint.analysis.walk import walk
@@ -98,6 +99,8 @@ class ScalerStateNotInStateDict(Rule):
             attr = owned[0].attr
             inherited = []
             for method in _STATE_METHODS:
+                if method == "load_state_dict" and not _has_state_dict(cls):
+                    continue  # `load_state_dict(self, checkpoint=None)` that reads a path: no state protocol
                 fn = cls.methods.get(method)
                 if fn is not None:
                     if not mentions(fn, self.model, names):
@@ -135,6 +138,20 @@ class ScalerStateNotInStateDict(Rule):
             if finder.found:
                 return True
         return False
+
+
+def _has_state_dict(cls) -> bool:
+    """The class has the other half of the state protocol: a `state_dict` of its own or of a
+    project base, or a base outside the project (`nn.Module`, a library's wrapper) that may
+    give it one.  A `load_state_dict` without it is a loader of some other kind (a trainer's
+    `load_state_dict(self, checkpoint=None)` that reads weights from a path)."""
+    if inherited_method(cls, "state_dict") is not None:
+        return True
+    for c in (cls, *(b for b in bases_of(cls) if not isinstance(b, ForeignClass))):
+        for base in getattr(c, "bases", ()):
+            if base != "object" and resolve_class_text(base, c.model) is None:
+                return True
+    return False
 
 
 class _StateCall(cst.CSTVisitor):
