@@ -29,7 +29,7 @@ from typing import Any
 
 from amplint.runtime.probes import CONFIRMS_ONLY
 
-RUNTIME_ONLY = {"AMP901", "AMP902", "AMP903", "AMP904"}
+RUNTIME_ONLY = {"AMP901", "AMP902", "AMP903", "AMP904", "AMP905"}
 
 # reason slug -> the sentence the table and the JSON `why` give (formatted with the facts).
 REASONS = {
@@ -521,6 +521,8 @@ def runtime_message(o: dict) -> str:
         return f"{ev.get('summary', 'GradScaler skipped steps')} (min scale {ev.get('min_scale')})"
     if o["code"] == "AMP904":
         return ev.get("summary", "a schedule advanced on a step GradScaler skipped")
+    if o["code"] == "AMP905":
+        return ev.get("summary", "activations within 10x of float16's largest value")
     if o["code"] == "AMP903":
         share = ev.get("lost_update_share") or 0.0
         return f"{share:.0%} of updates lost in {'/'.join(ev.get('param_dtypes', []))} weights ({ev.get('optimizer')})"

@@ -119,7 +119,36 @@ ADVANCED_ON_SKIPPED_STEP = RuntimeFinding("AMP904", "advanced-on-skipped-step", 
     `# noqa: AMP904` on the scheduler's line.
 """)
 
-ALL = (FIRST_NONFINITE, SKIPPED_STEPS, LOST_UPDATES, ADVANCED_ON_SKIPPED_STEP)
+FP16_HEADROOM = RuntimeFinding("AMP905", "fp16-headroom", """
+    ## What it does
+    Measures, in the first optimizer steps, the largest |activation| each module outputs and the
+    largest |gradient| that flows back into it (divided by the loss scale), and reports the
+    modules whose activations come within 10x of float16's largest value (65,504), worst first,
+    with their gradients beside and whether those are below float16's smallest normal
+    (6.1e-5). In a float16 run, and in a float32 run (as advice before switching); not in a
+    bfloat16 run, whose range is float32's.
+
+    ## Why is this bad?
+    GradScaler protects the gradients, not the forward: an activation beyond 65,504 is inf in
+    float16, and the loss is NaN from there on. A model whose activations sit a few times below
+    that limit in the first steps overflows later, when the weights grow or a batch is unusual,
+    and the loss scale collapses step after step while every skipped step looks like a
+    gradient problem. Said early, the remedy is cheap.
+
+    ## How verify finds it
+    A global forward hook (on for the first 3 optimizer steps, then doing nothing) keeps one
+    running maximum per module on the device, and a hook on each output tensor the gradient's;
+    one sync at the end reads them all. Modules under torch.jit and plain functions are not
+    seen; an output returned by nested modules counts for each of them.
+
+    ## What to do
+    Train in bfloat16 (`torch.autocast(device, dtype=torch.bfloat16)`, no GradScaler needed),
+    or keep the reported modules in float32 (`torch.autocast(device, enabled=False)` around
+    them, with `.float()` inputs), or normalise before them (a pre-norm, a smaller init). To
+    accept it: `# noqa: AMP905` on the reported line.
+""")
+
+ALL = (FIRST_NONFINITE, SKIPPED_STEPS, LOST_UPDATES, ADVANCED_ON_SKIPPED_STEP, FP16_HEADROOM)
 BY_CODE = {f.code: f for f in ALL}
 BY_NAME = {f.name: f for f in ALL}
 

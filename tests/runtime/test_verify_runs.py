@@ -297,3 +297,28 @@ def test_no_advance_on_a_skip_or_only_while_calibrating_is_no_finding(verify_run
     code, report = verify_run("--steps", "12", "--", PY, str(SCRIPTS / "scheduler_steps_after_skip.py"), flag)
     assert report["runtime_findings"] == [] and not report.get("probe_errors"), report["runtime_findings"]
     assert code == 0
+
+
+# --- AMP905: float16 headroom of the activations ---------------------------------------------
+
+
+def test_activations_close_to_the_float16_limit_are_reported_with_the_module(verify_run):
+    code, report = verify_run("--steps", "5", "--", PY, str(SCRIPTS / "large_activations.py"))
+    found = [f for f in report["runtime_findings"] if f["code"] == "AMP905"]
+    assert len(found) == 1, report["runtime_findings"]
+    evidence = found[0]["evidence"]
+    worst = evidence["modules"][0]
+    assert worst["module"] == "Sequential.0" and worst["module_type"] == "Linear"
+    assert 1 < worst["headroom"] < 10 and evidence["run_dtype"] == "float16" and evidence["steps_measured"] == 3
+    assert worst["max_gradient"] is not None and worst["max_gradient"] > 0  # divided by the loss scale
+    lines = (SCRIPTS / "large_activations.py").read_text().splitlines()
+    assert lines[found[0]["line"] - 1].strip() == "out = model(x)"
+    assert code == 1
+
+
+@pytest.mark.parametrize("flag", ["--small", "--bf16"])
+def test_headroom_or_a_bfloat16_run_is_no_finding(verify_run, flag):
+    """A model with activations far below 65,504, or a bfloat16 run (float32's range)."""
+    code, report = verify_run("--steps", "5", "--", PY, str(SCRIPTS / "large_activations.py"), flag)
+    assert [f for f in report["runtime_findings"] if f["code"] == "AMP905"] == [], report["runtime_findings"]
+    assert not report.get("probe_errors")

@@ -37,6 +37,7 @@ _MODULES = (
     "amp902_skipped_steps",
     "amp903_lost_updates",
     "amp904_advanced_on_skipped_step",
+    "amp905_fp16_headroom",
 )
 NAN_GUARD = "amp901_first_nonfinite"
 
