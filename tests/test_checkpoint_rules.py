@@ -268,3 +268,44 @@ def test_a_scaler_stepped_inside_the_engine_counts_and_a_writer_forwarding_args_
     assert _found(project) == ([("main.py", 7)] if reported else [])
     project_index.reset_shared()
     assert _found(project, ["main.py"]) == ([("main.py", 7)] if reported else [])
+
+
+# --- Accelerate's own GradScaler ----------------------------------------------------------------
+
+ACCELERATE_TRAINER = """
+import torch
+from accelerate import Accelerator
+
+
+class Trainer:
+    def __init__(self, model, optimizer, **accelerate_kwargs):
+        self.accelerator = Accelerator(**accelerate_kwargs)  # `--mixed_precision=fp16` at launch
+        self.model, self.optimizer = self.accelerator.prepare(model, optimizer)
+
+    def train_step(self, batch):
+        loss = self.model(batch).mean()
+        self.accelerator.backward(loss)
+        self.optimizer.step()
+        self.optimizer.zero_grad()
+
+    def save_checkpoint(self, path, update):
+        checkpoint = dict(model=self.model.state_dict(), optimizer=self.optimizer.state_dict(), update=update)
+        self.accelerator.save(checkpoint, path)
+
+    def load_checkpoint(self, path):
+        checkpoint = torch.load(path)
+        self.optimizer.load_state_dict(checkpoint["optimizer"])
+{extra}"""
+
+
+def test_a_checkpoint_of_an_accelerate_trainer_leaves_out_accelerates_scaler() -> None:
+    """Under float16 mixed precision (a launcher flag: read as on) Accelerate's backward scales
+    the loss with its own GradScaler; a hand-made checkpoint of model and optimizer loses it."""
+    found = check_source(ACCELERATE_TRAINER.format(extra=""), "trainer.py", select=["AMP106"])
+    assert [(d.code, d.span.line) for d in found] == [("AMP106", 19), ("AMP106", 23)]
+    assert "accelerator.save_state" in found[0].notes[0]
+
+
+def test_an_accelerate_trainer_that_saves_its_state_keeps_the_scaler() -> None:
+    extra = "\n    def save_all(self, folder):\n        self.accelerator.save_state(folder)\n"
+    assert check_source(ACCELERATE_TRAINER.format(extra=extra), "trainer.py", select=["AMP106"]) == []

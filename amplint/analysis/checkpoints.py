@@ -42,6 +42,8 @@ WRITES = frozenset(
         "torch.distributed._shard.checkpoint.save_state_dict",  # the module's earlier name
     }
 )
+# `accelerator.save(obj, f)` (Accelerate's torch.save on the main process), by its receiver.
+ACCELERATE_SAVE = "accelerate.Accelerator.save"
 # FSDP's consolidated or sharded optimizer state (`FSDP.full_optim_state_dict(model, optim)`).
 _FSDP = ("torch.distributed.fsdp.FullyShardedDataParallel", "torch.distributed.fsdp.fully_sharded_data_parallel.FullyShardedDataParallel")
 _OPTIMIZER_STATE = frozenset(

@@ -733,10 +733,14 @@ class _Builder:
         if qual in SCALER_CONSTRUCTORS or qual in SHARDED_SCALER_CONSTRUCTORS:
             enabled = b.values.literal_bool(call_arg(call, 4 if qual.startswith(("torch.cuda", "torch.cpu")) else 5, "enabled"))
             return self.make_event(Kind.SCALER_NEW, call, qualname=qual, enabled=enabled)
-        from amplint.analysis.checkpoints import BY_NAME, WRITES, saves_checkpoint_by_name, unresolvable
+        from amplint.analysis.checkpoints import ACCELERATE_SAVE, BY_NAME, WRITES, saves_checkpoint_by_name, unresolvable
 
         if qual in WRITES:
             return self.make_event(Kind.SAVE, call, qualname=qual)
+        if (qual is None and isinstance(func, cst.Attribute) and func.attr.value == "save" and call.args
+                and "accelerat" in (dotted(func.value) or "").lower()):
+            # `accelerator.save(checkpoint, path)`: torch.save on the main process
+            return self.make_event(Kind.SAVE, call, qualname=ACCELERATE_SAVE)
 
         if saves_checkpoint_by_name(call) and unresolvable(call, scope):
             # `save_checkpoint(model, optimizer, epoch, path)` from a module amplint cannot

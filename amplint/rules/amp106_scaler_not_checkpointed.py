@@ -9,10 +9,12 @@ import libcst as cst
 
 from amplint.analysis.callees import ForeignClass, bases_of
 from amplint.analysis.checkpoints import BY_NAME, Checkpoints
+from amplint.analysis.names import dotted
 from amplint.analysis.scaler_protocol import SCALER_TOKENS, protocol
 from amplint.analysis.steps import Kind
 from amplint.analysis.syntax import call_arg
 from amplint.analysis.wrappers import owned_scalers
+from amplint.prefilter import Attr
 from amplint.rules._base import Rule
 
 
@@ -41,7 +43,13 @@ class ScalerNotCheckpointed(Rule):
     `optimizer.load_state_dict(...)` in a module that never restores a scaler with
     `scaler.load_state_dict(...)`. A module that saves or restores a scaler's state
     itself (a Trainer whose scaler steps inside a library, `self.accelerator.scaler`)
-    counts as using one: its other checkpoints should carry that state too.
+    counts as using one: its other checkpoints should carry that state too. So does a
+    module that trains through Accelerate's backward (`accelerator.backward(loss)`) where
+    the mixed precision may be float16 (a launcher flag, an option: read as on) and never
+    calls `accelerator.save_state` / `load_state`: Accelerate's GradScaler is then live,
+    and `accelerator.save(checkpoint, path)` counts as a write. A checkpoint written by a
+    base class's method counts where a subclass in another module owns the GradScaler and
+    inherits the method.
 
     Not flagged: a bare export of weights (`torch.save(model.state_dict(), path)`), a
     payload we cannot see through (`**extra` of a dict built out of sight, a dict
@@ -107,13 +115,14 @@ class ScalerNotCheckpointed(Rule):
     name = "scaler-not-checkpointed"
     message = "{what} saves {held} but not the GradScaler state"
     load_message = "`{call}` restores the optimizer, but no `scaler.load_state_dict(...)` restores the loss scale"
-    requires_any = SCALER_TOKENS
+    # ... or Accelerate's backward, whose GradScaler lives in `accelerator.scaler`.
+    requires_any = (*SCALER_TOKENS, ("accelerat", Attr("backward")))
     # A module that writes a checkpoint and names no scaler may hold the helper that a
     # module using a scaler calls (utils.py's `save_checkpoint`): the scaler is then in an
     # importer.  Only such a module looks upward.
     # A module that saves and names no scaler may also step one only inside the functions it
     # calls (`engine.train_one_epoch`): the scaler is then in the code it imports.
-    and_requires_any = ((*SCALER_TOKENS, *((w, p) for w in _WRITE_WORDS for p in _TRAINING_WORDS)),)
+    and_requires_any = ((*SCALER_TOKENS, *((w, p) for w in _WRITE_WORDS for p in _TRAINING_WORDS), ("accelerat", "optim")),)
     importer_tokens = (0,)
     imported_tokens = (0,)
     elsewhere_tokens = {0: ("scaler",)}
@@ -127,6 +136,7 @@ class ScalerNotCheckpointed(Rule):
             if self.model.project is not None:
                 self._loads(ckpt, code, inherited_only=True)
             return
+        library_scaler = not proto.uses_enabled_scaler and _accelerate_scaler(self.model)
         for graph, ev, payload in unsaved_writes(self.model, ckpt):
             if ev.inlined and ev.scope.model is not self.model and not ckpt.handed_in(ev):
                 continue  # the helper of another module builds the payload: reported once, at its own write
@@ -136,6 +146,8 @@ class ScalerNotCheckpointed(Rule):
             if ev.qualname == BY_NAME or BY_NAME in payload.parts:
                 helper = code(ev.node.func) if ev.qualname == BY_NAME else "the checkpoint helper"
                 notes = (f"judged by the name and the arguments of `{helper}`: its code could not be read (not in the project)",)
+            elif library_scaler:
+                notes = (_ACCELERATE_NOTE,)
             self.report_event(ev, what=what, held=held, notes=notes)
         self._loads(ckpt, code)
 
@@ -190,10 +202,34 @@ class ScalerNotCheckpointed(Rule):
 
 
 def uses_a_scaler(model, proto=None, ckpt=None) -> bool:
-    """The module uses a GradScaler that may be enabled, or checkpoints one's state."""
+    """The module uses a GradScaler that may be enabled, or checkpoints one's state, or
+    trains through Accelerate's backward in what may be float16 (its GradScaler lives in
+    `accelerator.scaler`) without ever saving or loading the accelerator's state."""
     proto = proto or protocol(model)
     ckpt = ckpt or Checkpoints(model)
-    return proto.uses_enabled_scaler or ckpt.keeps_scaler_state(proto.scaler_disabled)
+    return proto.uses_enabled_scaler or ckpt.keeps_scaler_state(proto.scaler_disabled) or _accelerate_scaler(model)
+
+
+_ACCELERATE_NOTE = ("the GradScaler is Accelerate's (`accelerator.scaler`, live under float16 mixed precision): "
+                   "`accelerator.save_state(dir)` / `load_state(dir)` keep it, or save `accelerator.scaler.state_dict()`")
+
+
+def _accelerate_scaler(model) -> bool:
+    """`accelerator.backward(loss)` where the Accelerator may run float16 mixed precision (an
+    option, a launcher flag: read as on), and no `accelerator.save_state(...)` /
+    `load_state(...)`, which would carry the scaler, anywhere in the module."""
+    uses = any(
+        e.kind is Kind.BACKWARD and e.managed and e.scales_loss
+        and "accelerat" in (dotted(e.node.func.value) or "").lower()
+        for g in model.steps for e in g.events if isinstance(e.node.func, cst.Attribute)
+    )
+    if not uses:
+        return False
+    for site in model.calls:
+        func = site.node.func
+        if isinstance(func, cst.Attribute) and func.attr.value in ("save_state", "load_state"):
+            return False
+    return True
 
 
 def unsaved_writes(model, ckpt: Checkpoints):
