@@ -228,6 +228,16 @@ class _ContextWalker(cst.CSTVisitor):
     def leave_FormattedString(self, original_node: cst.FormattedString) -> None:
         self.quotes.pop()
 
+    # A field that prints its own text (`f"{expr=}"`) takes no rewrite: the output would
+    # change.  It counts as a field where every quote is taken (`_quote_for` gives None).
+    def visit_FormattedStringExpression(self, node: cst.FormattedStringExpression) -> None:
+        if node.equal is not None:
+            self.quotes.extend(('"', "'"))
+
+    def leave_FormattedStringExpression(self, original_node: cst.FormattedStringExpression) -> None:
+        if original_node.equal is not None:
+            del self.quotes[-2:]
+
     def visit_Name(self, node: cst.Name) -> None:
         self._seen(node)
 

@@ -100,7 +100,8 @@ class DeprecatedCudaAmp(Rule):
     where the message says which torch it needs.  Inside an f-string the device string
     takes the quote the f-string does not use, so that the fixed file parses on every
     Python the original parsed on (before 3.12 a replacement field cannot hold its own
-    quote); with both quotes taken there is no fix.
+    quote); with both quotes taken there is no fix, nor in a field that prints its own
+    text (`f"{torch.cuda.amp.GradScaler()=}"`: the output would change).
 
     ## Runtime confirmation
     `amplint verify` records the FutureWarning PyTorch raises at that line.
