@@ -25,6 +25,8 @@ it) and through `self.<attr>` assigned in the class:
 
 from __future__ import annotations
 
+import re
+
 import libcst as cst
 
 from amplint.analysis.names import dotted
@@ -43,7 +45,7 @@ _FLOAT_RESULT_FUNCTIONS = frozenset(
                             "mean", "layer_norm", "group_norm", "sin", "cos", "randn_like", "rand_like")]
     + [f"torch.nn.functional.{n}" for n in ("softmax", "log_softmax", "sigmoid", "tanh", "gelu", "silu", "linear",
                                             "layer_norm", "group_norm", "scaled_dot_product_attention", "normalize",
-                                            "conv1d", "conv2d", "conv3d", "embedding", "rms_norm")]
+                                            "conv1d", "conv2d", "conv3d", "rms_norm")]
 )
 # Factories: float32 without a dtype.
 _DEFAULT_FLOAT_FACTORIES = frozenset(f"torch.{n}" for n in ("zeros", "ones", "empty"))
@@ -58,7 +60,7 @@ _DTYPE_KEEPING_METHODS = frozenset({
     "sub_", "div_", "cpu", "cuda",
 })
 _DTYPE_KEEPING_FUNCTIONS = frozenset(
-    f"torch.{n}" for n in ("matmul", "bmm", "mm", "einsum", "baddbmm", "cat", "stack", "where", "clamp", "relu", "abs")
+    f"torch.{n}" for n in ("matmul", "bmm", "mm", "einsum", "baddbmm", "cat", "stack", "clamp", "relu", "abs")
 )
 # Modules built in a class whose output is floating.
 _FLOAT_MODULES = frozenset(
@@ -77,6 +79,10 @@ def known_float_tensor(expr: cst.BaseExpression | None, scope, depth: int = 0) -
     if isinstance(expr, cst.Name) and not model.bindings.values.assigned(expr, scope):
         source = _split_source(expr.value, scope)  # `q, k, v = self.qkv(x).chunk(3, dim=-1)`
         return source is not None and known_float_tensor(source, scope, depth + 1)
+    if isinstance(expr, cst.Attribute) and not _attribute_set_only_in_its_class(expr, scope):
+        return False  # an attribute may be set from anywhere (`head.bias = torch.arange(6)`)
+    if isinstance(expr, cst.Name) and _data_replaced(expr.value, model):
+        return False  # `x.data = ids.argsort()` changes the dtype under the same name
     if isinstance(expr, (cst.Name, cst.Attribute)):
         assigned = model.bindings.values.assigned(expr, scope)
         # `x = x.masked_fill(...)` keeps what x was: the other assignments decide
@@ -90,8 +96,13 @@ def known_float_tensor(expr: cst.BaseExpression | None, scope, depth: int = 0) -
         return False
     if not isinstance(expr, cst.Call):
         return False
+    if any(a.star for a in expr.args):
+        return False  # `**kwargs` may name a dtype (`zeros_like(h, **opts)`)
     func = expr.func
     qual = model.qualify(func)
+    if qual == "torch.where":
+        # `where(cond, x, y)` has x's and y's dtype; `where(cond)` gives int64 indices
+        return len(expr.args) == 3 and any(known_float_tensor(a.value, scope, depth + 1) for a in expr.args[1:])
     if qual in _FLOAT_RESULT_FUNCTIONS:
         return True
     if qual in _DEFAULT_FLOAT_FACTORIES:
@@ -111,8 +122,8 @@ def known_float_tensor(expr: cst.BaseExpression | None, scope, depth: int = 0) -
         return False  # building the module, not calling it
     if isinstance(func, cst.Attribute):
         method = func.attr.value
-        if any(a.star for a in expr.args):
-            return False  # `**kwargs` may name a dtype
+        if method == "view" and any(_may_be_dtype(a.value, scope) for a in expr.args):
+            return False  # `x.view(torch.int32)` reinterprets the bits as another dtype
         if method in _FLOAT_RESULT_METHODS and method not in ("float", "half", "double", "bfloat16"):
             return True
         if method in ("float", "half", "double", "bfloat16"):
@@ -125,8 +136,53 @@ def known_float_tensor(expr: cst.BaseExpression | None, scope, depth: int = 0) -
             return floating_dtype(dtype, scope) if dtype is not None else known_float_tensor(func.value, scope, depth + 1)
         if method in _DTYPE_KEEPING_METHODS:
             return known_float_tensor(func.value, scope, depth + 1)
-    # `self.proj(x)` / `proj(x)` with `proj = nn.Linear(...).to(device)`
+    # `proj(x)` with `proj = nn.Linear(...).to(device)`, `self.proj(x)` when nothing but the
+    # class sets `self.proj` (a caller may swap in `nn.Identity()`)
+    if isinstance(func, cst.Attribute) and not _attribute_set_only_in_its_class(func, scope):
+        return False
     return isinstance(func, (cst.Name, cst.Attribute)) and _float_module(func, scope)
+
+
+def _attribute_set_only_in_its_class(expr: cst.Attribute, scope) -> bool:
+    """`self.<attr>` that only its class's own assignments set: the module writes
+    `.<attr> =` nowhere else (a subclass, a caller swapping a layer), never uses `setattr`,
+    and no project module that imports this one writes `.<attr> =` or uses `setattr`."""
+    cls = getattr(scope, "cls", None)
+    text = dotted(expr)
+    if cls is None or text is None or text.count(".") != 1 or text.split(".")[0] != scope.self_name:
+        return False
+    attr = text.split(".")[1]
+    own = len(cls.attributes.get(attr, ()))
+    pattern = re.compile(rf"\.\s*{re.escape(attr)}\s*=(?!=)")
+    code = scope.model.module.code
+    if "setattr(" in code or len(pattern.findall(code)) > own:
+        return False
+    project, path = scope.model.project, str(scope.model.path)
+    if project is None or path[:1] == "<":
+        return True
+    importers = project.importers(path)
+    if not importers and project.may_be_imported(path):
+        return False  # a project too large to list: its importers are not known
+    for other in importers:
+        text_other = project.raw_text(other) or ""
+        if "setattr(" in text_other or pattern.search(text_other):
+            return False
+    return True
+
+
+def _may_be_dtype(arg: cst.BaseExpression, scope) -> bool:
+    """A `view` argument that is, or may be, a dtype rather than a size."""
+    if isinstance(arg, (cst.Integer, cst.UnaryOperation)):
+        return False
+    if scope.model.bindings.values.dtypes(arg, scope) is not None:
+        return True
+    return "dtype" in (dotted(arg) or "").lower() or isinstance(arg, cst.Attribute) and arg.attr.value.startswith(("int", "float", "bool", "uint", "half", "bfloat"))
+
+
+def _data_replaced(name: str, model) -> bool:
+    """The module assigns `<name>.data` somewhere."""
+    code = model.module.code
+    return ".data" in code and re.search(rf"(?<![\w.]){re.escape(name)}\s*\.\s*data\s*=(?!=)", code) is not None
 
 
 # Module methods that return the module itself.

@@ -356,9 +356,11 @@ class Fp16OverflowConstant(Rule):
     written `torch.finfo` would raise or read another module's `finfo`. The code must
     show that the tensor is floating (`finfo` of an int64 or bool tensor, or of a NumPy
     array, raises): a cast to a floating dtype, a float factory, a softmax or matmul of
-    such a tensor, an `nn.Linear`-like module's output, and names and `self` attributes
-    assigned only those (amplint/analysis/float_tensors.py); a parameter or a helper's
-    result is reported without a fix. An index
+    such a tensor, the output of an `nn.Linear`-like module bound to a name, and local or
+    module-level names assigned only those (amplint/analysis/float_tensors.py); a
+    parameter, a helper's result, an attribute (`self.bias` may be set from anywhere), a
+    `.view(dtype)` or a name whose `.data` is reassigned is reported without a fix, and
+    so is a call with `**kwargs`. An index
     assignment is fixed only where every value of the indexed name is computed by a
     call that is not NumPy's (`x[m] = -1e9` on a parameter `x`, which may be a list or an
     array, is reported without a fix). In float32 the value becomes
