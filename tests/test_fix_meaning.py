@@ -182,6 +182,7 @@ def test_the_clip_fix_unscales_every_optimizer_stepped_after_it() -> None:
         "    scaler.step(opt_a)\n"
         "    scaler.step(opt_b)\n"
         "    scaler.update()\n"
+        "step(*batch)  # the script calls it, outside any handler: an error in it ends the run\n"
     )
     (d,) = check_source(source, "t.py", select=["AMP101"])
     assert d.fix.title == "Call `scaler.unscale_(opt_a)` and `scaler.unscale_(opt_b)` before clipping"

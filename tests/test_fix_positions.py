@@ -68,6 +68,7 @@ def test_an_inserted_statement_takes_the_line_ending_of_its_line(newline: str) -
         "    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)",
         "    scaler.step(optimizer)",
         "    scaler.update()",
+        "step(*batch)",
         "",
     ])
     out = fixed("import torch" + newline + source, select=("AMP101",), unsafe=True)
@@ -79,6 +80,7 @@ def test_an_inserted_statement_takes_the_line_ending_of_its_line(newline: str) -
         "    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)",
         "    scaler.step(optimizer)",
         "    scaler.update()",
+        "step(*batch)",
         "",
     ])
 

@@ -55,11 +55,15 @@ def test_amp102_scaler_passed_to_an_unknown_call_may_be_updated_there() -> None:
 
 
 def test_amp102_reads_that_keep_the_scaler_still_fire_and_fix() -> None:
-    """A test, `print`, `isinstance`, or a helper that only steps it: the scaler stays in sight."""
-    helper = "def log(s):\n    print(s.get_scale())\n"
-    body = STEP + "if scaler is not None and isinstance(scaler, torch.amp.GradScaler):\n    print(scaler)\nlog(scaler)\n"
-    (found,) = _found(_loop(helper, body), "AMP102")
+    """A test, `print`, `isinstance`: the scaler stays in sight, and the fix is offered.
+    Handed to a project helper it is still reported, but a helper (or one it calls, deeper
+    than the analysis follows) may update it: no fix without evidence."""
+    body = STEP + "if scaler is not None and isinstance(scaler, torch.amp.GradScaler):\n    print(scaler)\n"
+    (found,) = _found(_loop("", body), "AMP102")
     assert found.fix is not None
+    helper = "def log(s):\n    print(s.get_scale())\n"
+    (found,) = _found(_loop(helper, body + "log(scaler)\n"), "AMP102")
+    assert found.fix is None
 
 
 # --- D5, D6: AMP101's fix (insert `scaler.unscale_(optimizer)` before the clip) ----------------

@@ -31,12 +31,77 @@ from amplint.analysis.walk import walk
 
 _SCALER_CLASSES = SCALER_CONSTRUCTORS | SHARDED_SCALER_CONSTRUCTORS
 # Builtins that read an object without keeping it or calling its methods.
+_PROTOCOL_METHODS = frozenset({"scale", "unscale_", "step", "update", "load_state_dict"})
 _READING_BUILTINS = frozenset({"print", "isinstance", "type", "id", "repr", "str", "bool", "callable", "hasattr"})
 
 
-def plain_scaler(model, proto, text: str, scope, *, strict_uses: bool = True) -> bool:
+# Code that reaches names dynamically: a scaler may be used there under no name at all.
+_DYNAMIC = ("exec(", "eval(", "globals()", "sys.modules", "__dict__")
+
+
+def _bound_once(model, values) -> bool:
+    """The name each construction calls (`GradScaler`, or `torch` of `torch.amp.GradScaler`)
+    is bound once in the module: not a shim chosen by a conditional import."""
+    roots = set()
+    for value, _ in values:
+        for branch in value_branches(value):
+            if isinstance(branch, cst.Call):
+                root = (dotted(branch.func) or "").split(".")[0]
+                if root:
+                    roots.add(root)
+    finder = _Bindings(roots)
+    walk(model.module, finder)
+    return all(finder.count.get(r, 0) <= 1 for r in roots)
+
+
+class _Bindings(cst.CSTVisitor):
+    def __init__(self, names) -> None:
+        self.names = names
+        self.count: dict[str, int] = {}
+
+    def _bind(self, name: str | None) -> None:
+        if name in self.names:
+            self.count[name] = self.count.get(name, 0) + 1
+
+    def visit_ImportAlias(self, node: cst.ImportAlias) -> None:
+        if node.asname is not None and isinstance(node.asname.name, cst.Name):
+            self._bind(node.asname.name.value)
+        else:
+            self._bind((dotted(node.name) or "").split(".")[0] if isinstance(node.name, cst.Attribute) else dotted(node.name))
+
+    def visit_AssignTarget(self, node: cst.AssignTarget) -> None:
+        self._bind(dotted(node.target))
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        self._bind(node.name.value)
+
+    def visit_ClassDef(self, node: cst.ClassDef) -> None:
+        self._bind(node.name.value)
+
+
+# What a module imported by this one needs to reach our scaler without being handed it:
+# the class itself (patched or replaced), the running script, every object, an optimizer hook.
+_REACHING = ("gradscaler", "__main__", "sys.modules", "gc.get_objects", "register_step_post_hook",
+             "register_step_pre_hook", "register_optimizer_step")
+
+
+def _imports_a_reacher(model) -> bool:
+    """A project module this one imports mentions a way to reach the scaler out of sight."""
+    project = model.project
+    path = str(model.path)
+    if project is None or path[:1] == "<":
+        return False  # nothing imported is known: the module itself is all there is
+    for other in project.imported_files(path):
+        text = project.raw_text(other) or ""
+        if any(w in text for w in _REACHING):
+            return True
+    return False
+
+
+def plain_scaler(model, proto, text: str, scope, *, strict_uses: bool = True, built_here: bool = True) -> bool:
     """Whether the scaler named `text` (as written where it is used, in `scope`) is plain.
-    `strict_uses=False` leaves the uses to the escape analysis (a project helper that only
+    `built_here=False` accepts a parameter (AMP101 asks only that nothing here unscales
+    under another name).  `strict_uses=False` leaves the uses to the escape analysis (a project helper that only
     reads the scaler, `log(scaler)`, keeps it in sight): enough where the danger is a
     protocol call under another name, which the step graph follows into such helpers."""
     try:
@@ -44,7 +109,7 @@ def plain_scaler(model, proto, text: str, scope, *, strict_uses: bool = True) ->
     except cst.ParserSyntaxError:
         return False
     values = model.bindings.values.assigned(expr, scope)
-    if not values:
+    if not values and built_here:
         return False  # a parameter, or assigned out of sight
     for value, vscope in values:
         for branch in value_branches(value):
@@ -52,7 +117,9 @@ def plain_scaler(model, proto, text: str, scope, *, strict_uses: bool = True) ->
                 continue
             if not (isinstance(branch, cst.Call) and vscope.model.qualify(branch.func) in _SCALER_CLASSES):
                 return False
-    if not proto.only_here(text.rsplit(".", 1)[-1]):
+    if not proto.only_here(text.rsplit(".", 1)[-1]) or any(w in model.module.code for w in _DYNAMIC):
+        return False
+    if not _bound_once(model, values) or _imports_a_reacher(model):
         return False
     if not strict_uses:
         key = model.bindings.key(expr, scope)
@@ -70,6 +137,7 @@ class _Uses(cst.CSTVisitor):
         self.text = text
         self.last = text.rsplit(".", 1)[-1] if "." in text else None
         self.fine: set[int] = set()
+        self.callees: set[int] = set()
         self.other_use = False
 
     def _names_it(self, node: cst.BaseExpression) -> bool:
@@ -86,6 +154,13 @@ class _Uses(cst.CSTVisitor):
         self._check(node)
         self.fine.add(id(node.value))  # `scaler.step(...)`: its receiver
         self.fine.add(id(node.attr))  # an attribute's own name is no use of a variable
+        if node.attr.value in _PROTOCOL_METHODS and id(node) not in self.callees and self._names_it(node.value):
+            self.other_use = True  # `unscale = scaler.unscale_`: the protocol under another name
+
+    def visit_Call(self, node: cst.Call) -> None:
+        self.callees.add(id(node.func))
+        if isinstance(node.func, cst.Name) and node.func.value in _READING_BUILTINS:
+            self.fine.update(id(a.value) for a in node.args)  # `print(scaler)`, `isinstance(scaler, ...)`
 
     def visit_Name(self, node: cst.Name) -> None:
         self._check(node)
@@ -118,9 +193,6 @@ class _Uses(cst.CSTVisitor):
         if node.keyword is not None:
             self.fine.add(id(node.keyword))
 
-    def visit_Call(self, node: cst.Call) -> None:
-        if isinstance(node.func, cst.Name) and node.func.value in _READING_BUILTINS:
-            self.fine.update(id(a.value) for a in node.args)  # `print(scaler)`, `isinstance(scaler, ...)`
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
         self.fine.add(id(node.name))

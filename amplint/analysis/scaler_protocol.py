@@ -21,6 +21,7 @@ not", which is what gradient accumulation bugs (AMP107) look like in the graph.
 
 from __future__ import annotations
 
+import os
 import re
 import weakref
 from collections import deque
@@ -110,19 +111,21 @@ class _GuardCollector(cst.CSTVisitor):
 
     def visit_Try_body(self, node: cst.Try) -> None:
         self.catching[-1] += _catches_runtime_error(node)
-        self.handled[-1] += bool(node.handlers)
+        self.handled[-1] += bool(node.handlers) or _finally_swallows(node)
 
     def leave_Try_body(self, node: cst.Try) -> None:
         self.catching[-1] -= _catches_runtime_error(node)
-        self.handled[-1] -= bool(node.handlers)
+        self.handled[-1] -= bool(node.handlers) or _finally_swallows(node)
 
     # `with contextlib.suppress(RuntimeError):` catches as a `try` does, and so may a context
     # manager of the project (`@contextmanager def best_effort(): try: yield except ...`).
     def visit_With_body(self, node: cst.With) -> None:
         self.catching[-1] += _with_may_catch(node, self.qualify)
+        self.handled[-1] += _suppresses(node)
 
     def leave_With_body(self, node: cst.With) -> None:
         self.catching[-1] -= _with_may_catch(node, self.qualify)
+        self.handled[-1] -= _suppresses(node)
 
     def visit_TryStar_body(self, node) -> None:
         self.catching[-1] += _catches_runtime_error(node)
@@ -281,35 +284,72 @@ class ScalerProtocol:
             return False
         return self._uncaught_from(self._function_of.get(id(event.node)), 0, frozenset())
 
-    def _uncaught_from(self, function: cst.FunctionDef | None, depth: int, seen: frozenset[int]) -> bool:
+    def nothing_handles(self, event: Event) -> bool:
+        """Positive evidence that no exception at `event`, of any type, is handled: nothing
+        around it handles one (a `try` with handlers, a `finally` that leaves, `suppress`, a
+        catching context manager), nor around any of its callers (as `raises_uncaught`).
+        Code between an inserted call and the one that completes it (AMP101's `unscale_`
+        and `step`) may then raise only into the end of the program, as the code as written
+        would."""
+        if event.inlined or self.caught(event) or self.in_handled_try(event):
+            return False
+        return self._uncaught_from(self._function_of.get(id(event.node)), 0, frozenset(), any_exception=True)
+
+    def _uncaught_from(self, function: cst.FunctionDef | None, depth: int, seen: frozenset[int],
+                       any_exception: bool = False) -> bool:
+        if function is _UNKNOWN_CALLER or self._rewires_names():
+            return False  # a lambda or generator caller; `globals()[name] = wrap(...)`
         if function is None:
             # module-level code: an uncaught error ends the script, unless another module
             # imports this one (`try: import job except RuntimeError: ...`)
             project = self.model.project
             path = str(self.model.path)
-            return project is not None and path[:1] != "<" and not project.may_be_imported(path)
+            if path[:1] == "<" or project is None or not os.path.isfile(path):
+                return True  # a buffer or stdin: no file that anything could import or run
+            return not project.may_be_imported(path) and not project.may_be_run_in_process(path)
         if depth > 4 or id(function) in seen or function.decorators or function.asynchronous:
             return False
         if _contains_yield(function):
             return False
+        if self._in_decorated_class(function):
+            return False  # a class decorator may wrap every method
         name = function.name.value
-        references = self._references().get(name)
+        # A module-level function is reached by its name (an attribute `x.step()` of the same
+        # spelling is another object's method); a method by attribute (`self.step()`), and by
+        # its name only where a class body calls it.
+        by_name, by_attribute = self._references()
+        method = any(function in cls.methods.values() for cls in self.model.classes.values())
+        references = (by_attribute.get(name, []) + by_name.get(name, [])) if method else by_name.get(name)
         if not references or not self.only_here(name):
             return False
         for call, caller in references:
-            if call is None or id(call) in self._caught:
+            if call is None or id(call) in self._caught or (any_exception and id(call) in self._in_handled_try):
                 return False
-            if not self._uncaught_from(caller, depth + 1, seen | {id(function)}):
+            if not self._uncaught_from(caller, depth + 1, seen | {id(function)}, any_exception):
                 return False
         return True
 
+    def _rewires_names(self) -> bool:
+        """The module reaches its names dynamically (`globals()`, `exec`, `eval`, `setattr`
+        on a module): a call by name may run something else."""
+        code = self.model.module.code
+        return any(w in code for w in ("globals()", "exec(", "eval(", "sys.modules"))
+
+    def _in_decorated_class(self, function: cst.FunctionDef) -> bool:
+        for cls in self.model.classes.values():
+            if function in cls.methods.values() and cls.node.decorators:
+                return True
+        return False
+
     def only_here(self, name: str) -> bool:
         """No project file that imports this module mentions `name`: nothing else can call
-        its functions or reach its objects by that name (a module checked without a
-        project may be imported by anything)."""
+        its functions or reach its objects by that name (a file checked without a project
+        may be imported by anything; a buffer or stdin by nothing)."""
         project = self.model.project
         path = str(self.model.path)
-        if project is None or path[:1] == "<":
+        if path[:1] == "<" or not os.path.isfile(path):
+            return True  # a buffer: no file that anything could import
+        if project is None:
             return False
         return not project.named_by_importers(path, name.lower())
 
@@ -320,7 +360,7 @@ class ScalerProtocol:
         if cached is None:
             finder = _References()
             walk(self.model.module, finder)
-            cached = self._reference_map = finder.found
+            cached = self._reference_map = (finder.found, finder.attributes)
         return cached
 
     def flag_set_after(self, event: Event, flag: str, later: Event | None = None) -> bool:
@@ -626,13 +666,19 @@ class _BindingsBetween(cst.CSTVisitor):
             self.bound.update(n.name.value for n in node.names)
 
 
+_UNKNOWN_CALLER = "unknown"
+
+
 class _References(cst.CSTVisitor):
     """Where each name is used: as the callee of a call (`train(...)`, `self.train_step()`),
     or otherwise (`Thread(target=train)`, `callbacks.append(self.step)`); a function's own
     `def` is no use."""
 
     def __init__(self) -> None:
+        # uses as a plain name (`train(...)`), and as an attribute's last part (`self.train_step()`)
         self.found: dict[str, list[tuple[cst.Call | None, cst.FunctionDef | None]]] = {}
+        self.attributes: dict[str, list[tuple[cst.Call | None, cst.FunctionDef | None]]] = {}
+        self.attribute_names: set[int] = set()
         self.callees: dict[int, cst.Call] = {}
         self.functions: list[cst.FunctionDef] = []
 
@@ -643,21 +689,37 @@ class _References(cst.CSTVisitor):
     def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:
         self.functions.pop()
 
+    # A call inside a lambda or a lazily run comprehension runs where that is called or
+    # consumed, which is not known: its caller is "unknown" (None), never the module level.
+    def visit_Lambda(self, node: cst.Lambda) -> None:
+        self.functions.append(_UNKNOWN_CALLER)
+
+    def leave_Lambda(self, original_node: cst.Lambda) -> None:
+        self.functions.pop()
+
+    def visit_GeneratorExp(self, node: cst.GeneratorExp) -> None:
+        self.functions.append(_UNKNOWN_CALLER)
+
+    def leave_GeneratorExp(self, original_node: cst.GeneratorExp) -> None:
+        self.functions.pop()
+
     def visit_Call(self, node: cst.Call) -> None:
         func = node.func
         self.callees[id(func.attr if isinstance(func, cst.Attribute) else func)] = node
 
     def visit_Attribute(self, node: cst.Attribute) -> None:
-        self._use(node.attr)
+        self._use(node.attr, self.attributes)
+        self.attribute_names.add(id(node.attr))
 
     def visit_Name(self, node: cst.Name) -> None:
-        self._use(node)
+        if id(node) not in self.attribute_names:  # `x.step`'s `step` is counted above
+            self._use(node, self.found)
 
-    def _use(self, name: cst.Name) -> None:
+    def _use(self, name: cst.Name, table) -> None:
         if id(name) in self.callees and self.callees[id(name)] is None:
             return
         function = self.functions[-1] if self.functions else None
-        self.found.setdefault(name.value, []).append((self.callees.get(id(name)), function))
+        table.setdefault(name.value, []).append((self.callees.get(id(name)), function))
 
 
 def _contains_yield(function: cst.FunctionDef) -> bool:
@@ -691,9 +753,41 @@ _NOT_RUNTIME_ERROR = frozenset({
 })
 
 
+def _finally_swallows(node) -> bool:
+    """A `finally:` that leaves by `return`, `break` or `continue` discards the exception in
+    flight: it catches everything."""
+    if getattr(node, "finalbody", None) is None:
+        return False
+    finder = _Leaves()
+    walk(node.finalbody, finder)
+    return finder.found
+
+
+class _Leaves(cst.CSTVisitor):
+    found = False
+
+    def visit_Return(self, node: cst.Return) -> None:
+        self.found = True
+
+    def visit_Break(self, node: cst.Break) -> None:
+        self.found = True
+
+    def visit_Continue(self, node: cst.Continue) -> None:
+        self.found = True
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+        return False
+
+    def visit_Lambda(self, node: cst.Lambda) -> bool:
+        return False
+
+
 def _catches_runtime_error(node) -> int:
     """1 when a handler of the `try` may catch RuntimeError: bare `except:`, `Exception`,
-    `BaseException`, `RuntimeError`, a tuple holding one, or a name we cannot place."""
+    `BaseException`, `RuntimeError`, a tuple holding one, or a name we cannot place; or
+    its `finally:` leaves by `return`/`break`/`continue`."""
+    if _finally_swallows(node):
+        return 1
     for handler in node.handlers:
         kind = handler.type
         if kind is None:
@@ -704,6 +798,12 @@ def _catches_runtime_error(node) -> int:
             if name is None or name.split(".")[-1] not in _NOT_RUNTIME_ERROR:
                 return 1
     return 0
+
+
+def _suppresses(node: cst.With) -> int:
+    """1 when the `with` enters `suppress(...)` of any exception."""
+    return int(any((dotted(item.item.func) or "").rsplit(".", 1)[-1] == "suppress"
+                   for item in node.items if isinstance(item.item, cst.Call)))
 
 
 def _with_may_catch(node: cst.With, qualify) -> int:
@@ -734,7 +834,8 @@ def _decorator_may_catch(decorator: cst.BaseExpression, qualify) -> bool:
 
 
 # Context managers and decorators known to let a RuntimeError through.
-_CONTEXTS_THAT_RERAISE = frozenset({"open", "contextlib.nullcontext", "nullcontext", "contextlib.ExitStack",
+# NB: not `contextlib.ExitStack`, whose pushed callbacks may suppress (`stack.push(lambda *e: True)`).
+_CONTEXTS_THAT_RERAISE = frozenset({"open", "contextlib.nullcontext", "nullcontext",
                                      "warnings.catch_warnings", "tempfile.TemporaryDirectory", "threading.Lock"})
 # `with model.no_sync():`, `with accelerator.accumulate(model):`, `with ema.average_parameters():` ...
 _CONTEXT_METHODS_THAT_RERAISE = frozenset({"no_sync", "accumulate", "autocast", "no_grad", "enable_grad",

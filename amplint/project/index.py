@@ -782,6 +782,23 @@ class ProjectIndex:
             return True
         return bool(self.importers(path, depth=1))
 
+    def may_be_run_in_process(self, path: str) -> bool:
+        """Whether some other project file may run the module at `path` inside its own
+        process other than by an import statement: it names the module's file stem and
+        runs code by name or path (`runpy`, `importlib`, `__import__`, `exec`).  True when
+        the project is too large to list.  (A subprocess is no such run: its errors end
+        it, not the launcher.)"""
+        key = _abs(path)
+        listing = self._whole_project(key)
+        if listing is None:
+            return True
+        stem = os.path.splitext(os.path.basename(key))[0].lower()
+        for f in listing.files:
+            text = self._raw_text(f) if f != key else None
+            if text and stem in text and any(w in text for w in _IN_PROCESS_LAUNCHERS):
+                return True
+        return False
+
     def named_by_importers(self, path: str, word: str) -> bool:
         """Whether a project file that imports the module at `path` (directly or through
         others) has `word` (lowercase) in its text: the only files that can call a function
@@ -1035,6 +1052,10 @@ class ProjectIndex:
         if hit.path is None:
             self._note_missing(hit.probed)
         return hit.path
+
+
+# Ways of running a module by name or path in the running process.
+_IN_PROCESS_LAUNCHERS = ("runpy", "importlib", "__import__", "exec(", "run_path", "run_module")
 
 
 def _outside_imports(code: str) -> str:

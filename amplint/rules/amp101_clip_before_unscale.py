@@ -9,6 +9,7 @@ import libcst as cst
 from amplint.analysis.bindings import Bindings
 from amplint.analysis.grad_norms import clips_nothing
 from amplint.analysis.names import dotted
+from amplint.analysis.plain_scaler import plain_scaler
 from amplint.analysis.quiet_window import quiet_between
 from amplint.analysis.syntax import call_arg
 from amplint.analysis.scaler_protocol import event_is, protocol, search, training_loop
@@ -93,7 +94,15 @@ class ClipBeforeUnscale(Rule):
     and `if` tests of those; no call, attribute, `yield`, nor the end of a `with`,
     `try` or loop), the clip's own arguments may call only `<module>.parameters()`, and
     the clip must not raise on non-finite gradients (`error_if_nonfinite=True`,
-    `**kwargs`): an exception after the inserted
+    `**kwargs`). Besides, nothing may handle an exception there: no `try` with handlers,
+    `finally` that leaves, `suppress` or project context manager around the clip or
+    around any call of its function (up to four callers, a script nothing imports or
+    runs by path), so that an exception in the window ends the program as it would have;
+    the clip must be torch's (`torch.nn.utils.clip_grad_*`, not a project's or a
+    wrapper's method, which may unscale itself); the scaler must be used only through
+    its methods by its name (no `unscale = scaler.unscale_`, no `getattr`); and each
+    optimizer a plain name or an attribute the class assigns (not a property, which may
+    give another object when read again). Otherwise an exception after the inserted
     `unscale_` that any caller handles, or a generator abandoned at a `yield`, leaves
     the optimizer unscaled, and the next iteration's `unscale_` raises where the code
     as written ran on. It is still wrong if an optimizer unscales internally or a
@@ -165,8 +174,11 @@ class ClipBeforeUnscale(Rule):
         """
         if backward.inlined or backward.scope is not clip.scope or clip.statement is None:
             return None
-        if protocol(clip.scope.model).in_handled_try(clip):
+        proto = protocol(clip.scope.model)
+        if not proto.nothing_handles(clip):
             return None  # an exception after the inserted unscale_ may skip the update: the next unscale_ raises
+        if not (clip.qualname or "").startswith("torch.nn.utils."):
+            return None  # a project's or a wrapper's clip may unscale by itself: a second unscale_ raises
         ends = lambda e: e.kind is Kind.UPDATE or (e.kind is Kind.BACKWARD and e.scaled)  # noqa: E731
         if any(e.kind is Kind.UNSCALE for e in graph.reachable(backward, stop=ends)):
             return None
@@ -194,6 +206,11 @@ class ClipBeforeUnscale(Rule):
                 names.append(name)
         if not names:
             return None
+        scaler = Bindings.text_of(backward.scaler)
+        if scaler is None or not plain_scaler(clip.scope.model, proto, scaler, clip.scope, built_here=False):
+            return None  # `unscale = scaler.unscale_` or `getattr(scaler, "unscale_")` may have unscaled already
+        if any(not _stable_name(n, clip.scope) for n in names):
+            return None  # `self.opt` a property: the inserted call may read another optimizer
         # Positive evidence that nothing leaves between the inserted unscale_ and the steps
         # (an exception a caller handles, a generator abandoned at a `yield`): the optimizer
         # would stay unscaled and the next iteration's unscale_ raise.
@@ -203,6 +220,18 @@ class ClipBeforeUnscale(Rule):
         if not quiet_between(clip.scope.node, clip.statement, [s.node for s in steps], allowed=clips):
             return None
         return names
+
+
+def _stable_name(text: str, scope) -> bool:
+    """A plain name, or `self.<attr>` that the class assigns and does not compute (no method
+    or property of that name): reading it twice gives one object."""
+    if "." not in text:
+        return True
+    head, _, attr = text.partition(".")
+    cls = getattr(scope, "cls", None)
+    if cls is None or head != scope.self_name or "." in attr or attr in cls.methods:
+        return False
+    return bool(scope.model.bindings.values.assigned(cst.parse_expression(text), scope))
 
 
 def _may_raise_on_non_finite(clip: cst.Call) -> bool:

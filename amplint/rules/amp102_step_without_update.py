@@ -57,10 +57,12 @@ class StepWithoutUpdate(Rule):
     Unsafe: adds `scaler.update()` right after the `scaler.step(...)` statement (when
     another statement follows it in its block). It is offered only when the module
     never updates that scaler anywhere, and the scaler is plain: a GradScaler built in
-    the module (not returned by a factory) that does not escape (stored, aliased, handed
-    to anything but a project helper that only reads it) and that no module importing
-    this one names, so that no update runs under another name
-    (`functools.partial(GradScaler.update, scaler)`); where an update
+    the module (not returned by a factory, not a conditionally imported stand-in) and
+    used only through its methods by its name (not handed to a function, stored or
+    aliased), that no module importing this one names and no module it imports could
+    reach (one that names GradScaler, `__main__` or optimizer step hooks), so that no
+    update runs under another name (`functools.partial(GradScaler.update, scaler)`);
+    where an update
     exists elsewhere (after the loop, in another method), a second one would raise
     "No inf checks were recorded prior to update", so moving it is left to you. With
     several optimizers on one scaler, the update belongs after the last step.
@@ -105,7 +107,7 @@ class StepWithoutUpdate(Rule):
                         continue
                 scaler = Bindings.text_of(step.scaler) or "scaler"
                 step_text = self.model.module.code_for_node(step.node)
-                changes = self._insert_update(step, scaler) if never and plain_scaler(self.model, proto, scaler, step.scope, strict_uses=False) else None
+                changes = self._insert_update(step, scaler) if never and plain_scaler(self.model, proto, scaler, step.scope) else None
                 self.report_event(step, changes=changes, step=step_text, scaler=scaler)
 
     def _updated_keys(self, graphs) -> set[str | None]:

@@ -72,7 +72,9 @@ class BackwardNotScaled(Rule):
     project's stand-in class without `scale` (`GradScaler() if use_amp else NoScaler()`).
     It asks for positive evidence besides: the scaler is a GradScaler built in the
     module and used only through its methods by its name (not a parameter, a factory's
-    result, an alias, an argument, or named by a module that imports this one), and every
+    result, a conditionally imported stand-in, an alias, an argument, named by a module
+    that imports this one, or reachable from a module it imports that names GradScaler,
+    `__main__` or optimizer hooks; no `exec`/`globals()` in the module), and every
     `scaler.scale(...)` of the module is directly `.backward()`ed, so no value here is
     scaled already (`sum(scaler.scale(l) for l in losses)`, a lambda, a helper or
     callable object given the scaler). It is wrong if the loss was already scaled by

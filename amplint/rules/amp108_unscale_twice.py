@@ -61,11 +61,15 @@ class UnscaleTwice(Rule):
     it passes the first one (so the call could only ever raise), the statement is
     not alone in its block, and there is positive evidence that nothing catches the
     RuntimeError it raises (where a handler runs, deleting the call changes which code
-    runs): no `try`, `contextlib.suppress` or project context manager around it, and its
+    runs): no `try`, `finally` that leaves (`return`, `break`, `continue`),
+    `contextlib.suppress`, `ExitStack` or project context manager around it, and its
     function is reached only by direct calls of this module (up to four callers deep, or
-    from module level) that nothing catches either. A decorated function, a generator, a
-    callback or thread target (named other than in a call), a method nothing here calls
-    (a framework's hook), or a name another project file mentions gets no fix. Two calls whose optimizer name
+    from the module level of a script that no project file imports or runs by path with
+    `runpy`, `importlib` or `exec`) that nothing catches either. A decorated function or
+    a method of a decorated class, a generator, a callback or thread target (named other
+    than in a call), a call inside a lambda or a generator expression, a method nothing
+    here calls (a framework's hook), a name a module importing this one mentions, or a
+    module that reaches names dynamically (`globals()`, `exec`) gets no fix. Two calls whose optimizer name
     is bound again between them (`optimizer = o2`) unscale two objects: no finding.
 
     ## Runtime confirmation
