@@ -53,11 +53,32 @@ def _comparison(test: cst.Comparison, code, truth: bool) -> Fact | None:
         # `x is False` true: x is falsy, as `not x` says (a flag, the only use of `is False`).
         return (_text(left, code), (right.value == "True") == (truth == isinstance(op, cst.Is)))
     if isinstance(op, (cst.Equal, cst.NotEqual)):
-        subject, literal = (left, _literal(right)) if _literal(right) is not None else (right, _literal(left))
-        if literal is None or _literal(subject) is not None:
+        subject, literal = (left, literal_value(right)) if literal_value(right) is not None else (right, literal_value(left))
+        if literal is None or literal_value(subject) is not None:
             return None
         equal = isinstance(op, cst.Equal) == truth
         return (_text(subject, code), ("==" if equal else "!=", literal))
+    return None
+
+
+def constant_truth(test: cst.BaseExpression) -> bool | None:
+    """The value of a test that does not depend on the program: `False`, `0`, `not True`,
+    `False and x`, `True or x`; None for anything else."""
+    test = _unparen(test)
+    if isinstance(test, cst.Name) and test.value in ("True", "False"):
+        return test.value == "True"
+    if isinstance(test, cst.Integer):
+        return test.evaluated_value != 0
+    if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+        inner = constant_truth(test.expression)
+        return None if inner is None else not inner
+    if isinstance(test, cst.BooleanOperation):
+        left, right = constant_truth(test.left), constant_truth(test.right)
+        decided = isinstance(test.operator, cst.Or)  # `or` is decided by a True, `and` by a False
+        if left is decided or right is decided:
+            return decided
+        if left is not None and right is not None:
+            return not decided
     return None
 
 
@@ -138,7 +159,7 @@ def _is_none(e: cst.BaseExpression) -> bool:
     return isinstance(e, cst.Name) and e.value == "None"
 
 
-def _literal(e: cst.BaseExpression) -> object | None:
+def literal_value(e: cst.BaseExpression) -> object | None:
     """A string or number literal (or True/False), as its value; None for anything else."""
     if isinstance(e, cst.SimpleString):
         value = e.evaluated_value

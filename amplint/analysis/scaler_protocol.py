@@ -908,7 +908,9 @@ def runs_without(graph: StepGraph, loop, event: Event, avoid: Callable[[Event], 
     a path header -> event -> header that passes no avoided event (a `for` loop over
     collections whose body has one counts as running it: `StepGraph.runs_in_loop`)."""
     target = graph.point(event)
-    blocked = lambda p: event_is(p, avoid) or (p is not loop.header and graph.runs_in_loop(p, avoid))  # noqa: E731
+    # An iteration that an exception cut short and a handler swallowed is not "some
+    # iteration" of training: `except RuntimeError: found_oom = 1` then the update.
+    blocked = lambda p: p.handler or event_is(p, avoid) or (p is not loop.header and graph.runs_in_loop(p, avoid))  # noqa: E731
     before = graph.search(loop.header, found=lambda p: p is target, blocked=blocked)
     after = graph.search(target, found=lambda p: p is loop.header, blocked=blocked)
     return before and after
@@ -922,9 +924,17 @@ def training_loop(graph: StepGraph, event: Event):
     """
     backward_loops = {id(loop) for e in graph.of_kind(Kind.BACKWARD) for loop in e.loops}
     for loop in reversed(graph.loops):
-        if loop in event.loops and id(loop) in backward_loops:
+        if loop in event.loops and id(loop) in backward_loops and _loops_back(graph, loop, event):
             return loop
     return None
+
+
+def _loops_back(graph: StepGraph, loop, event: Event) -> bool:
+    """After `event`, the loop can start another iteration.  `while True: try: ...;
+    scaler.step(opt) ... except OOM: shrink the micro-batch; continue ... break` is a
+    retry loop: every path from the step leaves it, so it is not the step's iteration
+    (a path through an `except` handler is the retry of a failed step, not another one)."""
+    return graph.iteration_through(loop, graph.point(event), blocked=lambda p: p.handler)
 
 
 def batch_loop(event: Event):

@@ -24,7 +24,7 @@ import libcst as cst
 
 from amplint.analysis.autocast_entries import AutocastInfo
 from amplint.analysis.callees import class_of_instance, resolve_call
-from amplint.analysis.conditions import Fact, consistent, facts
+from amplint.analysis.conditions import Fact, consistent, constant_truth, facts, literal_value
 from amplint.analysis.grad_norms import is_grad_norm, managed_unscale
 from amplint.analysis.names import dotted
 from amplint.analysis.step_kinds import Kind
@@ -158,6 +158,11 @@ class Point:
     # Branch-entry markers (no event): the conditions that hold once control is here,
     # e.g. (`scaler`, False) at the start of the implicit `else` of `if scaler is not None:`.
     guards: tuple[Fact, ...] = ()
+    # The entry of an `except` handler: paths through it are the exceptional ones.
+    handler: bool = False
+    # What an assignment of a literal says from here on (`found_oom = False`): it replaces
+    # the path's facts about that name, so a later `if found_oom: continue` is decided.
+    assigns: tuple[Fact, ...] = ()
 
 
 @dataclass(eq=False)
@@ -279,7 +284,7 @@ class StepGraph:
         if self._repeated is None:
             count: dict[str, int] = {}
             for p in self.points:
-                for text in {t for t, _ in p.guards}:
+                for text in {t for t, _ in p.guards + p.assigns}:
                     count[text] = count.get(text, 0) + 1
             self._repeated = frozenset(t for t, n in count.items() if n > 1)
         return self._repeated
@@ -297,6 +302,10 @@ class StepGraph:
                 if not consistent(facts, guards):
                     return None
                 facts = facts | guards
+        if p.assigns:
+            names = {t for t, _ in p.assigns if t in tracked}
+            if names:
+                facts = frozenset(f for f in facts if f[0] not in names) | {f for f in p.assigns if f[0] in names}
         state = (id(p), facts)
         if state in seen:
             return None
@@ -360,6 +369,29 @@ class StepGraph:
             if blocked(p):
                 continue
             queue.extend((q, facts) for q in p.succ)
+        return False
+
+    def iteration_through(self, loop: "Loop", target: Point, *, blocked: Callable[[Point], bool]) -> bool:
+        """Some iteration of `loop` passes `target` and comes back to the header, on a path
+        whose facts never contradict, starting from what the iteration itself establishes
+        (`found_oom = False` before the step decides `if found_oom: continue` after it)."""
+        tracked = self._repeated_conditions
+        headers = self._header_loops()
+        seen: tuple[set, set] = (set(), set())  # states before and after `target`
+        queue: deque = deque((q, frozenset(), False) for q in loop.header.succ if id(q) in loop.body)
+        while queue:
+            p, facts, passed = queue.popleft()
+            if p is loop.header:
+                if passed:
+                    return True
+                continue
+            if blocked(p) or id(p) not in loop.body:
+                continue
+            facts = self._entering(p, facts, seen[passed], headers, tracked)
+            if facts is None:
+                continue
+            passed = passed or p is target
+            queue.extend((q, facts, passed) for q in p.succ)
         return False
 
     def reaches_point(self, start: Event | Point, target: Point, *, stop: Callable[[Event], bool]) -> bool:
@@ -563,6 +595,14 @@ class _Builder:
                 self.small(small)
                 if not self.frontier:
                     return
+        elif isinstance(s, cst.If) and constant_truth(s.test) is not None:
+            # `if False and ...:` (code switched off by hand) never runs; `if True:` always does.
+            if constant_truth(s.test):
+                self.block(_statements(s.body))
+            elif isinstance(s.orelse, cst.If):
+                self.statement_(s.orelse)
+            elif s.orelse is not None:
+                self.block(_statements(s.orelse.body))
         elif isinstance(s, cst.If):
             self.expr(s.test)
             start = self.frontier
@@ -595,10 +635,13 @@ class _Builder:
             for f in self.frontier:
                 f.succ.append(header)
             self.loops.pop()
-            self.frontier = [header]
-            if s.orelse is not None:
-                self.block(_statements(s.orelse.body))
-            self.frontier = self.frontier + loop.breaks
+            if _runs_forever(s):
+                self.frontier = loop.breaks  # `while True:` leaves only by break (its `else` never runs)
+            else:
+                self.frontier = [header]
+                if s.orelse is not None:
+                    self.block(_statements(s.orelse.body))
+                self.frontier = self.frontier + loop.breaks
         elif isinstance(s, cst.Try) or type(s).__name__ == "TryStar":
             start = list(self.frontier)
             self.block(_statements(s.body))
@@ -610,6 +653,7 @@ class _Builder:
                 # NB: a handler may start after any statement of the body; we approximate
                 # that with the body's start and end, which keeps the graph small.
                 self.frontier = start + after_body
+                self._new_point().handler = True
                 self.block(_statements(handler.body))
                 ends += self.frontier
             self.frontier = ends
@@ -667,6 +711,9 @@ class _Builder:
         elif isinstance(s, (cst.Expr, cst.Assign, cst.AnnAssign, cst.AugAssign)):
             value = s.value
             self.expr(value)
+            assigned = _literal_assignment(s)
+            if assigned is not None:
+                self._new_point().assigns = (assigned,)
         elif isinstance(s, (cst.Del, cst.Assert)):
             self.expr(getattr(s, "test", None))
 
@@ -1122,6 +1169,30 @@ def _names_in(t: cst.CSTNode) -> list[str]:
     if isinstance(t, cst.StarredElement):
         return _names_in(t.value)
     return []
+
+
+def _literal_assignment(s: cst.BaseSmallStatement) -> Fact | None:
+    """`flag = True` / `flag = None` / `found = 0`: the fact a test of the name would then
+    find (as `conditions.facts` states it), for a plain name and a literal value."""
+    if not (isinstance(s, cst.Assign) and len(s.targets) == 1 and isinstance(s.targets[0].target, cst.Name)):
+        return None
+    name, value = s.targets[0].target.value, s.value
+    if isinstance(value, cst.Name) and value.value in ("True", "False", "None"):
+        return (name, value.value == "True")
+    literal = literal_value(value)
+    if literal is None or literal[0] == "bool":
+        return None
+    return (name, ("==", literal))
+
+
+def _runs_forever(loop: cst.CSTNode) -> bool:
+    """`while True:` / `while 1:`: the header never exits by its test."""
+    if not isinstance(loop, cst.While):
+        return False
+    test = loop.test
+    if isinstance(test, cst.Name):
+        return test.value == "True"
+    return isinstance(test, cst.Integer) and test.evaluated_value != 0
 
 
 def _is_docstring(s: cst.CSTNode) -> bool:

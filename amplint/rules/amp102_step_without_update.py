@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from functools import cached_property
+
 import libcst as cst
 
 from amplint.analysis.bindings import Bindings
@@ -23,6 +25,11 @@ class StepWithoutUpdate(Rule):
     A scaler that leaves the analysis's sight is not judged: aliased (`s = scaler`),
     stored in a container or an attribute, passed to a call amplint cannot read, or
     its bound `scaler.update` taken without calling it; the update may run there.
+    A scaler known only by its use (a callback's `self.scaler`, the learner's scaler
+    reached through `__getattr__`) may be updated under another name in the module.
+    A retry loop around the step (`while True: ... step ... break`, retried when an
+    `except` caught an out-of-memory error) is not an iteration of training: the
+    update belongs after it or in its caller's loop.
 
     ## Why is this bad?
     `update()` is what adapts the loss scale: it halves the scale after a step that
@@ -139,13 +146,23 @@ class StepWithoutUpdate(Rule):
 
     def _by_name_only(self, step) -> bool:
         """A parameter or unresolved scaler: any update in the module may be its update
-        (the caller that passed it in updates it)."""
+        (the caller that passed it in updates it).  So is a scaler known only from its use
+        (`self.scaler.get_scale()` in a callback whose `self.scaler` is the learner's,
+        reached through `__getattr__`, and updated as `self.learn.scaler.update()`)."""
         key = step.scaler
-        if key is None or key not in self.model.bindings.scaler_keys:
+        if key is None or key not in self._built_keys:
             return True
         receiver = step.node.func.value if isinstance(step.node.func, cst.Attribute) else None
         head = (dotted(receiver) or "").split(".")[0]
         return head in step.scope.params and head != step.scope.self_name
+
+    @cached_property
+    def _built_keys(self) -> frozenset[str]:
+        """Keys of the names a GradScaler construction in this module is assigned to."""
+        b = self.model.bindings
+        return frozenset(
+            b.key(cst.parse_expression(c.target), c.scope) for c in b.scaler_constructions if c.target is not None
+        ) & b.scaler_keys
 
     def _insert_update(self, step, scaler: str) -> list[InsertBefore] | None:
         """Insert the update before the statement that follows the step (same block)."""

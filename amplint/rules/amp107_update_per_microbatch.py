@@ -19,7 +19,10 @@ class UpdatePerMicrobatch(Rule):
     purpose: `scaler.step` only when the loss is finite (or after a warm-up, or under a
     per-iteration flag) while every iteration clears the gradients with `zero_grad()`
     and calls `update()`; nothing accumulates there. A step under a periodic condition
-    (a modulo, a counter named for accumulation) is accumulation either way.
+    (a modulo, a counter named for accumulation) is accumulation either way. An
+    iteration that an exception ended (a batch an `except` skipped after running out
+    of memory) is not a micro-batch, and `scaler.update(new_scale)`, a scale set by
+    hand, is no adaptive update: neither is judged.
 
     ## Why is this bad?
     One effective batch must be seen with one loss scale: its micro-batch gradients
@@ -82,6 +85,10 @@ class UpdatePerMicrobatch(Rule):
                 continue
             for ev in graph.of_kind(Kind.UPDATE, Kind.UNSCALE):
                 if proto.scaler_disabled(ev.scaler):
+                    continue
+                if ev.kind is Kind.UPDATE and ev.node.args:
+                    # `scaler.update(new_scale)` sets the scale by hand (icefall's periodic
+                    # bump of a small scale): it needs no step and adapts nothing.
                     continue
                 loop = training_loop(graph, ev)
                 if loop is None:
