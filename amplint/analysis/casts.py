@@ -110,7 +110,7 @@ class Casts:
             elif name == "to":
                 dtypes = self._to_dtypes(call, scope)
                 spelling = ".to(...)"
-            elif name == "from_pretrained":
+            elif name == "from_pretrained" and not _loads_no_weights(call):
                 for kw in _FROM_PRETRAINED_DTYPE_KWARGS:
                     expr = call_arg(call, None, kw)
                     if expr is not None:
@@ -861,3 +861,14 @@ class _OptimizerLookup:
 # optimizer spelled in its module: that, or a trainer.
 OPTIMIZER_LOOKUP_TOKENS = (*OPTIMIZER_TOKENS, _OptimizerLookup())
 TRAINING_TOKENS = (*OPTIMIZER_LOOKUP_TOKENS, _TrainerName())
+
+
+_NO_WEIGHTS = re.compile(r"(?:Config|Tokenizer(?:Fast)?|Processor|FeatureExtractor|Scheduler)$")
+
+
+def _loads_no_weights(call: cst.Call) -> bool:
+    """`AutoConfig.from_pretrained(..., torch_dtype="float16")` reads a configuration (a
+    tokenizer, a processor): it records the dtype for a later model, it casts no weights."""
+    receiver = call.func.value if isinstance(call.func, cst.Attribute) else None
+    last = (dotted(receiver) or "").split(".")[-1]
+    return bool(_NO_WEIGHTS.search(last))

@@ -311,14 +311,36 @@ def may_be_applied(cls, model) -> bool:
     string `"ops.ScaledMatmul"`).  A Function nothing names is never applied: whatever
     autocast the project enters, it does not run there.  Without a project (a buffer
     checked alone), it may be."""
+    project = model.project
+    alone = project is None or str(model.path)[:1] == "<"
     finder = _NameUses(cls.name, cls.node.name)
     walk(model.module, finder)
     if finder.found:
-        return True
-    project = model.project
-    if project is None or str(model.path)[:1] == "<":
+        return alone or not _only_in_uncalled_wrappers(cls, model)
+    if alone:
         return True
     return project.named_elsewhere(str(model.path), cls.name.lower())
+
+
+def _only_in_uncalled_wrappers(cls, model) -> bool:
+    """Every use of the Function in its module sits in a module-level function that
+    nothing calls (`def identity_with_clip_norm(x, c): return ClipNorm.apply(x, c)`,
+    named nowhere else in the module or the project): the Function never runs."""
+    wrappers = []
+    for stmt in model.module.body:
+        uses = _NameUses(cls.name, cls.node.name)
+        walk(stmt, uses)
+        if not uses.found:
+            continue
+        if not isinstance(stmt, cst.FunctionDef) or stmt.decorators:
+            return False  # a class, an alias, a registry, a decorated (registered) function
+        wrappers.append(stmt)
+    for fn in wrappers:
+        callers = _NameUses(fn.name.value, fn.name)
+        walk(model.module, callers)
+        if callers.found or model.project.named_elsewhere(str(model.path), fn.name.value.lower()):
+            return False
+    return bool(wrappers)
 
 
 class _NameUses(cst.CSTVisitor):

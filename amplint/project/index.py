@@ -773,7 +773,9 @@ class ProjectIndex:
         listing = self._whole_project(key)
         if listing is None:
             return True
-        return any(f != key and word in (self._raw_text(f) or "") for f in listing.files)
+        # A whole word: `QuickCumsumCuda` is no use of `QuickCumsum`.
+        pattern = re.compile(rf"(?<![\w]){re.escape(word)}(?![\w])")
+        return any(f != key and word in (text := self._raw_text(f) or "") and pattern.search(text) for f in listing.files)
 
     def may_be_imported(self, path: str) -> bool:
         """Whether some project file imports the module at `path` (True when the project is

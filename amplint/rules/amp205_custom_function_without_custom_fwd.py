@@ -38,6 +38,9 @@ _FUNCTION_CLASS = re.compile(r"class[\s\\]+\w+[\s\\]*\((?:[^()]|\([^()]*\))*\bfu
 # A compiled kernel: an extension module's function (`_C.deform_conv_forward(`) or an operator
 # the project registered (`torch.ops.detectron2.`); see function_body.compiled_kernel.
 _KERNEL_CALL = re.compile(r"(?:\b_C|\w_(?:C|ext|cuda|cpp|backend|kernels?)|\b_ext|\b_backend|\b_cuda)\.\w+[ \t]*\(|\btorch\.ops\.(?!aten\b|prims\b)\w", re.I)
+# An extension module imported under another name: its alias, whose calls are kernel calls.
+_KERNEL_ALIAS = re.compile(
+    r"\b(?:_C|_ext|_backend|_cuda|\w+_(?:C|ext|cuda|cpp|backend|kernels?))[ \t]+as[ \t]+(\w+)", re.I)
 _SENSITIVE = (*(Word(op) for op in sorted(AUTOCAST_SENSITIVE_OPS)), _MATMUL_OPERATOR, _CTX_CALL, _KERNEL_CALL)
 # An op imported under another name (`from torch import bmm as batched`): the class may
 # then call it by a name no token knows.
@@ -58,8 +61,15 @@ class _SensitiveInFunctionClass:
         if _ALIASED_OP.search(text):
             return True
         code = code_text(text, strings=False)
-        bodies = (_class_body(code, m.start()) for m in _FUNCTION_CLASS.finditer(code))
-        return any(t.search(body) for body in bodies for t in _SENSITIVE)
+        bodies = [_class_body(code, m.start()) for m in _FUNCTION_CLASS.finditer(code)]
+        if any(t.search(body) for body in bodies for t in _SENSITIVE):
+            return True
+        # `from . import pointnet2_batch_cuda as pointnet2`, then `pointnet2.gather_points(...)`
+        aliases = _KERNEL_ALIAS.findall(code)
+        if not aliases:
+            return False
+        called = re.compile(r"\b(?:" + "|".join(re.escape(a) for a in aliases) + r")\.\w+[ \t]*\(")
+        return any(called.search(body) for body in bodies)
 
     def __repr__(self) -> str:
         return "_SensitiveInFunctionClass()"
@@ -105,7 +115,8 @@ class CustomFunctionWithoutCustomFwd(Rule):
     Only Functions whose forward or backward computes something autocast decides the
     dtype of: an op of autocast's float16 or float32 lists (`@`, `matmul`, `linear`,
     convolutions, softmax, norms, losses), a compiled kernel (a function of a C++/CUDA
-    extension module such as `_C` or `*_cuda`, an operator the project registered under
+    extension module such as `_C` or `*_cuda`, also under an import alias, `import
+    pointnet2_cuda as pointnet2`, an operator the project registered under
     `torch.ops`; not a Triton launch, whose kernels convert per element), or a function
     handed over (`ctx.run_function`). One
     that only moves, gathers or communicates tensors computes the same in any autocast
@@ -119,7 +130,8 @@ class CustomFunctionWithoutCustomFwd(Rule):
     `Cls.apply(...)` in its module sits inside `autocast(enabled=False)`, or receives an
     input its caller made float32 first (`x = x.float()`; also through a module-level
     alias, `roi_align = _ROIAlign.apply`); one without any
-    backward (a namespace of inference kernels); a `backward` that re-enters the
+    backward (a namespace of inference kernels) or whose backward gives no input a
+    gradient (`return None, None`: an index or sampling kernel); a `backward` that re-enters the
     autocast state the forward recorded (a hand-written `custom_bwd`); a `backward` whose
     every matmul meets its operands in the gradient's dtype (`w.to(grad.dtype)`: the
     dtype autocast gave the forward's output); and a Function with no op autocast casts
@@ -131,7 +143,9 @@ class CustomFunctionWithoutCustomFwd(Rule):
     (no `Cls.apply`, alias, subclass or registry in its module, nor in another file of
     the project) never runs under the project's autocast and is not reported, unless
     the autocast is a library engine's that runs the code its users plug in (the
-    Functions of a library are applied by its users). The decorators count however
+    Functions of a library are applied by its users, though not one its module keeps
+    private: a `_Name`, or one left out of a literal `__all__`); nor one applied only
+    in a module-level wrapper function that nothing calls. The decorators count however
     they are spelled: an import alias, or a name bound to `custom_fwd(...)` or to a
     `functools.partial` of it. A hand-written activation checkpoint, whose backward runs
     again the function the forward was handed (`ctx.run_function(...)`) without
@@ -216,8 +230,10 @@ class CustomFunctionWithoutCustomFwd(Rule):
             if forward is None or self._disables_autocast(forward):
                 continue
             backward = cls.methods.get("backward")
-            if backward is not None and _only_raises(backward):
-                continue  # an inference-only Function: no backward to run in another precision
+            if backward is not None and (_only_raises(backward) or _returns_no_gradient(backward)):
+                # An inference-only Function, or one whose outputs carry no gradient (an index
+                # or sampling kernel: `return None, None`): no backward to run in another precision.
+                continue
             if backward is None and all(model.imports.qualify_text(b) in _FUNCTION_BASES for b in cls.bases):
                 continue  # no backward at all (none inherited): forward-only, cast op by op like inline code
             if reads_autocast_state(forward, model):
@@ -266,7 +282,9 @@ class CustomFunctionWithoutCustomFwd(Rule):
             notes = (f"runs under the autocast of {where}, which imports this module",) if imports_it else (
                 f"the project runs autocast ({where}), and the code it trains may apply this Function",)
         for cls, missing, rerun in undecorated:
-            if not plugged_in and not may_be_applied(cls, model):
+            if not may_be_applied(cls, model) and (not plugged_in or _private(cls.name, model)):
+                # Nothing names it: never applied by the project; and a library's users
+                # cannot import what its module keeps private (`_Name`, left out of `__all__`).
                 continue
             why = (f": its backward runs the forward again (`{rerun}`) without the autocast state the forward ran in"
                    if rerun else "")
@@ -360,3 +378,50 @@ def _only_raises(fn: cst.FunctionDef) -> bool:
     body = [st for st in fn.body.body if not (isinstance(st, cst.SimpleStatementLine) and all(
         isinstance(x, cst.Expr) and isinstance(x.value, (cst.SimpleString, cst.ConcatenatedString)) for x in st.body))]
     return len(body) == 1 and isinstance(body[0], cst.SimpleStatementLine) and isinstance(body[0].body[0], cst.Raise)
+
+
+def _returns_no_gradient(fn: cst.FunctionDef) -> bool:
+    """Every `return` of the backward (its own, not a nested function's) gives None for
+    every input: `return None, None, None` of a ball query or a farthest-point sampler."""
+    finder = _Returns()
+    for stmt in fn.body.body:
+        walk(stmt, finder)
+    if not finder.values:
+        return False
+    return all(_all_none(v) for v in finder.values)
+
+
+def _all_none(value: cst.BaseExpression | None) -> bool:
+    if value is None:
+        return True
+    if isinstance(value, cst.Name):
+        return value.value == "None"
+    if isinstance(value, cst.Tuple):
+        return bool(value.elements) and all(
+            not isinstance(e, cst.StarredElement) and _all_none(e.value) for e in value.elements)
+    return False
+
+
+class _Returns(cst.CSTVisitor):
+    def __init__(self) -> None:
+        self.values: list[cst.BaseExpression | None] = []
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+        return False
+
+    def visit_Lambda(self, node: cst.Lambda) -> bool:
+        return False
+
+    def visit_Return(self, node: cst.Return) -> None:
+        self.values.append(node.value)
+
+
+def _private(name: str, model) -> bool:
+    """`name` is not part of its module's interface: it starts with `_`, or the module
+    lists what it exports in one literal `__all__` (`may_be_applied` already found the
+    name is not among its strings)."""
+    if name.startswith("_"):
+        return True
+    values = model.module_scope.assignments.get("__all__", [])
+    return len(values) == 1 and isinstance(values[0], (cst.List, cst.Tuple)) and all(
+        isinstance(e.value, cst.SimpleString) for e in values[0].elements)

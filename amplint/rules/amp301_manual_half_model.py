@@ -49,7 +49,9 @@ class ManualHalfModel(Rule):
     text_encoder.to(weight_dtype)`, trained only `if args.train_text_encoder`), a cast
     once the function's training statements are over (`model.to(save_dtype)` before
     saving), and a cast of an object built after the optimizer (a copy re-loaded for a
-    validation pipeline).
+    validation pipeline), nor the `from_pretrained` of a configuration, a tokenizer
+    or a processor (`AutoConfig.from_pretrained(..., torch_dtype="float16")` records a
+    dtype and casts no weights).
 
     ## Why is this bad?
     Converting the whole model is not mixed precision: the optimizer then holds
