@@ -517,9 +517,11 @@ def test_a_star_import_after_the_import_pins_it(star: str) -> None:
     assert all(d.fix is None for d in check_source(source, "t.py", select=["AMP401"]))
 
 
-def test_a_star_import_before_the_import_leaves_the_fix() -> None:
+def test_a_star_import_anywhere_takes_the_fix_away() -> None:
+    """`from helpers import *` after `import torch` may bind `torch` again: the rewrite's
+    `dtype=torch.float16` would then read another object."""
     source = "import torch\nfrom helpers import *\nfrom torch.cuda.amp import autocast\nwith autocast():\n    pass\n"
-    assert fixes_of(source)[1] == (4, 'with autocast("cuda", dtype=torch.float16, cache_enabled=True):')
+    assert all(fix is None for _, fix in fixes_of(source))
 
 
 # --- AMP501's unsafe fix reads torch where the fill runs -------------------------------------------

@@ -409,7 +409,9 @@ class Deprecations:
         order = _ImportOrder()
         walk(self.model.module, order)
         first = min((order.index[id(s)] for s in statements if id(s) in order.index), default=None)
-        return first is not None and any(i > first for i in order.stars)
+        # NB: a star import before them may still rebind `torch`, which the rewrite names
+        # (`dtype=torch.bfloat16`) after `import torch`: any star import stops the fix.
+        return first is not None and bool(order.stars)
 
     def _looked_up_by_name(self, locals_: set[str]) -> bool:
         """A string names one of `locals_` in a module that runs or looks up code by name
@@ -423,6 +425,15 @@ class Deprecations:
         finder = _StringFinder(words)
         walk(model.module, finder)
         return finder.found
+
+    def _reaches_its_own_namespace(self) -> bool:
+        """The module reaches names through frames or by module name, not by their text:
+        `sys._getframe().f_globals[...]`, `import __main__; __main__.GradScaler(...)`,
+        `importlib.import_module(__name__)`, `pkgutil.resolve_name(...)`: a use of the
+        renamed import that the fix cannot see may be among them."""
+        model = self.model
+        texts = [r.text for r in model.references] + [dotted(site.node.func) or "" for site in model.calls]
+        return any(_REACHES_NAMESPACES.search(t) for t in texts)
 
     def _used_as_value_elsewhere(self, dep: Deprecation) -> bool:
         """Another module of the project uses the deprecated class as a value (an
@@ -532,7 +543,7 @@ class Deprecations:
             return
         if self._imported_elsewhere(locals_):
             return  # another module imports the name from here and calls it the old way
-        if self._looked_up_by_name(locals_):
+        if self._looked_up_by_name(locals_) or self._reaches_its_own_namespace():
             return  # `exec("s = GradScaler(4.0)")`, `globals()["GradScaler"](4.0)`: a use no fix sees
         if self._star_import_after(statements):
             # NB: `from torch.cuda.amp import *` (or a project module that re-exports the
@@ -622,6 +633,11 @@ class Deprecations:
         if isinstance(stmt, cst.Import) and len(stmt.names) == 1 and dotted(stmt.names[0].name) in _DEPRECATED_MODULES:
             return stmt.with_changes(names=[stmt.names[0].with_changes(name=cst.parse_expression("torch.amp"))])
         return None
+
+
+_REACHES_NAMESPACES = re.compile(
+    r"(?:^|\.)(?:_getframe|currentframe|f_globals|f_locals|f_back|import_module|resolve_name|locate"
+    r"|import_string|__main__|getmembers)(?:$|\.)")
 
 
 def _runs_a_string(func: cst.BaseExpression) -> bool:

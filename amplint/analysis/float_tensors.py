@@ -65,7 +65,7 @@ _DTYPE_KEEPING_FUNCTIONS = frozenset(
 # Modules built in a class whose output is floating.
 _FLOAT_MODULES = frozenset(
     f"torch.nn.{n}" for n in ("Linear", "Bilinear", "Conv1d", "Conv2d", "Conv3d", "ConvTranspose1d", "ConvTranspose2d",
-                              "ConvTranspose3d", "Embedding", "LayerNorm", "GroupNorm", "BatchNorm1d", "BatchNorm2d",
+                              "ConvTranspose3d", "LayerNorm", "GroupNorm", "BatchNorm1d", "BatchNorm2d",
                               "BatchNorm3d", "RMSNorm", "Softmax", "LogSoftmax", "GELU", "SiLU", "Tanh", "Sigmoid")
 )
 _MAX_DEPTH = 6
@@ -83,6 +83,8 @@ def known_float_tensor(expr: cst.BaseExpression | None, scope, depth: int = 0) -
         return False  # an attribute may be set from anywhere (`head.bias = torch.arange(6)`)
     if isinstance(expr, cst.Name) and _data_replaced(expr.value, model):
         return False  # `x.data = ids.argsort()` changes the dtype under the same name
+    if isinstance(expr, cst.Name) and _rebound_unseen(expr.value, scope):
+        return False  # `for bias in [torch.arange(4)]`, `other.BIAS = ...` from an importer
     if isinstance(expr, (cst.Name, cst.Attribute)):
         assigned = model.bindings.values.assigned(expr, scope)
         # `x = x.masked_fill(...)` keeps what x was: the other assignments decide
@@ -153,7 +155,7 @@ def _attribute_set_only_in_its_class(expr: cst.Attribute, scope) -> bool:
         return False
     attr = text.split(".")[1]
     own = len(cls.attributes.get(attr, ()))
-    pattern = re.compile(rf"\.\s*{re.escape(attr)}\s*=(?!=)")
+    pattern = re.compile(rf"\.\s*{re.escape(attr)}\s*=(?!=)", re.I)  # NB: importers' text is lowercased
     code = scope.model.module.code
     if "setattr(" in code or len(pattern.findall(code)) > own:
         return False
@@ -174,15 +176,50 @@ def _may_be_dtype(arg: cst.BaseExpression, scope) -> bool:
     """A `view` argument that is, or may be, a dtype rather than a size."""
     if isinstance(arg, (cst.Integer, cst.UnaryOperation)):
         return False
+    if isinstance(arg, cst.Call):
+        # `getattr(torch, "int32")` may be a dtype; `x.size(0)`, `len(x)`, `int(n)` are sizes
+        name = arg.func.attr.value if isinstance(arg.func, cst.Attribute) else dotted(arg.func)
+        return name not in ("size", "len", "int", "numel", "dim")
     if scope.model.bindings.values.dtypes(arg, scope) is not None:
         return True
     return "dtype" in (dotted(arg) or "").lower() or isinstance(arg, cst.Attribute) and arg.attr.value.startswith(("int", "float", "bool", "uint", "half", "bfloat"))
 
 
 def _data_replaced(name: str, model) -> bool:
-    """The module assigns `<name>.data` somewhere."""
+    """The module may assign `<name>.data` (`x.data = ...`, `x.data, y.data = ...`) or
+    swap the tensor's contents (`torch.utils.swap_tensors`): anything but a read of an
+    attribute of `.data` counts."""
     code = model.module.code
-    return ".data" in code and re.search(rf"(?<![\w.]){re.escape(name)}\s*\.\s*data\s*=(?!=)", code) is not None
+    if "swap_tensors" in code:
+        return True
+    return ".data" in code and re.search(rf"(?<![\w.]){re.escape(name)}\s*\.\s*data\b(?!\s*[.\[(])", code) is not None
+
+
+def _rebound_unseen(name: str, scope) -> bool:
+    """A name bound in a way the value analysis does not follow: a `for` target, `with
+    ... as`, a walrus or a comprehension anywhere in the module, or, for a module-level
+    name, set from an importer (`train.BIAS = torch.arange(4)`, `setattr`)."""
+    model = scope.model
+    finder = _Unpacking(name)
+    walk(model.module, finder)
+    if finder.bindings > 1 and finder.source is None and _bound_by_other_than_assign(name, model):
+        return True
+    if getattr(scope, "node", None) is not model.module and name not in model.module_scope.assignments:
+        return False
+    project, path = model.project, str(model.path)
+    if project is None or path[:1] == "<":
+        return False
+    pattern = re.compile(rf"\.\s*{re.escape(name)}\s*=(?!=)", re.I)  # NB: importers' text is lowercased
+    importers = project.importers(path)
+    if not importers and project.may_be_imported(path):
+        return True
+    return any("setattr(" in (t := project.raw_text(o) or "") or pattern.search(t) for o in importers)
+
+
+def _bound_by_other_than_assign(name: str, model) -> bool:
+    finder = _OtherBindings(name)
+    walk(model.module, finder)
+    return finder.found
 
 
 # Module methods that return the module itself.
@@ -201,7 +238,25 @@ def _float_module(func: cst.BaseExpression, scope) -> bool:
             value = value.func.value
         return isinstance(value, cst.Call) and vscope.model.qualify(value.func) in _FLOAT_MODULES
 
-    return bool(assigned) and all(built(v, s) for v, s in assigned)
+    return bool(assigned) and all(built(v, s) for v, s in assigned) and not _calls_may_be_patched(scope.model)
+
+
+# Text that changes what calling a module returns: a hook, or a `forward` replaced on an instance.
+_PATCHED_CALL = re.compile(r"forward_hook|forward_pre_hook|\.forward\s*=(?!=)|__call__\s*=(?!=)")
+
+
+def _calls_may_be_patched(model) -> bool:
+    """The module, or a project module that imports it, registers forward hooks or
+    replaces a module's `forward`: a layer's output may then be anything."""
+    if _PATCHED_CALL.search(model.module.code):
+        return True
+    project, path = model.project, str(model.path)
+    if project is None or path[:1] == "<":
+        return False
+    importers = project.importers(path)
+    if not importers and project.may_be_imported(path):
+        return True
+    return any(_PATCHED_CALL.search(project.raw_text(o) or "") for o in importers)
 
 
 def floating_dtype(dtype: cst.BaseExpression | None, scope) -> bool:
@@ -243,6 +298,28 @@ def _split_source(name: str, scope) -> cst.BaseExpression | None:
     finder = _Unpacking(name)
     walk(node.body, finder)
     return finder.source if finder.bindings == 1 else None
+
+
+class _OtherBindings(cst.CSTVisitor):
+    """A binding of `name` by a `for` target, `as`, a walrus or a comprehension."""
+
+    def __init__(self, name: str) -> None:
+        self.name, self.found = name, False
+
+    def _bind(self, target) -> None:
+        self.found = self.found or self.name in _target_names(target)
+
+    def visit_For(self, node: cst.For) -> None:
+        self._bind(node.target)
+
+    def visit_AsName(self, node: cst.AsName) -> None:
+        self._bind(node.name)
+
+    def visit_NamedExpr(self, node: cst.NamedExpr) -> None:
+        self._bind(node.target)
+
+    def visit_CompFor(self, node: cst.CompFor) -> None:
+        self._bind(node.target)
 
 
 class _Unpacking(cst.CSTVisitor):

@@ -682,7 +682,7 @@ class ProjectIndex:
         uses = re.compile("|".join(rf"\b{re.escape(n)}\b" for n in names))
         # a module imported by a string is a value: its names are read as attributes (of
         # anything but torch's own modules) or by name
-        read_from_module = re.compile("|".join(rf"(?<!torch)(?<!amp)(?<!cuda)(?<!cpu)\.\s*{re.escape(n)}\b|[\"']{re.escape(n)}[\"']"
+        read_from_module = re.compile("|".join(rf"(?<!torch)(?<!amp)(?<!cuda)(?<!cpu)\.\s*{re.escape(n)}\b|[\"':]{re.escape(n)}[\"']"
                                                for n in names))
         # the module named in a string the call is given (`import_module("lib.utils")`,
         # `spec_from_file_location("u", "../lib/utils.py")`)
@@ -1121,7 +1121,7 @@ def _interesting_words(rule_tokens=None) -> tuple[str, ...]:
 
 # Code that imports a module named by a string, which no import statement shows.
 _DYNAMIC_IMPORT = re.compile(r"\b(?:import_module|__import__|spec_from_file_location|run_path|run_module|sourcefileloader"
-                             r"|load_source|load_module)\s*\(")
+                             r"|load_source|load_module|resolve_name|locate|import_string)\s*\(")
 # Beside a folder with no project marker: how many files are read before answering "maybe".
 _MAX_NEIGHBOUR_FILES = 2_000
 

@@ -63,7 +63,10 @@ class StepWithoutUpdate(Rule):
     ## Fix safety
     Unsafe: adds `scaler.update()` right after the `scaler.step(...)` statement (when
     another statement follows it in its block). It is offered only when the module
-    never updates that scaler anywhere, and the scaler is plain: a GradScaler built in
+    never updates that scaler anywhere, the stepped optimizer is a name (or a
+    `self.<attr>` its class assigns) bound only to `torch.optim` optimizers (a project's
+    own may take the scaler and update it, `_step_supports_amp_scaling`), and the
+    scaler is plain: a GradScaler built in
     the module (not returned by a factory, not a conditionally imported stand-in) and
     used only through its methods by its name (not handed to a function, stored or
     aliased), that no module importing this one names and no module it imports could
@@ -114,7 +117,9 @@ class StepWithoutUpdate(Rule):
                         continue
                 scaler = Bindings.text_of(step.scaler) or "scaler"
                 step_text = self.model.module.code_for_node(step.node)
-                changes = self._insert_update(step, scaler) if never and plain_scaler(self.model, proto, scaler, step.scope) else None
+                changes = (self._insert_update(step, scaler)
+                           if never and plain_scaler(self.model, proto, scaler, step.scope) and self._torch_optimizer(step)
+                           else None)
                 self.report_event(step, changes=changes, step=step_text, scaler=scaler)
 
     def _updated_keys(self, graphs) -> set[str | None]:
@@ -163,6 +168,30 @@ class StepWithoutUpdate(Rule):
         return frozenset(
             b.key(cst.parse_expression(c.target), c.scope) for c in b.scaler_constructions if c.target is not None
         ) & b.scaler_keys
+
+    def _torch_optimizer(self, step) -> bool:
+        """The stepped optimizer is a name bound only to `torch.optim` optimizers: one of
+        the project's own may take the scaler (`_step_supports_amp_scaling`) and update it
+        itself, and a second update would then raise."""
+        args = step.node.args
+        if not args or args[0].keyword is not None or args[0].star:
+            return False
+        optimizer, scope = args[0].value, step.scope
+        if isinstance(optimizer, cst.Attribute):
+            # `self.optimizer` that the class assigns (not a method or a property of it)
+            text, cls = dotted(optimizer) or "", getattr(scope, "cls", None)
+            head, _, attr = text.partition(".")
+            if cls is None or head != scope.self_name or "." in attr or attr in cls.methods:
+                return False
+        elif not isinstance(optimizer, cst.Name):
+            return False
+        assigned = self.model.bindings.values.assigned(optimizer, scope)
+
+        def builtin(value, vscope) -> bool:
+            classes = isinstance(value, cst.Call) and vscope.model.bindings.optimizer_classes(value, vscope)
+            return bool(classes) and all(q.startswith("torch.optim.") for q in classes)
+
+        return bool(assigned) and all(builtin(v, vs) for v, vs in assigned)
 
     def _insert_update(self, step, scaler: str) -> list[InsertBefore] | None:
         """Insert the update before the statement that follows the step (same block)."""

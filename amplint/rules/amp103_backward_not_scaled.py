@@ -77,7 +77,9 @@ class BackwardNotScaled(Rule):
     `__main__` or optimizer hooks; no `exec`/`globals()` in the module), and every
     `scaler.scale(...)` of the module is directly `.backward()`ed, so no value here is
     scaled already (`sum(scaler.scale(l) for l in losses)`, a lambda, a helper or
-    callable object given the scaler). It is wrong if the loss was already scaled by
+    callable object given the scaler), and no optimizer of the function steps plainly
+    (`opt_d.step()` beside `scaler.step(opt_g)`: that update would be multiplied by the
+    scale). It is wrong if the loss was already scaled by
     hand (`loss * scaler.get_scale()`). A loss scaled by a helper (`loss =
     self.scale_loss(loss)`, an inherited method or a function that returns
     `scaler.scale(loss)`) is scaled: no finding.
@@ -134,6 +136,10 @@ class BackwardNotScaled(Rule):
                     missing = True  # `GradScaler() if use_amp else NoScaler()`: the stand-in has no `scale`
                 if scaler is not None and not missing and not self._known_unscaled_loss(proto, bw, step, scaler):
                     missing = True  # no proof that `scaler` is a GradScaler and `loss` not scaled already
+                if scaler is not None and not missing and graph.of_kind(Kind.OPT_STEP):
+                    # `opt_d.step()` beside `scaler.step(opt_g)`: the backward's gradients may
+                    # be stepped plainly, and scaling them would multiply that update by the scale.
+                    missing = True
                 loss, changes = self._rewrite(bw, None if missing else scaler)
                 self.report_event(
                     bw,

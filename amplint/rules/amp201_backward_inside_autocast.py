@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import libcst as cst
 
+from amplint.analysis.names import dotted
 from amplint.analysis.steps import Kind
 from amplint.analysis.walk import walk
 from amplint.diagnostics import Applicability
@@ -49,7 +50,9 @@ class BackwardInsideAutocast(Rule):
     (`aux = f(x); loss.backward()`), only the backward moves; one that other statements
     follow, on its line or in the block, is not moved, since that would reorder them;
     nor is a statement that computes more than the backward (`crit(model(x), y).backward()`,
-    `(loss := f(x)).backward()`), whose forward would leave autocast with it.
+    `(loss := f(x)).backward()`), whose forward would leave autocast with it, nor one
+    whose receiver is an attribute or a subscript (`out.loss.backward()`,
+    `losses[i].backward()`: a property, `__getattr__` or `__getitem__` may run the model).
     Code that relied on autocast during backward (rare, and usually the bug) behaves
     differently.
 
@@ -135,11 +138,13 @@ class BackwardInsideAutocast(Rule):
 
 def _only_the_backward(small: cst.CSTNode, call: cst.Call) -> bool:
     """The statement is the backward call and runs nothing else: its receiver and arguments
-    are names, attributes, subscripts and literals, or `scaler.scale(<name>)` (no other call,
-    no assignment expression)."""
+    are names and literals, or `scaler.scale(<name>)` (no other call, no assignment
+    expression). An attribute or a subscript may run code (a property, `__getattr__`,
+    `__getitem__` that runs the forward), which would then leave autocast too."""
     if not isinstance(small, cst.Expr) or small.value is not call:
         return False
     ok = True
+    methods: set[int] = set()  # `scaler.scale`: the method, not an attribute read that runs code
 
     class _Other(cst.CSTVisitor):
         def visit_NamedExpr(self, node: cst.NamedExpr) -> bool:
@@ -156,11 +161,26 @@ def _only_the_backward(small: cst.CSTNode, call: cst.Call) -> bool:
                 return True
             func = node.func
             scale = (isinstance(func, cst.Attribute) and func.attr.value == "scale"
-                     and all(isinstance(a.value, (cst.Name, cst.Attribute)) for a in node.args))
+                     and isinstance(func.value, cst.Name)
+                     and all(isinstance(a.value, cst.Name) for a in node.args))
             if not scale:
                 ok = False
                 return False
+            methods.add(id(func))
             return True
+
+        def visit_Attribute(self, node: cst.Attribute) -> bool:
+            nonlocal ok
+            if node is call.func and (dotted(node) or "").startswith("torch."):
+                return False  # `torch.autograd.backward(loss)`: a module path, read from torch
+            if node is not call.func and id(node) not in methods:
+                ok = False
+            return True
+
+        def visit_Subscript(self, node: cst.Subscript) -> bool:
+            nonlocal ok
+            ok = False
+            return False
 
     walk(call, _Other())
     return ok

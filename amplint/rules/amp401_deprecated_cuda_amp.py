@@ -91,7 +91,11 @@ class DeprecatedCudaAmp(Rule):
     in a class body, which binds a class attribute that `self.autocast(...)` reaches from
     anywhere; `*args` passed to the legacy autocast; in a
     notebook, a name that an IPython line (`%time`, `%timeit`) uses, which amplint does
-    not rewrite; an import followed by a star import, which may bind the name again; a module
+    not rewrite; a module with any star import, which may bind the name or `torch`
+    again; a module that reaches its own names through frames or by module name
+    (`sys._getframe().f_globals`, `import __main__`, `importlib.import_module(__name__)`),
+    or whose names another module resolves by a string (`pkgutil.resolve_name`,
+    `pydoc.locate`); a module
     that sets autocast's global defaults (`torch.set_autocast_dtype`), which
     `torch.autocast(device)` reads where the legacy class passed float16 itself; a fix
     that would rewrite a line marked `# noqa: AMP401`; and a spelling that

@@ -359,7 +359,11 @@ class Fp16OverflowConstant(Rule):
     such a tensor, the output of an `nn.Linear`-like module bound to a name, and local or
     module-level names assigned only those (amplint/analysis/float_tensors.py); a
     parameter, a helper's result, an attribute (`self.bias` may be set from anywhere), a
-    `.view(dtype)` or a name whose `.data` is reassigned is reported without a fix, and
+    `.view(dtype)` (also `getattr(torch, ...)`), a name whose `.data` is reassigned or
+    whose tensor is swapped (`torch.utils.swap_tensors`), one bound by a `for`, `with` or
+    walrus target, a module global that an importer may set, a layer's output where the
+    module or an importer registers forward hooks or replaces a `forward`, and an
+    `nn.Embedding`'s output (its table may be integer) are reported without a fix, and
     so is a call with `**kwargs`. An index
     assignment is fixed only where every value of the indexed name is computed by a
     call that is not NumPy's (`x[m] = -1e9` on a parameter `x`, which may be a list or an
