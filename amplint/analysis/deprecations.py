@@ -426,6 +426,19 @@ class Deprecations:
         walk(model.module, finder)
         return finder.found
 
+    def _read_at_run_time_by_text(self, locals_: set[str]) -> bool:
+        """A use of the names that no rewrite sees: an annotation (read back by
+        `typing.get_type_hints`, `inspect.signature`, a metaclass, a checker applied by a
+        call such as `typechecked(step)` or `f.register(handler)`, in any module), or a
+        doctest in a string of the module (`>>> GradScaler(4.0)`) that runs the old call."""
+        words = re.compile("|".join(rf"\b{re.escape(name)}\b" for name in sorted(locals_)))
+        for r in self.model.references:
+            if r.text.split(".")[0] in locals_ and self._contexts.of(r.node).annotation:
+                return True
+        finder = _DoctestFinder(words)
+        walk(self.model.module, finder)
+        return finder.found
+
     def _reaches_its_own_namespace(self) -> bool:
         """The module reaches names through frames or by module name, not by their text:
         `sys._getframe().f_globals[...]`, `import __main__; __main__.GradScaler(...)`,
@@ -543,7 +556,7 @@ class Deprecations:
             return
         if self._imported_elsewhere(locals_):
             return  # another module imports the name from here and calls it the old way
-        if self._looked_up_by_name(locals_) or self._reaches_its_own_namespace():
+        if self._looked_up_by_name(locals_) or self._reaches_its_own_namespace() or self._read_at_run_time_by_text(locals_):
             return  # `exec("s = GradScaler(4.0)")`, `globals()["GradScaler"](4.0)`: a use no fix sees
         if self._star_import_after(statements):
             # NB: `from torch.cuda.amp import *` (or a project module that re-exports the
@@ -633,6 +646,17 @@ class Deprecations:
         if isinstance(stmt, cst.Import) and len(stmt.names) == 1 and dotted(stmt.names[0].name) in _DEPRECATED_MODULES:
             return stmt.with_changes(names=[stmt.names[0].with_changes(name=cst.parse_expression("torch.amp"))])
         return None
+
+
+class _DoctestFinder(cst.CSTVisitor):
+    """A string holding an interactive example (`>>> `) that names one of the words."""
+
+    def __init__(self, words: re.Pattern) -> None:
+        self.words, self.found = words, False
+
+    def visit_SimpleString(self, node: cst.SimpleString) -> None:
+        if ">>>" in node.value and self.words.search(node.value):
+            self.found = True
 
 
 _REACHES_NAMESPACES = re.compile(

@@ -154,10 +154,12 @@ def _attribute_set_only_in_its_class(expr: cst.Attribute, scope) -> bool:
     if cls is None or text is None or text.count(".") != 1 or text.split(".")[0] != scope.self_name:
         return False
     attr = text.split(".")[1]
+    if attr in cls.methods:
+        return False  # a property (or method) of that name computes what it gives
     own = len(cls.attributes.get(attr, ()))
     pattern = re.compile(rf"\.\s*{re.escape(attr)}\s*=(?!=)", re.I)  # NB: importers' text is lowercased
     code = scope.model.module.code
-    if "setattr(" in code or len(pattern.findall(code)) > own:
+    if "setattr(" in code or _WRITES_NAMESPACES.search(code) or len(pattern.findall(code)) > own:
         return False
     project, path = scope.model.project, str(scope.model.path)
     if project is None or path[:1] == "<":
@@ -176,6 +178,10 @@ def _may_be_dtype(arg: cst.BaseExpression, scope) -> bool:
     """A `view` argument that is, or may be, a dtype rather than a size."""
     if isinstance(arg, (cst.Integer, cst.UnaryOperation)):
         return False
+    if isinstance(arg, cst.Name):
+        # a parameter or name bound to anything but an integer literal or a size may hold a dtype
+        values = scope.model.bindings.values.assigned(arg, scope)
+        return not values or not all(_a_size(v) for v, _ in values)
     if isinstance(arg, cst.Call):
         # `getattr(torch, "int32")` may be a dtype; `x.size(0)`, `len(x)`, `int(n)` are sizes
         name = arg.func.attr.value if isinstance(arg.func, cst.Attribute) else dotted(arg.func)
@@ -183,6 +189,20 @@ def _may_be_dtype(arg: cst.BaseExpression, scope) -> bool:
     if scope.model.bindings.values.dtypes(arg, scope) is not None:
         return True
     return "dtype" in (dotted(arg) or "").lower() or isinstance(arg, cst.Attribute) and arg.attr.value.startswith(("int", "float", "bool", "uint", "half", "bfloat"))
+
+
+def _a_size(value: cst.BaseExpression) -> bool:
+    """An integer literal, `x.size(i)`, `x.shape[i]`, `len(x)`, `int(...)`, or arithmetic of them."""
+    if isinstance(value, cst.Integer):
+        return True
+    if isinstance(value, cst.BinaryOperation):
+        return _a_size(value.left) and _a_size(value.right)
+    if isinstance(value, cst.Subscript):
+        return isinstance(value.value, cst.Attribute) and value.value.attr.value == "shape"
+    if isinstance(value, cst.Call):
+        name = value.func.attr.value if isinstance(value.func, cst.Attribute) else dotted(value.func)
+        return name in ("size", "len", "int", "numel", "dim")
+    return False
 
 
 def _data_replaced(name: str, model) -> bool:
@@ -200,9 +220,10 @@ def _rebound_unseen(name: str, scope) -> bool:
     ... as`, a walrus or a comprehension anywhere in the module, or, for a module-level
     name, set from an importer (`train.BIAS = torch.arange(4)`, `setattr`)."""
     model = scope.model
-    finder = _Unpacking(name)
-    walk(model.module, finder)
-    if finder.bindings > 1 and finder.source is None and _bound_by_other_than_assign(name, model):
+    code = model.module.code
+    if _WRITES_NAMESPACES.search(code) or re.search(rf"\bnonlocal\b[^\n]*\b{re.escape(name)}\b", code):
+        return True  # `globals()["x"] = ...`, `exec(...)`, `sys.modules[__name__].x = ...`, `nonlocal x`
+    if _bound_by_other_than_assign(name, model):
         return True
     if getattr(scope, "node", None) is not model.module and name not in model.module_scope.assignments:
         return False
@@ -214,6 +235,11 @@ def _rebound_unseen(name: str, scope) -> bool:
     if not importers and project.may_be_imported(path):
         return True
     return any("setattr(" in (t := project.raw_text(o) or "") or pattern.search(t) for o in importers)
+
+
+# Code that writes a namespace without naming what it binds.
+_WRITES_NAMESPACES = re.compile(
+    r"\bglobals\s*\(|\bvars\s*\(|\bexec\s*\(|\bsys\.modules\b|__dict__|__setstate__|\blocals\s*\(")
 
 
 def _bound_by_other_than_assign(name: str, model) -> bool:
@@ -320,6 +346,14 @@ class _OtherBindings(cst.CSTVisitor):
 
     def visit_CompFor(self, node: cst.CompFor) -> None:
         self._bind(node.target)
+
+    def visit_MatchAs(self, node) -> None:
+        if node.name is not None:
+            self._bind(node.name)
+
+    def visit_MatchStar(self, node) -> None:
+        if node.name is not None:
+            self._bind(node.name)
 
 
 class _Unpacking(cst.CSTVisitor):

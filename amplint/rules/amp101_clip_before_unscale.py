@@ -77,10 +77,11 @@ class ClipBeforeUnscale(Rule):
     ```
 
     ## Fix safety
-    Unsafe: inserts `scaler.unscale_(optimizer)` before the clip for every optimizer
-    that the following `scaler.step` calls of this iteration receive (a clip over the
-    parameters of two optimizers needs both unscaled). `step` would unscale each of
-    them anyway, so unscaling first changes only what the clip sees. It is offered only
+    Unsafe: inserts `scaler.unscale_(optimizer)` before the clip for the optimizer that
+    the following `scaler.step` of this iteration receives. `step` would unscale it
+    anyway, so unscaling first changes only what the clip sees. A clip followed by the
+    steps of two optimizers gets no fix: they may share a parameter, whose gradient two
+    `unscale_` calls before the first step would divide twice. It is offered only
     when every one of those steps runs on every path from the clip, in the same
     function and loop, and nothing unscales this scaler's optimizers in the iteration
     already (`unscale_` twice raises); alternating steps (a GAN that steps one
@@ -204,7 +205,9 @@ class ClipBeforeUnscale(Rule):
                 return None  # some path from the clip skips this step
             if name not in names:
                 names.append(name)
-        if not names:
+        if len(names) != 1:
+            # Several optimizers: one may share a parameter with another, and unscaling both
+            # before the first step divides that gradient twice for it.
             return None
         scaler = Bindings.text_of(backward.scaler)
         if scaler is None or not plain_scaler(clip.scope.model, proto, scaler, clip.scope, built_here=False):

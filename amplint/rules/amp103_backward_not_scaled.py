@@ -77,7 +77,8 @@ class BackwardNotScaled(Rule):
     `__main__` or optimizer hooks; no `exec`/`globals()` in the module), and every
     `scaler.scale(...)` of the module is directly `.backward()`ed, so no value here is
     scaled already (`sum(scaler.scale(l) for l in losses)`, a lambda, a helper or
-    callable object given the scaler), and no optimizer of the function steps plainly
+    callable object given the scaler), the module reads no `.grad` by hand (a probe head
+    updated as `p -= lr * p.grad`), and no optimizer of the function steps plainly
     (`opt_d.step()` beside `scaler.step(opt_g)`: that update would be multiplied by the
     scale). It is wrong if the loss was already scaled by
     hand (`loss * scaler.get_scale()`). A loss scaled by a helper (`loss =
@@ -136,7 +137,7 @@ class BackwardNotScaled(Rule):
                     missing = True  # `GradScaler() if use_amp else NoScaler()`: the stand-in has no `scale`
                 if scaler is not None and not missing and not self._known_unscaled_loss(proto, bw, step, scaler):
                     missing = True  # no proof that `scaler` is a GradScaler and `loss` not scaled already
-                if scaler is not None and not missing and graph.of_kind(Kind.OPT_STEP):
+                if scaler is not None and not missing and (graph.of_kind(Kind.OPT_STEP) or _reads_gradients(self.model)):
                     # `opt_d.step()` beside `scaler.step(opt_g)`: the backward's gradients may
                     # be stepped plainly, and scaling them would multiply that update by the scale.
                     missing = True
@@ -246,3 +247,9 @@ def _may_be_none(value: cst.BaseExpression) -> bool:
     if isinstance(value, cst.IfExp):
         return _may_be_none(value.body) or _may_be_none(value.orelse)
     return isinstance(value, cst.BooleanOperation)
+
+
+def _reads_gradients(model) -> bool:
+    """The module reads `.grad` (`p -= lr * p.grad` of a probe head updated by hand, a
+    gradient used as a value): scaling the backward would scale what it reads."""
+    return re.search(r"\.grad\b(?!_)", model.module.code) is not None

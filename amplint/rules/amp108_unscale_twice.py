@@ -70,7 +70,9 @@ class UnscaleTwice(Rule):
     than in a call), a call inside a lambda or a generator expression, a method nothing
     here calls (a framework's hook), a name a module importing this one mentions, or a
     module that reaches names dynamically (`globals()`, `exec`) gets no fix. Two calls whose optimizer name
-    is bound again between them (`optimizer = o2`) unscale two objects: no finding.
+    is bound again between them (`optimizer = o2`) unscale two objects: no finding. The
+    optimizer must be a name or a `self.<attr>` its class assigns (a property may give
+    another optimizer at each read: then the second call unscales another one).
 
     ## Runtime confirmation
     `amplint verify` records the second `unscale_` call for an optimizer between two
@@ -128,7 +130,7 @@ class UnscaleTwice(Rule):
                         continue  # `unscale_(opt); unscaled = True` ... `if not unscaled: unscale_(opt)`
                     changes = None
                     if (not second.inlined and proto.removable(second.statement) and self._dominated(graph, first, second)
-                            and proto.raises_uncaught(second)):
+                            and _stable_argument(second) and proto.raises_uncaught(second)):
                         changes = [RemoveStatement(second.statement)]
                     self.report_event(
                         second,
@@ -196,3 +198,21 @@ class UnscaleTwice(Rule):
 _BUILTINS = frozenset({"print", "len", "list", "tuple", "dict", "set", "range", "enumerate", "zip", "isinstance",
                        "float", "int", "str", "bool", "sum", "min", "max", "abs", "any", "all", "sorted", "iter", "next",
                        "hasattr", "getattr", "round", "repr", "format", "id", "type"})
+
+
+def _stable_argument(event) -> bool:
+    """`unscale_(opt)` / `unscale_(self.optimizer)` where reading the argument twice gives
+    one object: a name, or `self.<attr>` its class assigns and does not compute (a property
+    may give another optimizer at each read, and the second call then unscales that one)."""
+    args = event.node.args
+    if len(args) != 1 or args[0].keyword is not None or args[0].star:
+        return False
+    value, scope = args[0].value, event.scope
+    if isinstance(value, cst.Name):
+        return True
+    text = dotted(value) or ""
+    head, _, attr = text.partition(".")
+    cls = getattr(scope, "cls", None)
+    if cls is None or head != scope.self_name or not attr or "." in attr or attr in cls.methods:
+        return False
+    return bool(scope.model.bindings.values.assigned(value, scope))
