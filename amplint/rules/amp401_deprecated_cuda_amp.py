@@ -95,7 +95,9 @@ class DeprecatedCudaAmp(Rule):
     again; a module that reaches its own names through frames or by module name
     (`sys._getframe().f_globals`, `import __main__`, `importlib.import_module(__name__)`),
     or whose names another module resolves by a string (`pkgutil.resolve_name`,
-    `pydoc.locate`); a module
+    `pydoc.locate`); an imported name used in an annotation (read back at run time by
+    `typing.get_type_hints`, `inspect.signature`, a metaclass, a checker applied by a
+    call) or in a doctest of the module (`>>> GradScaler(4.0)`); a module
     that sets autocast's global defaults (`torch.set_autocast_dtype`), which
     `torch.autocast(device)` reads where the legacy class passed float16 itself; a fix
     that would rewrite a line marked `# noqa: AMP401`; and a spelling that

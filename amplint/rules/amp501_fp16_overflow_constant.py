@@ -363,7 +363,11 @@ class Fp16OverflowConstant(Rule):
     whose tensor is swapped (`torch.utils.swap_tensors`), one bound by a `for`, `with` or
     walrus target, a module global that an importer may set, a layer's output where the
     module or an importer registers forward hooks or replaces a `forward`, and an
-    `nn.Embedding`'s output (its table may be integer) are reported without a fix, and
+    `nn.Embedding`'s output (its table may be integer), a module that writes namespaces
+    without naming what it binds (`globals()`, `exec`, `sys.modules`, `__dict__`,
+    `__setstate__`), a `nonlocal` or match-capture rebinding, an attribute its class
+    computes (a property), and `.view(name)` where the name may hold a dtype are
+    reported without a fix, and
     so is a call with `**kwargs`. An index
     assignment is fixed only where every value of the indexed name is computed by a
     call that is not NumPy's (`x[m] = -1e9` on a parameter `x`, which may be a list or an
