@@ -30,7 +30,7 @@ from typing import Callable
 
 import libcst as cst
 
-from amplint.analysis.conditions import contradicts, facts, negate
+from amplint.analysis.conditions import consistent, contradicts, facts, negate
 from amplint.analysis.names import dotted
 from amplint.analysis.syntax import argument_for, call_arg, flag_text, sets_true
 from amplint.analysis.walk import walk
@@ -237,8 +237,13 @@ class ScalerProtocol:
         return outer + self._guards.get(id(event.node), ())
 
     def exclusive(self, a: Event, b: Event) -> bool:
-        """The two events never run in the same pass through the function."""
-        return _disjoint(self.guards(a), self.guards(b))
+        """The two events never run in the same pass through the function.  Besides this
+        module's `if` statements, the conditions the step graph recorded at each event,
+        those of helpers inlined from other modules included (`if args.precision == "amp":`
+        in `train()` of train.py, reached from `main()` here)."""
+        if _disjoint(self.guards(a), self.guards(b)):
+            return True
+        return bool(a.guards and b.guards) and not consistent(frozenset(a.guards), b.guards)
 
     def periodic(self, event: Event) -> bool:
         """The event runs only every few iterations, by the shape of an `if` around it: a

@@ -305,7 +305,8 @@ class StepGraph:
         if p.assigns:
             names = {t for t, _ in p.assigns if t in tracked}
             if names:
-                facts = frozenset(f for f in facts if f[0] not in names) | {f for f in p.assigns if f[0] in names}
+                facts = frozenset(f for f in facts if f[0] not in names) | {
+                    f for f in p.assigns if f[0] in names and f[1] is not FORGET}
         state = (id(p), facts)
         if state in seen:
             return None
@@ -506,6 +507,7 @@ class _Builder:
         self.via: tuple[str, ...] = ()
         self.through: tuple[tuple[cst.Call, object], ...] = ()
         self.guards: tuple[Fact, ...] = ()
+        self.literal_names: set[str] = set()  # names some assignment gave a literal (`found = False`)
         self.no_grad = False  # inside `with torch.no_grad():` or a no_grad-decorated helper
         # (class whose `self` the current scope's `self` is, the class that names it): a
         # base-class method reached by `self.after_step()` updates the subclass
@@ -644,8 +646,12 @@ class _Builder:
                 self.frontier = self.frontier + loop.breaks
         elif isinstance(s, cst.Try) or type(s).__name__ == "TryStar":
             start = list(self.frontier)
+            first_loop = len(self.graph.loops)
             self.block(_statements(s.body))
-            after_body = self.frontier
+            # `try: while True: train() except KeyboardInterrupt: save()`: an endless loop
+            # leaves only by a break or an exception, which a handler may catch after any
+            # iteration (its header stands for "after some iterations").
+            after_body = self.frontier + [loop.header for loop in self.graph.loops[first_loop:] if _runs_forever(loop.node)]
             if s.orelse is not None:
                 self.block(_statements(s.orelse.body))
             ends = list(self.frontier)
@@ -711,11 +717,24 @@ class _Builder:
         elif isinstance(s, (cst.Expr, cst.Assign, cst.AnnAssign, cst.AugAssign)):
             value = s.value
             self.expr(value)
-            assigned = _literal_assignment(s)
-            if assigned is not None:
-                self._new_point().assigns = (assigned,)
+            self._assignment_facts(s)
         elif isinstance(s, (cst.Del, cst.Assert)):
             self.expr(getattr(s, "test", None))
+
+    def _assignment_facts(self, s: cst.BaseSmallStatement) -> None:
+        """What an assignment says of the names it binds: `found = False` is a fact a later
+        `if found:` is decided by; any other value bound to a name that was given a literal
+        (`resume = None`, then `resume = torch.load(path)`) forgets what was known of it."""
+        fact = _literal_assignment(s)
+        if fact is not None:
+            self.literal_names.add(fact[0])
+            self._new_point().assigns = (fact,)
+            return
+        targets = [t.target for t in s.targets] if isinstance(s, cst.Assign) else (
+            [s.target] if isinstance(s, (cst.AugAssign, cst.AnnAssign)) else [])
+        forgotten = tuple((n, FORGET) for t in targets for n in _plain_names(t) if n in self.literal_names)
+        if forgotten:
+            self._new_point().assigns = forgotten
 
     # --- expressions ---------------------------------------------------------------------
     def expr(self, node: cst.CSTNode | None) -> None:
@@ -1169,6 +1188,21 @@ def _names_in(t: cst.CSTNode) -> list[str]:
     if isinstance(t, cst.StarredElement):
         return _names_in(t.value)
     return []
+
+
+def _plain_names(t: cst.CSTNode) -> list[str]:
+    """The names an assignment target binds (not attributes or subscripts)."""
+    if isinstance(t, cst.Name):
+        return [t.value]
+    if isinstance(t, (cst.Tuple, cst.List)):
+        return [n for el in t.elements for n in _plain_names(el.value)]
+    if isinstance(t, cst.StarredElement):
+        return _plain_names(t.value)
+    return []
+
+
+# The value of an assignment fact that only forgets what was known of the name.
+FORGET = object()
 
 
 def _literal_assignment(s: cst.BaseSmallStatement) -> Fact | None:

@@ -57,7 +57,8 @@ class ValueResolver:
             return []
         head, _, rest = text.partition(".")
         if scope.cls is not None and scope.self_name == head and rest:
-            return list(scope.cls.attributes.get(rest, []))
+            own = scope.cls.attributes.get(rest)
+            return list(own) if own else _inherited_attribute(scope.cls, rest)
         s = scope
         while s is not None:
             if text in s.assignments:
@@ -337,3 +338,25 @@ class _Unpackings(cst.CSTVisitor):
                         break
                     if isinstance(el.value, cst.Name):
                         self.found.setdefault((id(self.owners[-1]), el.value.value), []).append((node.value, i))
+
+
+def _inherited_attribute(cls, attr: str) -> list[tuple[cst.BaseExpression, object]]:
+    """`self.amp_cm` read in a subclass that never assigns it: what the nearest base class
+    that does assigns (`self.amp_cm = autocast if use_amp else nullcontext` in the base
+    trainer of another module).  Remembered per class and attribute."""
+    memo = cls.__dict__.setdefault("_amplint_inherited", {})
+    found = memo.get(attr)
+    if found is None:
+        found = memo[attr] = _first_base_assigning(cls, attr)
+    return list(found)
+
+
+def _first_base_assigning(cls, attr: str) -> tuple:
+    from amplint.analysis.callees import ForeignClass, bases_of
+
+    for base in bases_of(cls):
+        info = base.info() if isinstance(base, ForeignClass) else base
+        values = getattr(info, "attributes", {}).get(attr) if info is not None else None
+        if values:
+            return tuple(values)
+    return ()

@@ -21,7 +21,10 @@ class BackwardInsideAutocast(Rule):
     called inside the region. A helper's backward is not flagged when the function
     entering autocast never steps an optimizer (nor updates a scaler, nor zeroes
     gradients): a memory or speed probe such as an auto-batch-size search that runs
-    forward and backward on a copy of the model trains nothing.
+    forward and backward on a copy of the model trains nothing. A region entered inside
+    a helper is reported in that helper, once, not again at each call of it. The
+    region may be entered through a context the class inherits (`with self.amp_cm():`
+    where a base class of another module binds `self.amp_cm` to autocast).
 
     ## Why is this bad?
     Autocast is meant for the forward pass and the loss. Backward ops run in the
@@ -52,7 +55,10 @@ class BackwardInsideAutocast(Rule):
     nor is a statement that computes more than the backward (`crit(model(x), y).backward()`,
     `(loss := f(x)).backward()`), whose forward would leave autocast with it, nor one
     whose receiver is an attribute or a subscript (`out.loss.backward()`,
-    `losses[i].backward()`: a property, `__getattr__` or `__getitem__` may run the model).
+    `losses[i].backward()`: a property, `__getattr__` or `__getitem__` may run the model),
+    nor `x.scale(loss).backward()` where `x` is not a GradScaler (built here, or a name
+    such as a `scaler` parameter bound to nothing else): another object's `scale` may run
+    a forward of its own.
     Code that relied on autocast during backward (rare, and usually the bug) behaves
     differently.
 
@@ -72,7 +78,9 @@ class BackwardInsideAutocast(Rule):
     # word of its name, in code (a message that says "use torch.autocast" is no context).
     requires_any = (Use("backward"), Use("manual_backward"))
     and_requires_any = ((AUTOCAST_IN_CODE,),)
-    imported_tokens = (0,)  # the backward may sit in a project helper called in the region
+    # the backward may sit in a project helper called in the region, and the region may be
+    # entered through a base class of another module (`with self.amp_cm():`)
+    imported_tokens = (0, 1)
 
     def check(self) -> None:
         for graph in self.model.steps:
@@ -84,7 +92,9 @@ class BackwardInsideAutocast(Rule):
                 if event.inlined:
                     if own_withs is None:
                         own_withs = _with_statements(graph.scope.node)
-                    if not _trains(graph, event, id(region.with_node) in own_withs):
+                    if id(region.with_node) not in own_withs:
+                        continue  # entered in the helper too: the helper's own graph reports it, once
+                    if not _trains(graph, event, True):
                         continue  # the function entering autocast never steps: a measurement (a memory probe)
                 call_text = self.model.module.code_for_node(event.anchor.func) + "()"
                 self.report_event(event, changes=self._move_out(event, region), call=call_text)
@@ -108,7 +118,16 @@ class BackwardInsideAutocast(Rule):
         if region is not event.regions[-1]:
             return None
         small = line.body[-1]
-        if not _only_the_backward(small, event.node):
+        b = self.model.bindings
+        built = {b.key(cst.parse_expression(c.target), c.scope) for c in b.scaler_constructions if c.target is not None}
+
+        def is_scaler(name: cst.Name) -> bool:
+            """A GradScaler built here, or a name that says it is one and is bound to no other
+            object here (a parameter `scaler`); not any object with a `scale` method."""
+            if b.key(name, event.scope) in built:
+                return True
+            return "scaler" in name.value.lower() and not b.values.assigned(name, event.scope)
+        if not _only_the_backward(small, event.node, is_scaler):
             # NB: `crit(model(x), y).backward()` or `(loss := f(x)).backward()` would take
             # the forward out of autocast with it: the statement must compute nothing else.
             return None
@@ -136,7 +155,7 @@ class BackwardInsideAutocast(Rule):
         return [Replace(with_node, cst.FlattenSentinel((shortened, moved)))]
 
 
-def _only_the_backward(small: cst.CSTNode, call: cst.Call) -> bool:
+def _only_the_backward(small: cst.CSTNode, call: cst.Call, is_scaler=lambda name: False) -> bool:
     """The statement is the backward call and runs nothing else: its receiver and arguments
     are names and literals, or `scaler.scale(<name>)` (no other call, no assignment
     expression). An attribute or a subscript may run code (a property, `__getattr__`,
@@ -160,8 +179,11 @@ def _only_the_backward(small: cst.CSTNode, call: cst.Call) -> bool:
             if node is call:
                 return True
             func = node.func
+            # `scaler.scale(loss)` of a GradScaler (built here, used as one, or a name that says
+            # so): another object's `scale` (an `nn.Module` weighing the loss) would run its
+            # forward out of autocast
             scale = (isinstance(func, cst.Attribute) and func.attr.value == "scale"
-                     and isinstance(func.value, cst.Name)
+                     and isinstance(func.value, cst.Name) and is_scaler(func.value)
                      and all(isinstance(a.value, cst.Name) for a in node.args))
             if not scale:
                 ok = False

@@ -64,8 +64,10 @@ class StepInsideAutocast(Rule):
         scopes = {id(r.scope): r.scope for r in precision_of(self.model).regions if isinstance(r.node, cst.With)}
         for scope in scopes.values():
             graph = self.model.steps.graph(scope)
+            own = {id(r.node) for r in precision_of(self.model).regions if r.scope is scope}
             for event in graph.of_kind(Kind.OPT_STEP, Kind.SCALER_STEP):
-                if event.active_autocast is None:
-                    continue
+                region = event.active_autocast
+                if region is None or (event.inlined and id(region.with_node) not in own):
+                    continue  # a region entered in an inlined helper: the helper's graph reports it
                 call_text = self.model.module.code_for_node(event.anchor.func) + "()"
                 self.report_event(event, call=call_text)
