@@ -110,6 +110,11 @@ class Casts:
             elif name == "to":
                 dtypes = self._to_dtypes(call, scope)
                 spelling = ".to(...)"
+            elif name == "apply" and len(call.args) == 1 and not call.args[0].keyword and not call.args[0].star:
+                # `model.apply(_convert_weights_to_fp16)`: a function that casts the weights of
+                # each submodule it is handed (`l.weight.data = l.weight.data.half()`, CLIP's)
+                dtypes = _casts_its_argument(call.args[0].value, scope)
+                spelling = ".apply(...)"
             elif name == "from_pretrained" and not _loads_no_weights(call):
                 for kw in _FROM_PRETRAINED_DTYPE_KWARGS:
                     expr = call_arg(call, None, kw)
@@ -338,6 +343,12 @@ class Casts:
                         # the module the optimizer is built from in `train()`.
                         continue
                     keys += self._keys_through(inner, vscope, depth + 1, origin, facts)
+        if depth < 2 and isinstance(expr, cst.Name):
+            # `p_wd.append(p)` in `for n, p in model.named_parameters():`: the list holds
+            # parameters of `model`
+            for value in _appended(expr.value, scope.node):
+                for inner in _dotted_names(value):
+                    keys += self._keys_through(inner, scope, depth + 1, origin, facts)
         return keys
 
     def is_trained(self, cast: ModuleCast, depth: int = 0) -> bool:
@@ -872,3 +883,96 @@ def _loads_no_weights(call: cst.Call) -> bool:
     receiver = call.func.value if isinstance(call.func, cst.Attribute) else None
     last = (dotted(receiver) or "").split(".")[-1]
     return bool(_NO_WEIGHTS.search(last))
+
+
+_HALF_DTYPES = {"float16": "float16", "half": "float16", "bfloat16": "bfloat16"}
+
+
+def _casts_its_argument(expr: cst.BaseExpression, scope) -> frozenset[str] | None:
+    """The low-precision dtypes a function handed to `Module.apply` casts its argument's
+    tensors to: `.half()`, `.bfloat16()` or `.to(torch.float16)` on a name, attribute or
+    `.data` reached from its first parameter (also through `getattr(l, attr)`)."""
+    from amplint.analysis.callees import function_named
+
+    found = function_named(expr, scope) if isinstance(expr, (cst.Name, cst.Attribute)) else None
+    if found is None:
+        return None
+    fn, _ = found
+    params = fn.params.params
+    if not params:
+        return None
+    finder = _ArgumentCasts(params[0].name.value)
+    walk(fn.body, finder)
+    return frozenset(finder.dtypes) or None
+
+
+class _ArgumentCasts(cst.CSTVisitor):
+    def __init__(self, param: str) -> None:
+        self.reached = {param}  # the parameter, and names bound to its attributes
+        self.dtypes: set[str] = set()
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        # `tensor = getattr(l, attr)`, `w = l.weight`: reached from the parameter too
+        value = node.value
+        source = value.args[0].value if (isinstance(value, cst.Call) and dotted(value.func) == "getattr" and value.args) else value
+        if (dotted(source) or "").split(".")[0] in self.reached:
+            for t in node.targets:
+                if isinstance(t.target, cst.Name):
+                    self.reached.add(t.target.value)
+
+    def visit_Call(self, node: cst.Call) -> None:
+        func = node.func
+        if not isinstance(func, cst.Attribute) or (dotted(func.value) or "").split(".")[0] not in self.reached:
+            return
+        method = func.attr.value
+        if method in ("half", "bfloat16") and not node.args:
+            self.dtypes.add("float16" if method == "half" else "bfloat16")
+        elif method == "to":
+            for a in node.args:
+                text = dotted(a.value) or ""
+                if text.startswith("torch.") and text.split(".", 1)[1] in _HALF_DTYPES:
+                    self.dtypes.add(_HALF_DTYPES[text.split(".", 1)[1]])
+
+
+def _appended(name: str, body: cst.CSTNode) -> list[cst.BaseExpression]:
+    """What a function's own code adds to the list `name` (`name.append(v)`,
+    `name.extend(v)`), with a loop variable replaced by what its loop iterates over."""
+    finder = _Appends(name)
+    walk(body.body if isinstance(body, cst.FunctionDef) else body, finder)
+    return finder.values
+
+
+class _Appends(cst.CSTVisitor):
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.values: list[cst.BaseExpression] = []
+        self._loops: list[cst.For] = []
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+        return False
+
+    def visit_For(self, node: cst.For) -> None:
+        self._loops.append(node)
+
+    def leave_For(self, original_node: cst.For) -> None:
+        self._loops.pop()
+
+    def visit_Call(self, node: cst.Call) -> None:
+        func = node.func
+        if not (isinstance(func, cst.Attribute) and func.attr.value in ("append", "extend")
+                and isinstance(func.value, cst.Name) and func.value.value == self.name and node.args):
+            return
+        value = node.args[0].value
+        for loop in reversed(self._loops):
+            if isinstance(value, cst.Name) and value.value in _loop_names(loop.target):
+                value = loop.iter  # `for n, p in model.named_parameters(): ... append(p)`
+                break
+        self.values.append(value)
+
+
+def _loop_names(target: cst.BaseExpression) -> set[str]:
+    if isinstance(target, cst.Name):
+        return {target.value}
+    if isinstance(target, (cst.Tuple, cst.List)):
+        return set().union(*(_loop_names(e.value) for e in target.elements)) if target.elements else set()
+    return set()

@@ -18,7 +18,7 @@ _MODULE_TO_DTYPE = re.compile(
 
 _MODULE_CAST_LINE = re.compile(
     r"^[ \t]*(?:\w+[ \t]*=[ \t]*)?(?:\w+_)?(?:model|net|network|module|encoder|decoder|unet|vae|transformer|backbone)[ \t]*"
-    r"\.(?:half\(\)|bfloat16\(\)|to\([^)\n]*(?:dtype|float16|half))",
+    r"\.(?:half\(\)|bfloat16\(\)|to\([^)\n]*(?:dtype|float16|half)|apply\(\w*(?:fp16|half|bf16|bfloat16|low_precision)\w*\))",
     re.M,
 )
 
@@ -37,6 +37,11 @@ class ManualHalfModel(Rule):
     (or trl's and sentence-transformers' trainers), and in a subclass of one (also
     through the project's own base classes) `self.model`, the model passed to
     `super().__init__(model=...)` and what an `unwrap...` helper yields for them.
+
+    A cast may be a function handed to `model.apply(fn)` that casts the weights of each
+    layer (OpenAI CLIP's `convert_weights`: `l.weight.data = l.weight.data.half()`), and
+    the optimizer may take parameter groups appended in a loop over
+    `model.named_parameters()` (a weight-decay split).
 
     The cast module is followed as an object, along its paths: `model.cuda().bfloat16()`
     casts `model`, `for m in (text_encoder, text_encoder_2): m.to(weight_dtype)` each
