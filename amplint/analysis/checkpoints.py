@@ -137,17 +137,23 @@ def unresolvable(call: cst.Call, scope) -> bool:
 class _Mutations(cst.CSTVisitor):
     """`name[key] = value` and `name.update(...)` inside one function body."""
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, nested: bool = False) -> None:
         self.name = name
+        self.nested = nested  # also `name[uid][key] = value` (a registry per agent)
         self.items: list[tuple[cst.BaseExpression | None, cst.BaseExpression | None]] = []
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
         return False  # nested functions have their own locals
 
+    def _names_it(self, value: cst.BaseExpression) -> bool:
+        if dotted(value) == self.name:
+            return True
+        return self.nested and isinstance(value, cst.Subscript) and dotted(value.value) == self.name
+
     def visit_Assign(self, node: cst.Assign) -> None:
         for t in node.targets:
             target = t.target
-            if isinstance(target, cst.Subscript) and dotted(target.value) == self.name:
+            if isinstance(target, cst.Subscript) and self._names_it(target.value):
                 index = target.slice[0].slice if target.slice else None
                 key = index.value if isinstance(index, cst.Index) else None
                 self.items.append((key, node.value))
@@ -278,7 +284,52 @@ class Checkpoints:
             for el in expr.elements:
                 out |= self._describe(el.value, scope, depth + 1, event)
             return out
+        if isinstance(expr, cst.DictComp):
+            return self._registry(expr, scope, depth)
         return {UNKNOWN}
+
+    def _registry(self, comp: cst.DictComp, scope, depth: int) -> set[str]:
+        """`{name: m.state_dict() for name, m in self.checkpoint_modules.items()}`: a payload
+        built from a registry the class fills (`self.checkpoint_modules["optimizer"] =
+        self.optimizer`), in its own methods and in those of its subclasses in modules that
+        import it (a base agent's checkpoint, filled by PPO's and SAC's constructors)."""
+        iterable = comp.for_in.iter
+        if (isinstance(iterable, cst.Call) and isinstance(iterable.func, cst.Attribute)
+                and iterable.func.attr.value in ("items", "values")):
+            iterable = iterable.func.value
+        nested = isinstance(iterable, cst.Subscript)  # `self.checkpoint_modules[uid].items()`
+        if nested:
+            iterable = iterable.value
+        text = dotted(iterable) or ""
+        cls = getattr(scope, "cls", None)
+        head, _, attr = text.partition(".")
+        if cls is None or head != scope.self_name or not attr or "." in attr:
+            if isinstance(comp.value, (cst.DictComp, cst.Dict)):
+                return self._describe(comp.value, scope, depth + 1)  # `{uid: {...registry...} for uid in agents}`
+            return {UNKNOWN}
+        out: set[str] = set()
+        found = False
+        for klass in (cls, *_subclasses_elsewhere(self.model, cls)):
+            for method in getattr(klass, "methods", {}).values():
+                params = method.params.params
+                if not params:
+                    continue
+                mutations = _Mutations(f"{params[0].name.value}.{attr}", nested=nested)
+                walk(method.body, mutations)
+                for key, value in mutations.items:
+                    found = True
+                    if klass is cls and key is not None:
+                        out |= self._item(key, value, scope, depth)
+                        continue
+                    part = _key_part(key.evaluated_value) if isinstance(key, cst.SimpleString) and isinstance(
+                        key.evaluated_value, str) else None
+                    if part is not None:
+                        out.add(part)
+                    if "scaler" in (dotted(value) or "").lower():
+                        out.add(SCALER)  # NB: another module's value, judged by its name
+        if not found and isinstance(comp.value, (cst.DictComp, cst.Dict)):
+            return self._describe(comp.value, scope, depth + 1)  # `{uid: {...registry...} for uid in self.agents}`
+        return out if found else {UNKNOWN}
 
     def _item(self, key, value, scope, depth: int) -> set[str]:
         out: set[str] = set()
@@ -539,3 +590,26 @@ def _owns_a_scaler(receiver: cst.BaseExpression, scope) -> bool:
         if cls is not None and hasattr(cls, "attributes") and owned_scalers(cls):
             return True
     return False
+
+
+def _subclasses_elsewhere(model, cls) -> list:
+    """ClassInfos of the classes of project modules importing this one that derive from `cls`."""
+    import os
+
+    from amplint.analysis.callees import ForeignClass, bases_of
+
+    project = model.project
+    if project is None or str(model.path)[:1] == "<":
+        return []
+    here = os.path.abspath(model.path)
+    word = cls.name.lower()
+    found = []
+    for path in project.importers_among(model.path, lambda text: word in text):
+        other = project.model_at(path)
+        if other is None:
+            continue
+        for sub in other.classes.values():
+            if any(isinstance(base, ForeignClass) and os.path.abspath(base.symbol.path) == here and base.name == cls.name
+                   for base in bases_of(sub)):
+                found.append(sub)
+    return found

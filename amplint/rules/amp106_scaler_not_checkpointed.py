@@ -7,7 +7,7 @@ import re
 
 import libcst as cst
 
-from amplint.analysis.callees import ForeignClass, bases_of
+from amplint.analysis.callees import ForeignClass, bases_of, resolve_class
 from amplint.analysis.checkpoints import BY_NAME, Checkpoints
 from amplint.analysis.names import dotted
 from amplint.analysis.scaler_protocol import SCALER_TOKENS, protocol
@@ -21,7 +21,7 @@ from amplint.rules._base import Rule
 # A write (or a call of a writer) and a word of training state beside it: what a module
 # that names no scaler needs before its importers, or the code it calls, are looked at.
 _WRITE_WORDS = ("torch.save", "save_state_dict", "dcp.save", re.compile(r"\bsave(?:_on_master|_checkpoint|_ckpt|_state)[\s\\]*\("))
-_TRAINING_WORDS = ("optim", "epoch", "global_step")
+_TRAINING_WORDS = ("optim", "epoch", "global_step", "state_dict")  # NB: a registry of modules saved by state_dict()
 
 
 class ScalerNotCheckpointed(Rule):
@@ -49,7 +49,11 @@ class ScalerNotCheckpointed(Rule):
     calls `accelerator.save_state` / `load_state`: Accelerate's GradScaler is then live,
     and `accelerator.save(checkpoint, path)` counts as a write. A checkpoint written by a
     base class's method counts where a subclass in another module owns the GradScaler and
-    inherits the method.
+    inherits the method; a payload built from a registry the class keeps (`{name:
+    m.state_dict() for name, m in self.checkpoint_modules.items()}`, also one registry
+    per agent) holds what the class and its subclasses register there
+    (`self.checkpoint_modules["optimizer"] = self.optimizer`). Code switched off by hand
+    (`if False and ...:`) writes nothing.
 
     Not flagged: a bare export of weights (`torch.save(model.state_dict(), path)`), a
     payload we cannot see through (`**extra` of a dict built out of sight, a dict
@@ -306,14 +310,17 @@ def _subclass_with_a_scaler(model, scope):
     if project is None or cls is None or str(model.path)[:1] == "<":
         return None
     here = os.path.abspath(model.path)
-    word = cls.name.lower()
-    for path in project.importers_among(model.path, lambda text: word in text and "gradscaler" in text):
+    # the class and its subclasses of this module (`TrainerIter(BaseTrainer)`): another
+    # module's trainer may derive from either
+    names = {cls.name} | {c.name for c in model.classes.values() if any(b is cls for b in bases_of(c))}
+    words = {n.lower() for n in names}
+    for path in project.importers_among(model.path, lambda text: any(w in text for w in words)):
         other = project.model_at(path)
         if other is None:
             continue
         for sub in other.classes.values():
             derives = any(
-                isinstance(base, ForeignClass) and os.path.abspath(base.symbol.path) == here and base.name == cls.name
+                isinstance(base, ForeignClass) and os.path.abspath(base.symbol.path) == here and base.name in names
                 for base in bases_of(sub)
             )
             if not derives:
@@ -321,4 +328,25 @@ def _subclass_with_a_scaler(model, scope):
             for owned in owned_scalers(sub):
                 if owned.model.bindings.values.literal_bool(call_arg(owned.call, None, "enabled")) is not False:
                     return owned.model, owned.call
+            built = _builds_a_scaler_owner(sub, other)
+            if built is not None:
+                return other, built
+    return None
+
+
+def _builds_a_scaler_owner(cls, model) -> cst.Call | None:
+    """A call in one of `cls`'s methods that builds an object of a project class owning an
+    enabled GradScaler (`mpm = MixedPrecisionManager(activated)` in `train_iterations`,
+    whose `self.scaler = GradScaler()`): the class trains with that scaler."""
+    for site in model.calls:
+        scope = site.scope
+        if getattr(scope, "cls", None) is not cls:
+            continue
+        target = resolve_class(site.node.func, model)
+        info = target.info() if isinstance(target, ForeignClass) else target
+        if info is None or not hasattr(info, "attributes"):
+            continue
+        for owned in owned_scalers(info):
+            if owned.model.bindings.values.literal_bool(call_arg(owned.call, None, "enabled")) is not False:
+                return site.node
     return None
