@@ -18,7 +18,7 @@ import libcst as cst
 
 from amplint.analysis.names import dotted
 from amplint.analysis.walk import walk
-from amplint.analysis.syntax import call_arg, returned_values, value_branches
+from amplint.analysis.syntax import call_arg, returned_values, target_names, value_branches
 from amplint.analysis.torch_api import HALF_CAST_METHODS, MODULE_RETURNING
 from amplint.prefilter import identifier_span
 
@@ -964,15 +964,7 @@ class _Appends(cst.CSTVisitor):
             return
         value = node.args[0].value
         for loop in reversed(self._loops):
-            if isinstance(value, cst.Name) and value.value in _loop_names(loop.target):
+            if isinstance(value, cst.Name) and value.value in target_names(loop.target):
                 value = loop.iter  # `for n, p in model.named_parameters(): ... append(p)`
                 break
         self.values.append(value)
-
-
-def _loop_names(target: cst.BaseExpression) -> set[str]:
-    if isinstance(target, cst.Name):
-        return {target.value}
-    if isinstance(target, (cst.Tuple, cst.List)):
-        return set().union(*(_loop_names(e.value) for e in target.elements)) if target.elements else set()
-    return set()

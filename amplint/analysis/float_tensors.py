@@ -30,7 +30,7 @@ import re
 import libcst as cst
 
 from amplint.analysis.names import dotted
-from amplint.analysis.syntax import call_arg
+from amplint.analysis.syntax import call_arg, target_names
 from amplint.analysis.walk import walk
 
 FLOATING_DTYPES = frozenset({"float16", "bfloat16", "float32", "float64"})
@@ -333,7 +333,7 @@ class _OtherBindings(cst.CSTVisitor):
         self.name, self.found = name, False
 
     def _bind(self, target) -> None:
-        self.found = self.found or self.name in _target_names(target)
+        self.found = self.found or self.name in target_names(target)
 
     def visit_For(self, node: cst.For) -> None:
         self._bind(node.target)
@@ -367,7 +367,7 @@ class _Unpacking(cst.CSTVisitor):
 
     def visit_Assign(self, node: cst.Assign) -> None:
         for target in node.targets:
-            names = _target_names(target.target)
+            names = target_names(target.target)
             if self.name not in names:
                 continue
             self.bindings += 1
@@ -380,7 +380,7 @@ class _Unpacking(cst.CSTVisitor):
                 self.source = value.func.value
 
     def _other(self, target) -> None:
-        if self.name in _target_names(target):
+        if self.name in target_names(target):
             self.bindings += 2  # bound otherwise too: not known
 
     def visit_AugAssign(self, node: cst.AugAssign) -> None:
@@ -400,13 +400,3 @@ class _Unpacking(cst.CSTVisitor):
 
     def visit_CompFor(self, node: cst.CompFor) -> None:
         self._other(node.target)
-
-
-def _target_names(target: cst.BaseExpression) -> set[str]:
-    if isinstance(target, cst.Name):
-        return {target.value}
-    if isinstance(target, (cst.Tuple, cst.List)):
-        return set().union(*(_target_names(e.value) for e in target.elements)) if target.elements else set()
-    if isinstance(target, cst.StarredElement):
-        return _target_names(target.value)
-    return set()

@@ -28,7 +28,7 @@ from amplint.analysis.conditions import Fact, consistent, constant_truth, facts,
 from amplint.analysis.grad_norms import is_grad_norm, managed_unscale
 from amplint.analysis.names import dotted
 from amplint.analysis.step_kinds import Kind
-from amplint.analysis.syntax import call_arg, flag_text, returned_values, sets_true, value_branches
+from amplint.analysis.syntax import call_arg, flag_text, returned_values, sets_true, target_names, value_branches
 from amplint.analysis.walk import walk
 from amplint.analysis.torch_api import (
     AUTOGRAD_BACKWARD,
@@ -664,6 +664,10 @@ class _Builder:
                 ends += self.frontier
             self.frontier = ends
             if s.finalbody is not None:
+                # `finally:` runs when the body leaves by an exception too (`try: while True:
+                # train() finally: save()`): entered from where a handler could start.
+                # NB: past it the exception goes on; continuing after the `try` over-approximates.
+                self.frontier = ends + start + after_body
                 self.block(_statements(s.finalbody.body))
         elif isinstance(s, cst.With):
             pushed = 0
@@ -732,7 +736,7 @@ class _Builder:
             return
         targets = [t.target for t in s.targets] if isinstance(s, cst.Assign) else (
             [s.target] if isinstance(s, (cst.AugAssign, cst.AnnAssign)) else [])
-        forgotten = tuple((n, FORGET) for t in targets for n in _plain_names(t) if n in self.literal_names)
+        forgotten = tuple((n, FORGET) for t in targets for n in sorted(target_names(t)) if n in self.literal_names)
         if forgotten:
             self._new_point().assigns = forgotten
 
@@ -1187,17 +1191,6 @@ def _names_in(t: cst.CSTNode) -> list[str]:
         return [n for el in t.elements for n in _names_in(el.value)]
     if isinstance(t, cst.StarredElement):
         return _names_in(t.value)
-    return []
-
-
-def _plain_names(t: cst.CSTNode) -> list[str]:
-    """The names an assignment target binds (not attributes or subscripts)."""
-    if isinstance(t, cst.Name):
-        return [t.value]
-    if isinstance(t, (cst.Tuple, cst.List)):
-        return [n for el in t.elements for n in _plain_names(el.value)]
-    if isinstance(t, cst.StarredElement):
-        return _plain_names(t.value)
     return []
 
 

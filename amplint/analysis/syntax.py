@@ -106,3 +106,15 @@ def flag_text(expr: cst.BaseExpression) -> str | None:
         if owner is not None and isinstance(key, cst.SimpleString):
             return f"{owner}[{key.evaluated_value!r}]"
     return None
+
+
+def target_names(target: cst.BaseExpression) -> set[str]:
+    """The plain names an assignment or loop target binds (`a`, `a, (b, *c)`); attributes
+    and subscripts bind none."""
+    if isinstance(target, cst.Name):
+        return {target.value}
+    if isinstance(target, (cst.Tuple, cst.List)):
+        return set().union(*(target_names(e.value) for e in target.elements)) if target.elements else set()
+    if isinstance(target, cst.StarredElement):
+        return target_names(target.value)
+    return set()
