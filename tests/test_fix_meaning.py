@@ -524,7 +524,7 @@ def test_a_star_import_anywhere_takes_the_fix_away() -> None:
 
 # --- AMP501's unsafe fix reads torch where the fill runs -------------------------------------------
 
-_FILL = "def attend(q, mask):\n    s = q.half() @ q.t().half()\n    return s.masked_fill(mask, -1e9)\n"
+_FILL = "def attend(q, mask):\n    s = q.half() @ q.t().half()\n    return s.masked_fill(mask, -1e9).softmax(-1)\n"
 
 
 @pytest.mark.parametrize(
@@ -532,7 +532,7 @@ _FILL = "def attend(q, mask):\n    s = q.half() @ q.t().half()\n    return s.mas
     [
         "from typing import TYPE_CHECKING\nfrom torch import nn\nif TYPE_CHECKING:\n    import torch\n" + _FILL,
         "from torch import nn\ndef main():\n    import torch\n    print(torch.__version__)\n" + _FILL,
-        "import torch\ndef attend(q, mask, torch=None):\n    s = q.half() @ q.t().half()\n    return s.masked_fill(mask, -1e9)\n",
+        "import torch\ndef attend(q, mask, torch=None):\n    s = q.half() @ q.t().half()\n    return s.masked_fill(mask, -1e9).softmax(-1)\n",
     ],
     ids=["import-for-type-checkers-only", "import-in-another-function", "parameter-named-torch"],
 )
@@ -561,7 +561,7 @@ def test_the_finfo_fix_needs_torch_bound_by_nothing_else(source: str) -> None:
 
 def test_the_finfo_fix_reads_a_module_level_torch_alias() -> None:
     source = "import torch as th\n" + _FILL
-    assert fixes_of(source, "AMP501") == [(4, "    return s.masked_fill(mask, th.finfo(s.dtype).min)")]
+    assert fixes_of(source, "AMP501") == [(4, "    return s.masked_fill(mask, th.finfo(s.dtype).min).softmax(-1)")]
 
 
 # --- AMP103's unsafe fix needs the scaler wherever the backward runs ----------------------------

@@ -77,8 +77,9 @@ class BackwardNotScaled(Rule):
     `__main__` or optimizer hooks; no `exec`/`globals()` in the module), and every
     `scaler.scale(...)` of the module is directly `.backward()`ed, so no value here is
     scaled already (`sum(scaler.scale(l) for l in losses)`, a lambda, a helper or
-    callable object given the scaler), the module reads no `.grad` by hand (a probe head
-    updated as `p -= lr * p.grad`), and no optimizer of the function steps plainly
+    callable object given the scaler), the module and the project modules it imports
+    read no `.grad` by hand (a probe head updated as `p -= lr * p.grad`), and no
+    optimizer of the function steps plainly
     (`opt_d.step()` beside `scaler.step(opt_g)`: that update would be multiplied by the
     scale). It is wrong if the loss was already scaled by
     hand (`loss * scaler.get_scale()`). A loss scaled by a helper (`loss =
@@ -249,7 +250,17 @@ def _may_be_none(value: cst.BaseExpression) -> bool:
     return isinstance(value, cst.BooleanOperation)
 
 
+_READS_GRAD = re.compile(r"\.grad\b(?!_)")
+
+
 def _reads_gradients(model) -> bool:
-    """The module reads `.grad` (`p -= lr * p.grad` of a probe head updated by hand, a
-    gradient used as a value): scaling the backward would scale what it reads."""
-    return re.search(r"\.grad\b(?!_)", model.module.code) is not None
+    """The module, or a project module it imports, reads `.grad` (`p -= lr * p.grad` of a
+    probe head updated by hand, in `probes.sgd_update`, a gradient used as a value):
+    scaling the backward would scale what it reads.  A buffer with no project: the
+    module alone."""
+    if _READS_GRAD.search(model.module.code):
+        return True
+    project = model.project
+    if project is None or str(model.path)[:1] == "<":
+        return False
+    return any(_READS_GRAD.search(project.raw_text(f) or "") for f in project.imported_files(str(model.path)))

@@ -13,6 +13,7 @@ from amplint.analysis.names import dotted
 from amplint.analysis.precision import fp16_from_importers, may_run_fp16, number_of, overflows_fp16, precision_of
 from amplint.analysis.tensor_flow import Sink, flows_from
 from amplint.analysis.torch_api import FLOAT16_NOT_BFLOAT16
+from amplint.analysis.walk import walk
 from amplint.diagnostics import Applicability
 from amplint.prefilter import STRING_ESCAPE, CodePattern, Word, closing_bracket, identifier_span
 from amplint.rules._base import FixAvailability, Replace, Rule
@@ -347,7 +348,11 @@ class Fp16OverflowConstant(Rule):
 
     ## Fix safety
     Unsafe: replaces the literal with `torch.finfo(<tensor>.dtype).min` (or `.max`)
-    when the tensor is a plain name or attribute and a module-level `import torch`
+    only where the filled tensor goes straight into a softmax (the fill is its input, or
+    the name it fills is read afterwards only as a softmax's input): there both values
+    give a zero weight, while a later cast to a narrower dtype, a division by a
+    temperature or a product with a zero target turns `finfo.min` into -inf or NaN where
+    -1e9 survived. It also needs the tensor to be a plain name or attribute and a module-level `import torch`
     (or `import torch as th`) that always runs reaches the fill and nothing else in the
     module binds that name, in any scope and by any binding form; not through an import
     under `if TYPE_CHECKING:` or in another function, nor where the name is also a
@@ -641,6 +646,11 @@ class Fp16OverflowConstant(Rule):
             fixable = False  # `h.new_full(shape, -1e9, **kwargs)`: a dtype may be given there
         evidence = (known_float_tensor(tensor, scope) if subject is not None
                     else named is not None and floating_dtype(named, scope))
+        if fixable and evidence and not _feeds_only_softmax(node, scope):
+            # `finfo(float32).min` then cast to bfloat16 is -inf, divided by a temperature it
+            # overflows, and a row of it times a zero target is NaN; -1e9 survived those.
+            # The value must go straight into a softmax, where both give a zero weight.
+            fixable = False
         torch_name = self._torch_name_at(named) if fixable and evidence and self._is_direct(value) else None
         if torch_name:
             if subject is not None:
@@ -800,3 +810,79 @@ def _names_a_dtype(value: cst.BaseExpression) -> bool:
     if isinstance(value.func, cst.Attribute) and value.func.attr.value in (*_FULL_PRECISION_METHODS, "to", "type"):
         return True
     return call_arg(value, None, "dtype") is not None
+
+
+_SOFTMAX = ("softmax", "log_softmax")
+
+
+def _feeds_only_softmax(node: cst.CSTNode, scope) -> bool:
+    """Positive evidence that the filled tensor goes only into a softmax: the fill is the
+    input of `.softmax(...)` / `F.softmax(...)` itself, or it is assigned to a name (or
+    fills a name in place) whose every later read in the function is such an input."""
+    body = scope.node
+    finder = _SoftmaxInputs(node)
+    walk(body.body if isinstance(body, cst.FunctionDef) else body, finder)
+    if id(node) in finder.fed:
+        return True
+    name = finder.filled_name
+    if name is None:
+        return False
+    reads = finder.reads_after.get(name, [])
+    return bool(reads) and all(id(r) in finder.fed for r in reads)
+
+
+class _SoftmaxInputs(cst.CSTVisitor):
+    """In document order: the direct inputs of softmax calls, the name the fill is assigned to
+    (or fills in place), and the reads of names after the fill."""
+
+    def __init__(self, fill: cst.CSTNode) -> None:
+        self.fill = fill
+        self.fed: set[int] = set()
+        self.filled_name: str | None = None
+        self.reads_after: dict[str, list[cst.Name]] = {}
+        self._after = False
+        self._targets: set[int] = set()
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+        return False
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        for t in node.targets:
+            self._targets.add(id(t.target))
+        if node.value is self.fill and len(node.targets) == 1 and isinstance(node.targets[0].target, cst.Name):
+            self.filled_name = node.targets[0].target.value
+        elif self._after and self.filled_name is not None and any(
+                isinstance(t.target, cst.Name) and t.target.value == self.filled_name for t in node.targets):
+            self._rebinding = node  # `attn = attn.softmax(-1)`: reads up to here are the fill's
+
+    def leave_Assign(self, original_node: cst.Assign) -> None:
+        if getattr(self, "_rebinding", None) is original_node:
+            self._closed = True
+
+    def visit_Call(self, node: cst.Call) -> None:
+        func = node.func
+        if node is self.fill:
+            if (isinstance(func, cst.Attribute) and func.attr.value.endswith("_") and isinstance(func.value, cst.Name)
+                    and self.filled_name is None):
+                self.filled_name = func.value.value  # `scores.masked_fill_(mask, -1e9)`
+                self._targets.add(id(func.value))
+            return
+        name = func.attr.value if isinstance(func, cst.Attribute) else (dotted(func) or "").split(".")[-1]
+        if name not in _SOFTMAX:
+            return
+        if isinstance(func, cst.Attribute) and (dotted(func.value) or "").split(".")[0] not in ("torch", "F", "nn", "functional"):
+            self.fed.add(id(func.value))  # `x.softmax(-1)`
+        elif node.args and node.args[0].keyword is None:
+            self.fed.add(id(node.args[0].value))  # `torch.softmax(x, -1)`, `F.softmax(x, dim=-1)`
+
+    def leave_Call(self, original_node: cst.Call) -> None:
+        if original_node is self.fill:
+            self._after = True
+
+    def visit_Attribute(self, node: cst.Attribute) -> None:
+        if isinstance(node.value, cst.Name) and node.attr.value in ("dtype", "shape", "device", "size", "ndim", "dim"):
+            self._targets.add(id(node.value))  # `scores.dtype`: metadata, not the values
+
+    def visit_Name(self, node: cst.Name) -> None:
+        if self._after and not getattr(self, "_closed", False) and id(node) not in self._targets:
+            self.reads_after.setdefault(node.value, []).append(node)
