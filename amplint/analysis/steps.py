@@ -638,7 +638,14 @@ class _Builder:
                 f.succ.append(header)
             self.loops.pop()
             if _runs_forever(s):
-                self.frontier = loop.breaks  # `while True:` leaves only by break (its `else` never runs)
+                # `while True:` leaves by a break, or by an exception some caller or `try`
+                # handles after any number of iterations: an exit marked exceptional (no path
+                # that matters to a rule of iterations runs it; what follows stays reachable).
+                # Its `else` never runs.
+                self.frontier = [header]
+                leave = self._new_point()
+                leave.handler = True
+                self.frontier = loop.breaks + [leave]
             else:
                 self.frontier = [header]
                 if s.orelse is not None:
