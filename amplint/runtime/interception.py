@@ -150,7 +150,7 @@ class AmpFacts:
 # `correlate` can tell NOT REACHED (the line never ran) from NOT CONFIRMED (it ran, behaved).
 SITE_EVENTS = frozenset(
     {
-        "scaler_init", "scale", "unscale_pre", "scaler_step_pre", "update_pre", "opt_init", "opt_step_pre",
+        "scaler_init", "scale", "unscale_pre", "scaler_step_pre", "update_new_scale", "update_pre", "opt_init", "opt_step_pre",
         "clip_pre", "backward", "autocast_enter", "module_cast", "parameter_cast", "save", "set_default_dtype", "load_state",
     }
 )
@@ -283,6 +283,8 @@ def install(bus: Bus):
 
     def w_update(orig):
         def update(self, *a, **kw):
+            if (a and a[0] is not None) or kw.get("new_scale") is not None:
+                emit("update_new_scale", self)  # the scale set by hand, before the update itself
             emit("update_pre", self)
             result = guarded("GradScaler.update", orig, self, *a, **kw)
             st.scaled_since_update[id(self)] = False

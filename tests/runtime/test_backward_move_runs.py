@@ -29,21 +29,16 @@ def note(tag, value=None):
     return value
 
 
-class NotingScaler(torch.amp.GradScaler):
-    """Notes when the loss is scaled (just before its backward), and with autocast on or not.
-    A scaler's `scale` is the one call the fix lets leave the region with the backward."""
-
-    def scale(self, loss):
-        seen.append(("backward", torch.is_autocast_enabled("cpu")))
-        return super().scale(loss)
-
-
-noting = NotingScaler("cpu")
+# A plain GradScaler: the fix lets only a GradScaler's `scale` leave the region with the
+# backward (another object's `scale` might run a forward). The backward is noted by a hook on
+# the loss's gradient, with autocast on or not at that moment.
+noting = torch.amp.GradScaler("cpu")
 
 
 for _ in range(2):
 '''
-REGION = '    with torch.autocast("cpu", dtype=torch.bfloat16):\n        loss = model(x).float().sum()\n'
+REGION = ('    with torch.autocast("cpu", dtype=torch.bfloat16):\n        loss = model(x).float().sum()\n'
+          "        loss.register_hook(lambda g: note('backward', g))\n")
 
 # The loop's body: an autocast region whose last lines vary, and whether a fix is offered.
 SHAPES = {

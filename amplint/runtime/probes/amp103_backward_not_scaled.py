@@ -18,6 +18,8 @@ class BackwardNotScaledProbe(Probe):
     A plain backward whose gradients the script clears (`zero_grad()` of the optimizer or a
     module holding every parameter it wrote to) before the scaler steps is dropped: its
     gradients never reach the step (an estimate before training: Fisher, a gradient norm).
+    So is one that wrote only to tensors the stepped optimizer does not hold (the input
+    perturbation whose `.grad` virtual adversarial training reads).
     When its parameters cannot be told (a very large graph), it is kept.
 
     A scaler that never scaled anything holds no scale: torch's step raises there (`_scale is
@@ -73,7 +75,10 @@ class BackwardNotScaledProbe(Probe):
             ev = {"scale": None, "scaled_by": 1.0, "scale_never_set": True, "step_raises": True}
         else:
             ev = {"scale": scale, "scaled_by": 1.0, "divided_by": scale}
-        for api, stack, _ in self.pending:
+        stepped = _param_ids(opt)
+        for api, stack, leaves in self.pending:
+            if leaves is not None and stepped is not None and not (leaves & stepped):
+                continue  # it wrote only to tensors this optimizer does not step (VAT's `d.grad`)
             self.sink.record_site(self.code, stack[0] if stack else None, {"backward": api, **ev}, stack=stack)
         self.pending.clear()
 
@@ -100,3 +105,11 @@ def _leaf_ids(tensors) -> set[int] | None:
 
 
 PROBE = BackwardNotScaledProbe
+
+
+def _param_ids(opt) -> set[int] | None:
+    """The ids of the parameters `opt` steps; None when they cannot be read."""
+    try:
+        return {id(p) for group in opt.param_groups for p in group["params"]}
+    except Exception:  # NB: a wrapper without param_groups: judge as before
+        return None

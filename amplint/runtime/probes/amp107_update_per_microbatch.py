@@ -20,7 +20,8 @@ class UpdatePerMicrobatchProbe(Probe):
       non-finite check): the update succeeds, and whether that is accumulation is decided at the
       next backward: confirmed when the unscaled optimizers' parameters still hold non-zero
       gradients there (`gradients_kept`: they are carried into the next micro-batch and scaled
-      by another scale), dropped when they were cleared (a skipped step, not accumulation)."""
+      by another scale), dropped when they were cleared (a skipped step, not accumulation).
+    An update given the new scale (`scaler.update(new_scale)`) sets it by hand and is not judged."""
 
     code = "AMP107"
 
@@ -31,10 +32,12 @@ class UpdatePerMicrobatchProbe(Probe):
         self.updates: dict[int, int] = {}
         self.steps: dict[int, int] = {}
         self.pending: list = []  # (evidence, update stack, unscale_ stacks, optimizers)
+        self.set_by_hand: set[int] = set()  # scalers whose pending update was given a new scale
         yield self.on("scaler_step_pre", self._step)
         # A plain optimizer.step() also steps this iteration (that is AMP104's business, not ours).
         yield self.on("opt_step_pre", lambda opt, in_scaler: None if in_scaler else self._plain_step())
         yield self.on("unscale_pre", self._unscale)
+        yield self.on("update_new_scale", lambda scaler: self.set_by_hand.add(id(scaler)))
         yield self.on("update_pre", self._update)
         yield self.on("backward", self._backward)
 
@@ -55,6 +58,11 @@ class UpdatePerMicrobatchProbe(Probe):
 
     def _update(self, scaler):
         k = id(scaler)
+        if k in self.set_by_hand:
+            # `scaler.update(new_scale)` sets the scale by hand (icefall's bump of a small scale):
+            # it needs no step and adapts nothing; the iteration's own update is still to come
+            self.set_by_hand.discard(k)
+            return
         self.updates[k] = self.updates.get(k, 0) + 1
         if self.steps_since.get(k, 0) == 0:
             ev = {"updates": self.updates[k], "scaler_steps": self.steps.get(k, 0), "stepped_this_iteration": False}

@@ -15,7 +15,9 @@ from amplint.runtime.probes._base import Probe
 class ManualHalfModelProbe(Probe):
     """Remembers where each parameter was cast to low precision (.half(), .bfloat16(), .to(dtype),
     or `param.data = <low-precision tensor>`);
-    at an optimizer's first step, low-precision parameters it holds confirm the cast site.
+    at an optimizer's first step, and at its first step after any later cast (an evaluation
+    helper's in-place `.half()` between epochs), low-precision parameters it holds confirm the
+    cast site.
     Evidence: dtypes, the optimizer, how many parameters; the share of updates lost comes from the
     AMP903 probe's measurement (event `lost_updates`), and when every low-precision parameter of
     the optimizer was cast at a site recorded here, those sites are handed back to it (they explain
@@ -29,6 +31,7 @@ class ManualHalfModelProbe(Probe):
         self.cast_site: dict[int, tuple] = {}
         self.checked: weakref.WeakSet = weakref.WeakSet()
         self.confirmed: dict[int, list] = {}
+        self.confirmed_sites: dict[int, set] = {}  # id(optimizer) -> cast sites already recorded
         self.all_cast: dict[int, bool] = {}  # id(optimizer) -> every low-precision parameter had a cast site
         self.by_default_dtype: set[int] = set()  # id(parameter) created low by the default dtype
         yield self.on("module_cast", self._cast)
@@ -41,9 +44,11 @@ class ManualHalfModelProbe(Probe):
         stack = user_stack(1)
         for p in module.parameters():
             self.cast_site[id(p)] = (stack, torch_state.dtype_name(dtype), how)
+        self.checked = weakref.WeakSet()  # a cast between steps (an eval helper's `.half()`): look again
 
     def _parameter_cast(self, param, dtype):
         self.cast_site[id(param)] = (user_stack(1), torch_state.dtype_name(dtype), "data")
+        self.checked = weakref.WeakSet()
 
     def _registered(self, module, name, param):
         if param is not None and param.dtype in torch_state.LOW_PRECISION and torch.get_default_dtype() in torch_state.LOW_PRECISION:
@@ -68,7 +73,11 @@ class ManualHalfModelProbe(Probe):
         # Every low-precision parameter of this optimizer traced to a cast: its lost updates
         # (AMP903's measurement) are this finding's evidence, not a finding of their own.
         self.all_cast[id(opt)] = bool(found) and None not in found
+        seen_sites = self.confirmed_sites.setdefault(id(opt), set())
         for key, e in found.items():
+            if key in seen_sites:
+                continue  # confirmed at an earlier step
+            seen_sites.add(key)
             stack = e["stack"]
             rec = self.sink.record_site(
                 self.code,
