@@ -378,3 +378,25 @@ def _container_values(expr: cst.BaseExpression, scope) -> list:
     module = symbol.model
     values = module.module_scope.assignments.get(symbol.name.split(".")[-1], [])
     return [(v, module) for v in values if isinstance(v, containers)]
+
+
+def classes_deriving_in_importers(model, names: set[str]) -> list:
+    """ClassInfos of the classes of project modules importing `model` that derive from one
+    of its classes named in `names` (a base trainer's subclasses in the trainers' modules)."""
+    import os
+
+    project = model.project
+    if project is None or str(model.path)[:1] == "<":
+        return []
+    here = os.path.abspath(model.path)
+    words = {n.lower() for n in names}
+    found = []
+    for path in project.importers_among(model.path, lambda text: any(w in text for w in words)):
+        other = project.model_at(path)
+        if other is None:
+            continue
+        for sub in other.classes.values():
+            if any(isinstance(base, ForeignClass) and os.path.abspath(base.symbol.path) == here and base.name in names
+                   for base in bases_of(sub)):
+                found.append(sub)
+    return found

@@ -16,7 +16,7 @@ import libcst as cst
 
 import re
 
-from amplint.analysis.callees import resolve_call
+from amplint.analysis.callees import classes_deriving_in_importers, resolve_call
 from amplint.analysis.names import dotted
 from amplint.analysis.step_kinds import Kind
 from amplint.analysis.syntax import argument_for, call_arg, returned_values
@@ -309,7 +309,7 @@ class Checkpoints:
             return {UNKNOWN}
         out: set[str] = set()
         found = False
-        for klass in (cls, *_subclasses_elsewhere(self.model, cls)):
+        for klass in (cls, *classes_deriving_in_importers(self.model, {cls.name})):
             for method in getattr(klass, "methods", {}).values():
                 params = method.params.params
                 if not params:
@@ -590,26 +590,3 @@ def _owns_a_scaler(receiver: cst.BaseExpression, scope) -> bool:
         if cls is not None and hasattr(cls, "attributes") and owned_scalers(cls):
             return True
     return False
-
-
-def _subclasses_elsewhere(model, cls) -> list:
-    """ClassInfos of the classes of project modules importing this one that derive from `cls`."""
-    import os
-
-    from amplint.analysis.callees import ForeignClass, bases_of
-
-    project = model.project
-    if project is None or str(model.path)[:1] == "<":
-        return []
-    here = os.path.abspath(model.path)
-    word = cls.name.lower()
-    found = []
-    for path in project.importers_among(model.path, lambda text: word in text):
-        other = project.model_at(path)
-        if other is None:
-            continue
-        for sub in other.classes.values():
-            if any(isinstance(base, ForeignClass) and os.path.abspath(base.symbol.path) == here and base.name == cls.name
-                   for base in bases_of(sub)):
-                found.append(sub)
-    return found

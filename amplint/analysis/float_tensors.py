@@ -158,20 +158,22 @@ def _attribute_set_only_in_its_class(expr: cst.Attribute, scope) -> bool:
         return False  # a property (or method) of that name computes what it gives
     own = len(cls.attributes.get(attr, ()))
     pattern = re.compile(rf"\.\s*{re.escape(attr)}\s*=(?!=)", re.I)  # NB: importers' text is lowercased
-    code = scope.model.module.code
+    code = scope.model.text
     if "setattr(" in code or _WRITES_NAMESPACES.search(code) or len(pattern.findall(code)) > own:
         return False
-    project, path = scope.model.project, str(scope.model.path)
+    return not _an_importer_says(scope.model, re.compile(rf"setattr\(|{pattern.pattern}", re.I))
+
+
+def _an_importer_says(model, pattern: re.Pattern) -> bool:
+    """A project module importing this one has text `pattern` finds (importers' text is
+    lowercased); also True where they cannot be known (a project too large to list)."""
+    project, path = model.project, str(model.path)
     if project is None or path[:1] == "<":
-        return True
+        return False
     importers = project.importers(path)
     if not importers and project.may_be_imported(path):
-        return False  # a project too large to list: its importers are not known
-    for other in importers:
-        text_other = project.raw_text(other) or ""
-        if "setattr(" in text_other or pattern.search(text_other):
-            return False
-    return True
+        return True
+    return any(pattern.search(project.raw_text(o) or "") for o in importers)
 
 
 def _may_be_dtype(arg: cst.BaseExpression, scope) -> bool:
@@ -209,7 +211,7 @@ def _data_replaced(name: str, model) -> bool:
     """The module may assign `<name>.data` (`x.data = ...`, `x.data, y.data = ...`) or
     swap the tensor's contents (`torch.utils.swap_tensors`): anything but a read of an
     attribute of `.data` counts."""
-    code = model.module.code
+    code = model.text
     if "swap_tensors" in code:
         return True
     return ".data" in code and re.search(rf"(?<![\w.]){re.escape(name)}\s*\.\s*data\b(?!\s*[.\[(])", code) is not None
@@ -220,21 +222,14 @@ def _rebound_unseen(name: str, scope) -> bool:
     ... as`, a walrus or a comprehension anywhere in the module, or, for a module-level
     name, set from an importer (`train.BIAS = torch.arange(4)`, `setattr`)."""
     model = scope.model
-    code = model.module.code
+    code = model.text
     if _WRITES_NAMESPACES.search(code) or re.search(rf"\bnonlocal\b[^\n]*\b{re.escape(name)}\b", code):
         return True  # `globals()["x"] = ...`, `exec(...)`, `sys.modules[__name__].x = ...`, `nonlocal x`
     if _bound_by_other_than_assign(name, model):
         return True
     if getattr(scope, "node", None) is not model.module and name not in model.module_scope.assignments:
         return False
-    project, path = model.project, str(model.path)
-    if project is None or path[:1] == "<":
-        return False
-    pattern = re.compile(rf"\.\s*{re.escape(name)}\s*=(?!=)", re.I)  # NB: importers' text is lowercased
-    importers = project.importers(path)
-    if not importers and project.may_be_imported(path):
-        return True
-    return any("setattr(" in (t := project.raw_text(o) or "") or pattern.search(t) for o in importers)
+    return _an_importer_says(model, re.compile(rf"setattr\(|\.\s*{re.escape(name)}\s*=(?!=)", re.I))
 
 
 # Code that writes a namespace without naming what it binds.
@@ -274,15 +269,7 @@ _PATCHED_CALL = re.compile(r"forward_hook|forward_pre_hook|\.forward\s*=(?!=)|__
 def _calls_may_be_patched(model) -> bool:
     """The module, or a project module that imports it, registers forward hooks or
     replaces a module's `forward`: a layer's output may then be anything."""
-    if _PATCHED_CALL.search(model.module.code):
-        return True
-    project, path = model.project, str(model.path)
-    if project is None or path[:1] == "<":
-        return False
-    importers = project.importers(path)
-    if not importers and project.may_be_imported(path):
-        return True
-    return any(_PATCHED_CALL.search(project.raw_text(o) or "") for o in importers)
+    return bool(_PATCHED_CALL.search(model.text)) or _an_importer_says(model, _PATCHED_CALL)
 
 
 def floating_dtype(dtype: cst.BaseExpression | None, scope) -> bool:

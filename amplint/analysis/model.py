@@ -251,6 +251,12 @@ class ModuleModel:
 
     # --- derived views (computed on first use) ------------------------------------------
     @cached_property
+    def text(self) -> str:
+        """The module's code as text, generated once (`module.code` renders the tree again at
+        every read; the evidence checks of the fixes read it per name)."""
+        return self.module.code
+
+    @cached_property
     def bindings(self):
         from amplint.analysis.bindings import Bindings
 

@@ -117,7 +117,7 @@ def plain_scaler(model, proto, text: str, scope, *, strict_uses: bool = True, bu
                 continue
             if not (isinstance(branch, cst.Call) and vscope.model.qualify(branch.func) in _SCALER_CLASSES):
                 return False
-    if not proto.only_here(text.rsplit(".", 1)[-1]) or any(w in model.module.code for w in _DYNAMIC):
+    if not proto.only_here(text.rsplit(".", 1)[-1]) or any(w in model.text for w in _DYNAMIC):
         return False
     if not _bound_once(model, values) or _imports_a_reacher(model):
         return False

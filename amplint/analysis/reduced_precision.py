@@ -154,7 +154,7 @@ def _own_imports(model, project) -> list[str]:
     from amplint.prefilter import code_text, package_of
     from amplint.project.text_imports import imported_files
 
-    code = code_text(model.module.code)
+    code = code_text(model.text)
     return [os.path.abspath(p) for p in imported_files(code, Path(model.path), package_of(model.path))]
 
 

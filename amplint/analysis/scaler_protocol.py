@@ -337,7 +337,7 @@ class ScalerProtocol:
     def _rewires_names(self) -> bool:
         """The module reaches its names dynamically (`globals()`, `exec`, `eval`, `setattr`
         on a module): a call by name may run something else."""
-        code = self.model.module.code
+        code = self.model.text
         return any(w in code for w in ("globals()", "exec(", "eval(", "sys.modules"))
 
     def _in_decorated_class(self, function: cst.FunctionDef) -> bool:

@@ -258,7 +258,7 @@ def _reads_gradients(model) -> bool:
     probe head updated by hand, in `probes.sgd_update`, a gradient used as a value):
     scaling the backward would scale what it reads.  A buffer with no project: the
     module alone."""
-    if _READS_GRAD.search(model.module.code):
+    if _READS_GRAD.search(model.text):
         return True
     project = model.project
     if project is None or str(model.path)[:1] == "<":

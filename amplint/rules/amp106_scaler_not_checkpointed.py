@@ -7,7 +7,7 @@ import re
 
 import libcst as cst
 
-from amplint.analysis.callees import ForeignClass, bases_of, resolve_class
+from amplint.analysis.callees import ForeignClass, bases_of, classes_deriving_in_importers, resolve_class
 from amplint.analysis.checkpoints import BY_NAME, Checkpoints
 from amplint.analysis.names import dotted
 from amplint.analysis.scaler_protocol import SCALER_TOKENS, protocol
@@ -305,32 +305,19 @@ def _subclass_with_a_scaler(model, scope):
     that derives from the class of the method `scope` and owns an enabled GradScaler
     (`self.scaler = GradScaler()` in `LTRTrainer(BaseTrainer)`): the method's checkpoint is
     that trainer's checkpoint, whichever module writes it.  None otherwise."""
-    project = model.project
     cls = getattr(scope, "cls", None)
-    if project is None or cls is None or str(model.path)[:1] == "<":
+    if cls is None:
         return None
-    here = os.path.abspath(model.path)
     # the class and its subclasses of this module (`TrainerIter(BaseTrainer)`): another
     # module's trainer may derive from either
     names = {cls.name} | {c.name for c in model.classes.values() if any(b is cls for b in bases_of(c))}
-    words = {n.lower() for n in names}
-    for path in project.importers_among(model.path, lambda text: any(w in text for w in words)):
-        other = project.model_at(path)
-        if other is None:
-            continue
-        for sub in other.classes.values():
-            derives = any(
-                isinstance(base, ForeignClass) and os.path.abspath(base.symbol.path) == here and base.name in names
-                for base in bases_of(sub)
-            )
-            if not derives:
-                continue
-            for owned in owned_scalers(sub):
-                if owned.model.bindings.values.literal_bool(call_arg(owned.call, None, "enabled")) is not False:
-                    return owned.model, owned.call
-            built = _builds_a_scaler_owner(sub, other)
-            if built is not None:
-                return other, built
+    for sub in classes_deriving_in_importers(model, names):
+        for owned in owned_scalers(sub):
+            if owned.model.bindings.values.literal_bool(call_arg(owned.call, None, "enabled")) is not False:
+                return owned.model, owned.call
+        built = _builds_a_scaler_owner(sub, sub.model)
+        if built is not None:
+            return sub.model, built
     return None
 
 

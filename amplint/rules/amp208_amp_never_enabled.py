@@ -116,7 +116,7 @@ class AmpNeverEnabled(Rule):
         """The module may give the option another value than the command line's: it assigns
         `<anything>.dest = ...` (an alias of the namespace, a function that edits it), or
         writes through `setattr`, `vars(args)`, `__dict__` or a prepared `namespace=`."""
-        text = self.model.module.code
+        text = self.model.text
         return bool(re.search(rf"\.{re.escape(dest)}\s*(?:=[^=]|\+=)|\bsetattr\(|\bvars\(|__dict__|\bnamespace\s*=", text))
 
 
