@@ -68,7 +68,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "skipped included; with several optimizers the run stops when any one of them "
                         "is about to take its step N+1")
     p.add_argument("--device", choices=("cpu",), default=None, help="emulate a CUDA script on the CPU")
-    p.add_argument("--nan-guard", action="store_true", help="find the first module producing NaN/Inf (AMP901)")
+    p.add_argument("--nan-guard", action="store_true", help="find where the first NaN/Inf appears, forward or backward, and its likely cause (AMP901)")
     # The run confirms or refutes each static finding, and only a confirmed one fails: so the static
     # pass runs the preview tier too (clip-before-unscale among it), unlike a plain `check`.
     p.add_argument("--preview", dest="preview", action="store_true", default=True,

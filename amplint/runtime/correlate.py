@@ -516,7 +516,11 @@ def _merge_ranks(items: list[RuntimeFinding]) -> list[RuntimeFinding]:
 def runtime_message(o: dict) -> str:
     ev = o["evidence"]
     if o["code"] == "AMP901":
-        return f"first non-finite forward output: `{ev.get('module')}` ({ev.get('dtype')}) at step {ev.get('step')}"
+        where = f"`{ev['module']}`" if ev.get("module") else "outside any module"
+        what = "gradient" if ev.get("pass") == "backward" else "forward output"
+        node = f" in {ev['node']}" if ev.get("node") else ""
+        cause = f": {ev['cause']}" if ev.get("cause") else ""
+        return f"first non-finite {what}: {where}{node} ({ev.get('dtype')}) at step {ev.get('step')}{cause}"
     if o["code"] == "AMP902":
         return f"{ev.get('summary', 'GradScaler skipped steps')} (min scale {ev.get('min_scale')})"
     if o["code"] == "AMP904":

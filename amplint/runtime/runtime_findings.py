@@ -23,9 +23,17 @@ class RuntimeFinding:
 
 FIRST_NONFINITE = RuntimeFinding("AMP901", "first-nonfinite-module", """
     ## What it does
-    With `amplint verify --nan-guard`, names the first module whose forward output held a NaN or
-    an Inf: its path in the model (`GPT.transformer.h.3.mlp.c_fc`), its class, its output dtype and
-    the optimizer step it happened at.
+    With `amplint verify --nan-guard`, names where the first NaN or Inf of a run appeared, in the
+    forward or in the backward, and the likely cause:
+
+    - forward: the first module whose inputs were finite and whose output was not: its path in
+      the model (`GPT.transformer.h.3.mlp.c_fc`), its class, its output dtype;
+    - backward (when the forward was finite): the first autograd node that turned finite
+      gradients into non-finite ones (`SqrtBackward0`), and the module whose forward ran it;
+    - the cause: an overflow (an inf from finite values in float16, beyond 65,504), a pole
+      (log(0), x/0, sqrt(0): an inf from finite values, or a derivative at such a point), or an
+      invalid operation (a NaN from finite values: 0/0, inf - inf, sqrt of a negative), and the
+      optimizer step it happened at.
 
     ## Why is this bad?
     A NaN spreads: one step later every weight is NaN and the loss curve just stops. Where it
@@ -34,13 +42,21 @@ FIRST_NONFINITE = RuntimeFinding("AMP901", "first-nonfinite-module", """
     without a guard, a bf16-pretrained model run in fp16.
 
     ## How verify finds it
-    A global forward hook keeps one "all finite?" flag per module call on the device (no sync) and
-    reads the flags once per optimizer step. Hooks fire as modules return, so of nested modules the
-    innermost is named first; plain functions and `torch.jit` modules are not seen.
+    A global forward hook keeps four flags per module call on the device (output finite, holds
+    an inf, holds a NaN, inputs finite), with no sync. When a backward starts, the autograd graph
+    of its loss is walked once and each node gets a hook that keeps the same flags for the
+    gradients it receives and produces. The flags are read once per optimizer step: one sync per
+    step, where autograd's anomaly mode checks every op. Hooks fire as modules return, so of
+    nested modules the innermost is named; an op between modules is named by the module whose
+    forward ran it. `torch.jit` modules and plain functions are not seen in the forward (what they
+    break shows as a module's non-finite input). The backward of a loss scaled by an enabled
+    GradScaler is not watched: GradScaler skips those steps itself, and AMP902 reports a scale
+    that keeps falling. The cause is a reading of the flags and the node, not a proof.
 
     ## What to do
     Look at the named module's inputs and output range in that dtype: run it in float32 (autocast
-    off for that module), clamp or rescale, or use bfloat16, whose range is float32's. Under
+    off for that module), clamp or rescale, or use bfloat16, whose range is float32's; for a
+    pole, guard the argument (`clamp_min(eps)`, `x.sqrt()` only where `x > 0`). Under
     `--device cpu` CPU autocast keeps softmax, layer_norm, exp and sum in reduced precision where
     CUDA uses float32, so a NaN seen in emulation may not happen on the GPU.
 

@@ -322,3 +322,32 @@ def test_headroom_or_a_bfloat16_run_is_no_finding(verify_run, flag):
     code, report = verify_run("--steps", "5", "--", PY, str(SCRIPTS / "large_activations.py"), flag)
     assert [f for f in report["runtime_findings"] if f["code"] == "AMP905"] == [], report["runtime_findings"]
     assert not report.get("probe_errors")
+
+
+# --- AMP901: where the first NaN/Inf of a step comes from, forward or backward, and why ----------
+
+
+@pytest.mark.parametrize(
+    "mode, where, module, dtype, node, cause",
+    [
+        ("forward-overflow", "forward", "Net.head", "float16", None, "overflow: a value beyond float16's 65,504"),
+        ("forward-nan", "forward", "Net", "float32", None, "a NaN from finite inputs"),
+        # the sqrt sits in Net's own forward between its two children: Net, not the head it feeds
+        ("backward-pole", "backward", "Net", "float32", "SqrtBackward0", "its derivative has a pole"),
+    ],
+)
+def test_nan_guard_names_the_origin_and_its_cause(verify_run, mode, where, module, dtype, node, cause):
+    code, report = verify_run("--nan-guard", "--", PY, str(SCRIPTS / "nonfinite_origins.py"), mode)
+    found = [f for f in report["runtime_findings"] if f["code"] == "AMP901"]
+    assert len(found) == 1, report["runtime_findings"]
+    evidence = found[0]["evidence"]
+    assert (evidence["pass"], evidence["module"], evidence["dtype"], evidence.get("node")) == (where, module, dtype, node)
+    assert evidence["cause"].startswith(cause) or cause in evidence["cause"], evidence["cause"]
+    assert not report.get("probe_errors")
+    assert code == 1
+
+
+def test_nan_guard_is_silent_on_a_finite_run(verify_run):
+    _code, report = verify_run("--nan-guard", "--", PY, str(SCRIPTS / "nonfinite_origins.py"), "clean")
+    assert [f for f in report["runtime_findings"] if f["code"] == "AMP901"] == []
+    assert not report.get("probe_errors")
