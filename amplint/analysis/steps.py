@@ -514,6 +514,10 @@ class _Builder:
         # instance's `self.scaler`, so its keys are the caller's (`T.self.scaler`, not
         # `Base.self.scaler`).
         self.self_alias: tuple[str, str] | None = None
+        # The key of an inlined helper's parameter -> the caller's key of the argument bound to
+        # it: `helper(self.grad_scaler)` whose body calls `grad_scaler.step(opt)` steps the
+        # caller's `self.grad_scaler`, which the caller then updates.
+        self.argument_keys: dict[str, str] = {}
 
     # The module whose code is being read: the graph's own, or the module of an inlined
     # function from elsewhere in the project (names there qualify through its imports).
@@ -776,10 +780,9 @@ class _Builder:
                 self.anchor = outer_anchor
 
     def make_event(self, kind: Kind, call: cst.Call, **kw) -> Event:
-        if self.self_alias is not None:
-            for which in ("scaler", "optimizer"):
-                if kw.get(which) is not None:
-                    kw[which] = _aliased(kw[which], self.self_alias)
+        for which in ("scaler", "optimizer"):
+            if kw.get(which) is not None:
+                kw[which] = self._caller_key(kw[which])
         return Event(
             kind=kind,
             node=call,
@@ -1030,7 +1033,8 @@ class _Builder:
 
     def _inline(self, callee, call: cst.Call) -> None:
         callee_scope = callee.scope
-        saved = (self.scope, self.via, self.through, self.no_grad, self.self_alias)
+        saved = (self.scope, self.via, self.through, self.no_grad, self.self_alias, self.argument_keys)
+        self.argument_keys = {**self.argument_keys, **self._arguments_into(callee, call)}
         self.self_alias = self._self_alias_into(callee_scope, call)
         self.through = (*self.through, (call, self.scope))
         if any(self._decorator_disables_grad(d.decorator, callee.model) for d in callee.fn.decorators):
@@ -1048,7 +1052,44 @@ class _Builder:
         finally:
             self.return_targets.pop()
             self.inline_stack.pop()
-            self.scope, self.via, self.through, self.no_grad, self.self_alias = saved
+            self.scope, self.via, self.through, self.no_grad, self.self_alias, self.argument_keys = saved
+
+    def _caller_key(self, key: str) -> str:
+        """`key` as the outermost caller names it: through `self` aliases and bound arguments."""
+        if self.self_alias is not None:
+            key = _aliased(key, self.self_alias)
+        for param, bound in self.argument_keys.items():
+            if key == param or key.startswith(param + "."):
+                return bound + key[len(param):]
+        return key
+
+    def _arguments_into(self, callee, call: cst.Call) -> dict[str, str]:
+        """The callee's parameter keys bound to a scaler or optimizer the caller names: only
+        plain names and attributes, matched by position (after a method's `self`) or keyword."""
+        callee_scope = callee.scope
+        params = list(callee.fn.params.params)
+        decorators = {dotted(d.decorator) for d in callee.fn.decorators}
+        if callee_scope.cls is not None and "staticmethod" not in decorators and isinstance(call.func, cst.Attribute):
+            params = params[1:]
+        by_name = {p.name.value: p for p in (*params, *callee.fn.params.kwonly_params)}
+        bound: dict[str, str] = {}
+        for index, arg in enumerate(call.args):
+            if arg.star:
+                break
+            if arg.keyword is not None:
+                param = by_name.get(arg.keyword.value)
+            else:
+                param = params[index] if index < len(params) else None
+            if param is None or not isinstance(arg.value, (cst.Name, cst.Attribute)):
+                continue
+            if not (self.b.is_scaler(arg.value, self.scope) or self.b.is_optimizer(arg.value, self.scope)):
+                continue
+            caller = self._scaler_of(arg.value) or self.b.key(arg.value, self.scope)
+            if caller is None:
+                continue
+            name = param.name.value
+            bound[f"{callee_scope.name}@{id(callee_scope)}:{name}"] = self._caller_key(caller)
+        return bound
 
     def _self_alias_into(self, callee_scope, call: cst.Call) -> tuple[str, str] | None:
         """The alias of `self` inside a method called on the caller's own `self` (or

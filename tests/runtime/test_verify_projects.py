@@ -46,6 +46,9 @@ FAILS_AS_ON_A_GPU = {
     # AMP205: the hand-written checkpoint recomputes its block in backward outside autocast, on
     # the float16 activation the forward saved: the float32 Linear refuses it (as on a GPU).
     "checkpoint_function_in_layers": "mat1 and mat2 must have the same dtype, but got Half and Float",
+    # AMP102: the scaler handed to the helper is never updated, so its per-optimizer state still
+    # says "stepped" in the next iteration and torch refuses the helper's second step.
+    "scaler_passed_to_optimizer_helper_never_updated": "step() has already been called since the last update().",
 }
 
 
