@@ -13,8 +13,9 @@ Layout (`.amplint_cache/` next to the configuration, or `--cache-dir DIR`):
 from results of the old code), the Python and the libcst that check (`interpreter_key`:
 a PEP 695 alias compiles on 3.12, not on 3.11), `Config.cache_key` (the rules in force, per-file ignores,
 target torch) and the configuration's root (per-file ignores match paths relative to it),
-so another version, code or configuration never sees these entries.  `<file>` is a digest of the file's path (diagnostics carry the path, and
-per-file ignores depend on it).  An entry holds the file's size, `mtime_ns`, SHA-256 of
+so another version, code or configuration never sees these entries.  `<file>` is a digest of the file's path
+as given (diagnostics carry it) and of where that is (`t.py` run from two folders is two files:
+per-file ignores and the modules beside it differ, even where the bytes are the same).  An entry holds the file's size, `mtime_ns`, SHA-256 of
 its bytes, and the result: diagnostics (fixes included) or the reason the file could
 not be analysed.
 
@@ -202,7 +203,8 @@ class ResultCache:
 
     # --- internals -----------------------------------------------------------------------
     def _entry_path(self, path: Path) -> Path:
-        digest = hashlib.sha256(os.fsencode(str(path))).hexdigest()[:32]
+        where = os.fsencode(os.path.abspath(path)) + b"\0" + os.fsencode(str(path))
+        digest = hashlib.sha256(where).hexdigest()[:32]
         return self.dir / digest[:2] / f"{digest}.json"
 
     @staticmethod

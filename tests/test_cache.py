@@ -621,3 +621,21 @@ def test_a_fifo_or_device_beside_the_checked_file_is_no_dependency_to_read(tmp_p
     for _ in range(2):  # cold, then answered from the cache
         proc = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=120)  # NB: a hang guard
         assert proc.returncode == 1 and "AMP301" in proc.stdout, proc.stdout + proc.stderr
+
+
+def test_same_spelling_in_two_folders_is_two_files(tmp_path, monkeypatch, capsys) -> None:
+    """`amplint check t.py` run in `proj/sub` then in `proj`: the same spelling, the same bytes,
+    two files. A per-file ignore covers only `sub/`, so the second run must not reuse the first's
+    clean result (hostile pass 11)."""
+    proj = tmp_path / "proj"
+    (proj / "sub").mkdir(parents=True)
+    (proj / "pyproject.toml").write_text('[tool.amplint]\nper-file-ignores = { "sub/*" = ["AMP401"] }\n')
+    for where in (proj / "sub", proj):
+        (where / "t.py").write_text(LEGACY)
+    cache = str(tmp_path / "cache")
+    exits = {}
+    for where in (proj / "sub", proj):
+        monkeypatch.chdir(where)
+        exits[where.name] = main(["check", "--cache-dir", cache, "t.py"])
+        capsys.readouterr()
+    assert exits == {"sub": 0, "proj": 1}
