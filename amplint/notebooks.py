@@ -182,6 +182,9 @@ def neutralise(source: str, marker: str) -> tuple[str | None, tuple[str, ...]]:
 
     Each IPython line becomes `pass  # <marker> magic` at its own indentation, so blocks
     keep their shape and no rule sees it; lines inside a multi-line string are left alone.
+    An IPython line ending in a backslash goes on in the next line (`!pip install -q \\`
+    then `    transformers`): IPython joins them into one command, so each continuation line
+    is neutralised too, at the first line's indentation.
     """
     lines = source.splitlines(keepends=True)
     if lines and lines[0].startswith("%%"):
@@ -191,12 +194,14 @@ def neutralise(source: str, marker: str) -> tuple[str | None, tuple[str, ...]]:
     in_string = _lines_inside_strings(source)
     magics: list[str] = []
     out: list[str] = []
+    continued: str | None = None  # the indentation of the IPython line this one continues
     for number, line in enumerate(lines, start=1):
-        if number not in in_string and _ESCAPED.match(line):
-            body = line.rstrip("\r\n")
-            indent = body[: len(body) - len(body.lstrip())]
+        body = line.rstrip("\r\n")
+        if continued is not None or (number not in in_string and _ESCAPED.match(line)):
+            indent = continued if continued is not None else body[: len(body) - len(body.lstrip())]
             magics.append(body)
             out.append(f"{indent}pass  # {marker} magic{line[len(body):]}")
+            continued = indent if body.endswith("\\") else None
         else:
             out.append(line)
     return "".join(out), tuple(magics)

@@ -147,6 +147,19 @@ def test_magics_are_neutralised_but_strings_are_not(tmp_path: Path) -> None:
     assert notebooks.neutralise("%%time\nx = 1\n", "M")[0] == "pass  # M magic\nx = 1\n"
 
 
+@pytest.mark.parametrize("escape", ["!pip install -q \\", "%pip install -q \\", "files = !ls \\"])
+def test_an_ipython_line_continued_by_a_backslash_is_one_command(tmp_path: Path, escape: str) -> None:
+    """Colab's `!pip install -q \\` + `    transformers accelerate`: IPython joins the lines, so the
+    indented continuation is not Python's "unexpected indent" (hostile pass 11)."""
+    source = f"{escape}\n    transformers \\\n  accelerate\nimport torch\n{DEPRECATED}"
+    code, magics = notebooks.neutralise(source, "M")
+    assert magics == (escape, "    transformers \\", "  accelerate")
+    assert code.startswith("pass  # M magic\n" * 3)
+    make_notebook(tmp_path / "colab.ipynb", [source])
+    result = check_paths([tmp_path / "colab.ipynb"], Config(root=tmp_path))
+    assert result.errors == [] and {d.code for d in result.diagnostics} == {"AMP401"}
+
+
 def test_a_non_python_kernel_is_skipped_and_broken_json_is_an_error(tmp_path: Path) -> None:
     make_notebook(tmp_path / "r.ipynb", ["library(torch)\n" + DEPRECATED], language="R")
     (tmp_path / "bad.ipynb").write_text("{not json")
