@@ -126,9 +126,19 @@ class Flake8Plugin:
         if unreadable is not None:
             yield 1, 0, f"{NOT_ANALYSED} amplint did not analyse this file: {unreadable}", type(self)
             return
+        from amplint.config import ConfigError
+
+        try:
+            config = self._config()
+        except ConfigError as exc:
+            # A mistake in [tool.amplint] must not take flake8 (and every other plugin's
+            # findings) down: `amplint check` exits 2 with this message; here it is one
+            # finding per file, and the other plugins still report.
+            yield 1, 0, f"{NOT_ANALYSED} amplint did not analyse this file: {exc}", type(self)
+            return
         crashes: list = []  # a crashing rule must not take flake8 down; the others still report
         try:
-            diagnostics = check_source(self._source, self._filename, self._config(), crashes=crashes)
+            diagnostics = check_source(self._source, self._filename, config, crashes=crashes)
         except SourceError as exc:
             # flake8 runs tree plugins only on files CPython parses, and reports its syntax
             # errors itself (E999).  What amplint still refuses is one of its own limits

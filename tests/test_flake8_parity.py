@@ -177,6 +177,24 @@ def test_flake8_honours_the_nearest_tool_amplint(tmp_path: Path, table: str, exp
     assert {(d["filename"], " " + d["code"]) for d in json.loads(cli.stdout)} == expected
 
 
+@pytest.mark.parametrize("table", ['select = "AMP4"', "select = [", "unknown-key = 1"])
+def test_a_mistake_in_tool_amplint_is_one_finding_not_a_flake8_crash(tmp_path: Path, table: str) -> None:
+    """`amplint check` exits 2 naming the mistake; flake8 must not die with a traceback and lose
+    every other plugin's findings (pyflakes' F401 here): one AMP000 per file (hostile pass 11)."""
+    project = _project(tmp_path, table)
+    (project / "train.py").write_text("import os\n" + (project / "train.py").read_text())
+    proc = subprocess.run([sys.executable, "-m", "flake8", "--select", "F,AMP", "train.py"], cwd=project,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert any(" F401 " in line for line in lines), lines
+    (refusal,) = [line for line in lines if " AMP" in line]
+    assert refusal.startswith("train.py:1:1: AMP000 amplint did not analyse this file: ") and "pyproject.toml" in refusal
+    cli = subprocess.run([sys.executable, "-m", "amplint", "check", "train.py"], cwd=project, capture_output=True, text=True,
+                         timeout=120)
+    assert cli.returncode == 2
+
+
 def test_flake8_isolated_reads_no_pyproject(tmp_path: Path) -> None:
     project = _project(tmp_path, 'ignore = ["AMP401"]')
     assert flake8("--select", "AMP4", files=["train.py"], cwd=project) == {("train.py", 2, 5, "AMP401")}
