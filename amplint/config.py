@@ -464,10 +464,56 @@ def find_pyproject(start: Path) -> Path | None:
     return None
 
 
+# A configuration is a few kilobytes; more is not one (`--config /dev/zero` would read forever).
+MAX_CONFIG_BYTES = 4 * 1024 * 1024
+# A pipe (`--config <(generate-config)`) is read as its writer writes; one nobody opens for
+# writing would block the run for good.
+PIPE_WAIT_SECONDS = 10.0
+
+
+def _config_text(path: Path) -> str:
+    """The text of a regular file or a pipe, bounded in size and, for a pipe, in waiting."""
+    import stat
+    import threading
+
+    st = os.stat(path)
+    too_big = ConfigError(f"{path}: larger than {MAX_CONFIG_BYTES // (1024 * 1024)} MB: not a configuration file")
+    if stat.S_ISREG(st.st_mode):
+        if st.st_size > MAX_CONFIG_BYTES:
+            raise too_big
+        return path.read_text(encoding="utf-8")
+    if not stat.S_ISFIFO(st.st_mode):
+        raise ConfigError(f"{path}: not a configuration file (a directory or a device)")
+
+    def read() -> str:
+        with open(path, "rb") as f:
+            data = f.read(MAX_CONFIG_BYTES + 1)
+        if len(data) > MAX_CONFIG_BYTES:
+            raise too_big
+        return data.decode("utf-8")
+
+    outcome: list = []
+
+    def run() -> None:
+        try:
+            outcome.append(read())
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
+            outcome.append(exc)
+
+    reader = threading.Thread(target=run, daemon=True)  # NB: a blocked open cannot be cancelled
+    reader.start()
+    reader.join(PIPE_WAIT_SECONDS)
+    if not outcome:
+        raise ConfigError(f"{path}: a pipe nothing wrote to in {PIPE_WAIT_SECONDS:.0f} s")
+    if isinstance(outcome[0], BaseException):
+        raise outcome[0]
+    return outcome[0]
+
+
 def _read_toml(path: Path) -> dict:
     """The TOML document in `path`, or ConfigError saying why it cannot be had."""
     try:
-        return tomllib.loads(path.read_text(encoding="utf-8"))
+        return tomllib.loads(_config_text(path))
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: invalid TOML: {exc}") from None
     except UnicodeDecodeError as exc:

@@ -6,6 +6,7 @@ import contextlib
 import io
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -368,15 +369,17 @@ def test_a_pyproject_that_cannot_be_read_is_an_error_naming_it(tmp_path: Path, m
 
 
 def test_every_front_end_refuses_a_pyproject_that_cannot_be_used(tmp_path: Path) -> None:
-    """The flake8 plugin and the language server fail the same way, naming the file (the CLI: above)."""
+    """The language server fails the same way, naming the file (the CLI: above); the flake8 plugin
+    says it in one AMP000 finding, so that flake8 and its other plugins go on."""
     from amplint.flake8_plugin import Flake8Plugin
     from amplint.server.configs import Configs
 
     project = _nested_project(tmp_path, b"[tool.amplint\n")
     target = project / "sub" / "old.py"
     plugin = Flake8Plugin(None, DEPRECATED.splitlines(keepends=True), str(target))
-    with pytest.raises(ConfigError, match=r"sub/pyproject\.toml: invalid TOML"):
-        list(plugin.run())
+    ((line, col, message, _),) = list(plugin.run())
+    assert (line, col) == (1, 0) and message.startswith("AMP000 amplint did not analyse this file: ")
+    assert re.search(r"sub/pyproject\.toml: invalid TOML", message), message
     with pytest.raises(ConfigError, match=r"sub/pyproject\.toml: invalid TOML"):
         Configs().for_path(target)
     (project / "sub" / "pyproject.toml").write_text("[project]\nname = 'x'\n")
@@ -610,3 +613,24 @@ def test_preview_runs_the_preview_tier_from_the_command_line_and_the_config(tmp_
     assert code not in codes(run("--no-preview", config="preview = true\n"))
     bad_value = run(config='preview = "yes"\n')
     assert bad_value.returncode == 2 and "preview must be true or false" in bad_value.stderr
+
+
+def test_a_config_that_is_a_device_or_a_silent_pipe_is_refused_not_waited_on(tmp_path: Path) -> None:
+    """`--config /dev/zero` read forever and a FIFO nobody writes blocked for good (hostile pass 11):
+    a device is refused, a pipe is waited on for a bounded time; `--config <(...)` still works."""
+    (tmp_path / "t.py").write_text(DEPRECATED)
+    proc = amplint("check", "--no-cache", "--config", "/dev/zero", "t.py", cwd=tmp_path)
+    assert proc.returncode == 2 and "/dev/zero: not a configuration file" in proc.stderr, proc.stderr
+    fifo = tmp_path / "fifo.toml"
+    os.mkfifo(fifo)
+    import amplint.config as config_mod
+
+    saved, config_mod.PIPE_WAIT_SECONDS = config_mod.PIPE_WAIT_SECONDS, 0.5
+    try:
+        with pytest.raises(ConfigError, match="a pipe nothing wrote to"):
+            config_mod.load(fifo)
+    finally:
+        config_mod.PIPE_WAIT_SECONDS = saved
+    shell = subprocess.run(["bash", "-c", f"'{sys.executable}' -m amplint check --no-cache --config <(printf '[tool.amplint]\\nignore = [\"AMP401\"]\\n') t.py"],
+                           cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert shell.returncode == 0, shell.stderr
