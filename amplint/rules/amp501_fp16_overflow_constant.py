@@ -820,31 +820,91 @@ def _feeds_only_softmax(node: cst.CSTNode, scope) -> bool:
     input of `.softmax(...)` / `F.softmax(...)` itself, or it is assigned to a name (or
     fills a name in place) whose every later read in the function is such an input."""
     body = scope.node
-    finder = _SoftmaxInputs(node)
+    finder = _SoftmaxInputs(node, scope.model)
     walk(body.body if isinstance(body, cst.FunctionDef) else body, finder)
     if id(node) in finder.fed:
         return True
     name = finder.filled_name
-    if name is None:
+    if name is None or finder.loop_carried(name):
+        return False  # in a loop, a read above the fill runs after it in the next iteration
+    if finder.in_place and not _fresh_and_unshared(name, finder, scope):
+        # An in-place fill also writes every view and every other reference of the tensor
+        # (`scores = logits.view(...)`, a dict that kept it for a z-loss), which no read of the
+        # name after the fill shows.
         return False
     reads = finder.reads_after.get(name, [])
     return bool(reads) and all(id(r) in finder.fed for r in reads)
+
+
+def _fresh_and_unshared(name: str, finder: "_SoftmaxInputs", scope) -> bool:
+    """`scores = torch.matmul(q, k).half()` and nothing reads `scores` before the in-place
+    fill: the tensor is a new result of a computation (not a view or the same object of
+    another name: `logits.view(...)`, `x.half()` of a tensor already half) that no other
+    reference holds."""
+    if finder.reads_before.get(name):
+        return False
+    assigned = scope.model.bindings.values.assigned(cst.Name(name), scope)
+    if len(assigned) != 1:
+        return False
+    value = assigned[0][0]
+    while isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) and value.func.attr.value in _SAME_OR_NEW:
+        value = value.func.value  # `.half()`, `.float()`, `.to(dtype)` of what comes before
+    if isinstance(value, cst.BinaryOperation):
+        return True  # `q @ k.transpose(-1, -2) * scale`
+    if isinstance(value, cst.Call):
+        qual = scope.model.qualify(value.func)
+        return qual is not None and qual.startswith("torch.") and qual.rsplit(".", 1)[-1] in _COMPUTING
+    return False
+
+
+# Methods that return the tensor itself or a new one of another dtype: what they are applied
+# to decides whether the result is fresh.
+_SAME_OR_NEW = frozenset({"half", "float", "bfloat16", "double", "to", "type", "type_as", "contiguous"})
+# torch functions whose result is a new tensor, never a view of an argument.
+_COMPUTING = frozenset({"matmul", "bmm", "baddbmm", "einsum", "mm", "addmm", "cdist", "full", "zeros", "ones",
+                        "randn", "rand", "empty", "cat", "stack", "where"})
 
 
 class _SoftmaxInputs(cst.CSTVisitor):
     """In document order: the direct inputs of softmax calls, the name the fill is assigned to
     (or fills in place), and the reads of names after the fill."""
 
-    def __init__(self, fill: cst.CSTNode) -> None:
+    def __init__(self, fill: cst.CSTNode, model) -> None:
         self.fill = fill
+        self.model = model
+        self.in_place = False  # `scores.masked_fill_(mask, -1e9)`
+        self._loops: list[int] = []  # ids of the `for` / `while` statements around the visit
+        self._fill_loop: int | None = None  # the innermost loop around the fill
+        self._occurrences: list[tuple[str, bool, tuple[int, ...]]] = []  # (name, bound here, loops)
         self.fed: set[int] = set()
         self.filled_name: str | None = None
         self.reads_after: dict[str, list[cst.Name]] = {}
+        self.reads_before: dict[str, list[cst.Name]] = {}
         self._after = False
         self._targets: set[int] = set()
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
         return False
+
+    def visit_For(self, node: cst.For) -> None:
+        self._loops.append(id(node))
+
+    def leave_For(self, original_node: cst.For) -> None:
+        self._loops.pop()
+
+    def visit_While(self, node: cst.While) -> None:
+        self._loops.append(id(node))
+
+    def leave_While(self, original_node: cst.While) -> None:
+        self._loops.pop()
+
+    def loop_carried(self, name: str) -> bool:
+        """The fill runs in a loop whose body reads `name` before binding it: the next
+        iteration reads the filled value (a greedy selection that masks what it picked)."""
+        if self._fill_loop is None:
+            return False
+        inside = [bound for n, bound, loops in self._occurrences if n == name and self._fill_loop in loops]
+        return not inside or not inside[0]
 
     def visit_Assign(self, node: cst.Assign) -> None:
         for t in node.targets:
@@ -862,18 +922,24 @@ class _SoftmaxInputs(cst.CSTVisitor):
     def visit_Call(self, node: cst.Call) -> None:
         func = node.func
         if node is self.fill:
+            self._fill_loop = self._loops[-1] if self._loops else None
             if (isinstance(func, cst.Attribute) and func.attr.value.endswith("_") and isinstance(func.value, cst.Name)
                     and self.filled_name is None):
                 self.filled_name = func.value.value  # `scores.masked_fill_(mask, -1e9)`
+                self.in_place = True
                 self._targets.add(id(func.value))
             return
         name = func.attr.value if isinstance(func, cst.Attribute) else (dotted(func) or "").split(".")[-1]
         if name not in _SOFTMAX:
             return
-        if isinstance(func, cst.Attribute) and (dotted(func.value) or "").split(".")[0] not in ("torch", "F", "nn", "functional"):
-            self.fed.add(id(func.value))  # `x.softmax(-1)`
-        elif node.args and node.args[0].keyword is None:
-            self.fed.add(id(node.args[0].value))  # `torch.softmax(x, -1)`, `F.softmax(x, dim=-1)`
+        qual = self.model.qualify(func)
+        if qual is not None:
+            # `torch.softmax(x, -1)`, `F.softmax(x, dim=-1)`: torch's own, not a project
+            # helper named softmax (one that divides by a temperature first)
+            if qual.startswith("torch.") and node.args and node.args[0].keyword is None:
+                self.fed.add(id(node.args[0].value))
+        elif isinstance(func, cst.Attribute) and (dotted(func.value) or "").split(".")[0] not in ("torch", "F", "nn", "functional"):
+            self.fed.add(id(func.value))  # `x.softmax(-1)`, a tensor's method
 
     def leave_Call(self, original_node: cst.Call) -> None:
         if original_node is self.fill:
@@ -884,5 +950,10 @@ class _SoftmaxInputs(cst.CSTVisitor):
             self._targets.add(id(node.value))  # `scores.dtype`: metadata, not the values
 
     def visit_Name(self, node: cst.Name) -> None:
-        if self._after and not getattr(self, "_closed", False) and id(node) not in self._targets:
+        self._occurrences.append((node.value, id(node) in self._targets, tuple(self._loops)))
+        if id(node) in self._targets:
+            return
+        if self._after and not getattr(self, "_closed", False):
             self.reads_after.setdefault(node.value, []).append(node)
+        elif not self._after:
+            self.reads_before.setdefault(node.value, []).append(node)
