@@ -112,6 +112,12 @@ class BackwardInsideAutocast(Rule):
         body = with_node.body
         if event.inlined or len(with_node.items) != 1 or not isinstance(body, cst.IndentedBlock):
             return None
+        item = with_node.items[0].item
+        qual = self.model.qualify(item.func) if isinstance(item, cst.Call) else None
+        if qual is None or not qual.startswith("torch.") or not qual.endswith("autocast"):
+            # A project context manager that enters autocast may do more on exit (clip the
+            # gradients, remove gradient hooks): moving the backward past it moves it past that.
+            return None
         line = body.body[-1]
         if line is not event.statement or not isinstance(line, cst.SimpleStatementLine):
             return None
