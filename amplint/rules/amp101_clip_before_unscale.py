@@ -222,7 +222,37 @@ class ClipBeforeUnscale(Rule):
             return None
         if not quiet_between(clip.scope.node, clip.statement, [s.node for s in steps], allowed=clips):
             return None
+        if _threshold_reads_the_scale(clip.node, clip.scope):
+            return None
         return names
+
+
+def _threshold_reads_the_scale(clip: cst.Call, scope) -> bool:
+    """`clip_grad_norm_(params, max_norm)` with `max_norm = clip * scaler.get_scale()`: a
+    threshold already in scaled space clips right; an inserted `unscale_` would make it one
+    the norm never reaches.  The threshold's text, or any value assigned to a name in it."""
+    args = [a.value for a in clip.args[1:] if a.keyword is None or a.keyword.value in ("max_norm", "clip_value")]
+    module = scope.model.module
+    pending, seen = list(args), 0
+    while pending and seen < 32:
+        expr = pending.pop()
+        seen += 1
+        if re.search(r"\b_?(get_)?scale\b|_scale\b", module.code_for_node(expr)):
+            return True
+        for name in _names(expr):
+            pending.extend(value for value, _ in scope.model.bindings.values.assigned(name, scope))
+    return False
+
+
+def _names(expr: cst.CSTNode) -> list[cst.Name]:
+    found: list[cst.Name] = []
+
+    class _Collect(cst.CSTVisitor):
+        def visit_Name(self, node: cst.Name) -> None:
+            found.append(node)
+
+    expr.visit(_Collect())
+    return found
 
 
 def _stable_name(text: str, scope) -> bool:
