@@ -142,17 +142,19 @@ class Rule:
 
     # --- reporting -----------------------------------------------------------------------
     def report(self, node: cst.CSTNode, *, fix: bool = True, changes=None, inner=None, notes=(), via=(), related=(),
-               message: str | None = None, **fmt) -> None:
+               message: str | None = None, safety: Applicability | None = None, **fmt) -> None:
         """Report `node`; `changes` (CST edits) become a fix titled by `fix_title`.
 
         `message` replaces the rule's message template (a rule with a second finding
         shape, e.g. AMP106's loading side); it is formatted with the same keywords.
+        `safety` lowers one fix below the rule's own (`Applicability.UNSAFE` where this
+        fix's effect reaches code amplint cannot read).
         """
         fmt = {k: code_in_message(v) if isinstance(v, str) else v for k, v in fmt.items()}
         text = (message or self.message).format(**fmt)
         spec = None
         if changes and self.fix_title and fix:
-            spec = FixSpec(self.fix_title.format(**fmt), tuple(changes), self.safety)
+            spec = FixSpec(self.fix_title.format(**fmt), tuple(changes), safety or self.safety)
         self.reports.append(Report(self.code, text, node, spec, inner, tuple(notes), tuple(via), tuple(related)))
 
     def report_event(self, event, *, changes=None, witnesses=(), notes=(), **fmt) -> None:

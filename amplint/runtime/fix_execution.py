@@ -1833,16 +1833,18 @@ _HOSTILE5_CASES = {
 def _hostile_variants() -> list[Case]:
     """Where the step rules and AMP501 must not fix (or not report): the object a name
     denotes changes out of sight, the error a fix removes is caught, the value is no
-    float16 tensor (hostile passes 4 to 10)."""
+    float16 tensor (hostile passes 4 to 12)."""
     from amplint.runtime.hostile_pass6 import CASES as pass6
     from amplint.runtime.hostile_pass7 import CASES as pass7
     from amplint.runtime.hostile_pass8 import CASES as pass8
     from amplint.runtime.hostile_pass9 import CASES as pass9
     from amplint.runtime.hostile_pass10 import CASES as pass10
+    from amplint.runtime.hostile_pass12 import CASES as pass12
 
     return [Case(f"{rule}-{context}-{name}", files, ("train.py",))
             for (rule, context, name), files in (*_HOSTILE4_CASES.items(), *_HOSTILE5_CASES.items())] + [
-        Case(case_id, tuple(files.items()), ("train.py",)) for case_id, files in (*pass6.items(), *pass7.items(), *pass8.items(), *pass9.items(), *pass10.items())]
+        Case(case_id, tuple(files.items()), ("train.py",)) for case_id, files in (*pass6.items(), *pass7.items(), *pass8.items(), *pass9.items(), *pass10.items())] + [
+        Case(case_id, tuple(files.items()), ("train.py",)) for case_id, files in pass12.items()]
 
 
 def variants() -> list[Case]:
