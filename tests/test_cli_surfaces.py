@@ -13,8 +13,9 @@ import pytest
 from amplint import __version__, output
 from amplint.diagnostics import Diagnostic, Span
 
-# AMP401 (safe fix) twice and AMP101 (unsafe fix): three findings, two fixable by --fix
-# (AMP101 is in the preview tier: the checks of TRAIN run with --preview)
+# AMP401 twice (the autocast's fix is safe; the GradScaler's unsafe: the class it builds is
+# another) and AMP101 (unsafe fix): three findings, one fixable by --fix (AMP101 is in the
+# preview tier: the checks of TRAIN run with --preview)
 TRAIN = """\
 import torch
 
@@ -44,16 +45,16 @@ def project(tmp_path: Path) -> Path:
 def test_summary_counts_fixed_and_remaining_as_ruff_does(project: Path) -> None:
     proc = amplint("check", "--isolated", "--preview", "--fix", "train.py", cwd=project)
     assert proc.returncode == 1
-    assert "Found 3 errors (2 fixed, 1 remaining)." in proc.stdout.splitlines()
+    assert "Found 3 errors (1 fixed, 2 remaining)." in proc.stdout.splitlines()
     assert output.summary(0, 4, 0, 0) == "Found 4 errors (4 fixed, 0 remaining)."
     assert output.summary(1, 0, 0, 0) == "Found 1 error."
     assert output.summary(0, 0, 0, 0) == "All checks passed!"
 
 
 def test_exit_non_zero_on_fix(project: Path) -> None:
-    (project / "dep.py").write_text("import torch\nscaler = torch.cuda.amp.GradScaler()\n")
+    (project / "dep.py").write_text("import torch\nregion = torch.cuda.amp.autocast()\n")
     assert amplint("check", "--isolated", "--fix", "dep.py", cwd=project).returncode == 0
-    (project / "dep.py").write_text("import torch\nscaler = torch.cuda.amp.GradScaler()\n")
+    (project / "dep.py").write_text("import torch\nregion = torch.cuda.amp.autocast()\n")
     assert amplint("check", "--isolated", "--fix", "--exit-non-zero-on-fix", "dep.py", cwd=project).returncode == 1
     # nothing left to fix: 0 again
     assert amplint("check", "--isolated", "--fix", "--exit-non-zero-on-fix", "dep.py", cwd=project).returncode == 0
@@ -61,8 +62,8 @@ def test_exit_non_zero_on_fix(project: Path) -> None:
 
 def test_fix_only_fixes_and_neither_reports_nor_fails_on_the_rest(project: Path) -> None:
     proc = amplint("check", "--isolated", "--preview", "--fix-only", "train.py", cwd=project)
-    assert (proc.returncode, proc.stdout) == (0, "Fixed 2 errors.\n")
-    assert "torch.cuda.amp" not in (project / "train.py").read_text()
+    assert (proc.returncode, proc.stdout) == (0, "Fixed 1 error.\n")
+    assert "torch.cuda.amp.autocast" not in (project / "train.py").read_text()
     again = amplint("check", "--isolated", "--preview", "--fix-only", "--exit-non-zero-on-fix", "train.py", cwd=project)
     assert (again.returncode, again.stdout) == (0, "")  # AMP101 is left, but that is the reporting hook's job
 

@@ -20,7 +20,7 @@ from amplint.config import Config, ConfigError, from_table, load
 
 ROOT = Path(__file__).resolve().parent.parent
 CLIP = (ROOT / "fixtures" / "AMP101" / "bad_clip_between_backward_and_step.py").read_text()  # AMP101 at 15:5
-DEPRECATED = "import torch\n\nscaler = torch.cuda.amp.GradScaler()\n"  # AMP401 at 3:10
+DEPRECATED = "import torch\n\nregion = torch.cuda.amp.autocast()\n"  # AMP401 at 3:10
 
 
 def amplint(*args: str, cwd: Path) -> subprocess.CompletedProcess:
@@ -272,7 +272,7 @@ def test_optional_dependencies_count_only_without_a_torch_dependency() -> None:
 
 def test_target_torch_is_inferred_and_decides_the_fix(tmp_path: Path) -> None:
     """The project says `torch>=2.1`: `torch.amp.GradScaler("cuda")` (torch 2.3) is no fix for it."""
-    (tmp_path / "a.py").write_text(DEPRECATED)
+    (tmp_path / "a.py").write_text("import torch\n\nscaler = torch.cuda.amp.GradScaler()\n")
     (tmp_path / "pyproject.toml").write_text('[project]\nname = "p"\ndependencies = ["torch>=2.1"]\n')
     proc = amplint("check", "--no-cache", "--show-fixes", "a.py", cwd=tmp_path)  # no [tool.amplint] at all
     assert '`torch.amp.GradScaler("cuda")` needs torch 2.3, target-torch is 2.1' in proc.stdout
@@ -281,7 +281,7 @@ def test_target_torch_is_inferred_and_decides_the_fix(tmp_path: Path) -> None:
         '[project]\nname = "p"\ndependencies = ["torch>=2.1"]\n[tool.amplint]\ntarget-torch = "2.4"\n'
     )
     proc = amplint("check", "--no-cache", "a.py", cwd=tmp_path)
-    assert "needs torch" not in proc.stdout and "1 fixable" in proc.stdout
+    assert "needs torch" not in proc.stdout and "1 hidden fix" in proc.stdout  # a GradScaler's fix is unsafe
     (tmp_path / "pyproject.toml").write_text('[project]\nname = "p"\ndependencies = ["torch>=2.1"]\n[tool.amplint]\n')
     proc = amplint("check", "--no-cache", "a.py", cwd=tmp_path)
     assert "target-torch is 2.1" in proc.stdout

@@ -27,7 +27,9 @@ pytestmark = pytest.mark.usefixtures("a_project_of_its_own")  # tests/conftest.p
 
 
 def fixed(source: str, path: str = "t.py", **kw) -> str:
-    outcome = fixes.fix_text(source, lambda text: check_source(text, path, select=["AMP401"], **kw))
+    """The text after AMP401's fixes, safe and unsafe: what each writes is the question here
+    (a GradScaler's fix and a module-level import's are unsafe, for reasons outside the file)."""
+    outcome = fixes.fix_text(source, lambda text: check_source(text, path, select=["AMP401"], **kw), unsafe=True)
     return outcome.source
 
 
@@ -307,7 +309,7 @@ def test_a_magic_line_that_names_something_else_leaves_the_fix() -> None:
     nb = notebooks.Notebook.parse(_notebook(
         "import torch\nfrom torch.cuda.amp import autocast\n", "%timeit x = torch.ones(3)\n", "with autocast():\n    pass\n"))
     lint = lambda text: check_source(text, "n.ipynb", select=["AMP401"])  # noqa: E731
-    _, new_text, _ = notebooks.fix(nb, lint)
+    _, new_text, _ = notebooks.fix(nb, lint, unsafe=True)  # a module-level import: an unsafe fix
     assert new_text is not None and 'autocast(\\"cuda\\", dtype=torch.float16, cache_enabled=True)' in new_text
 
 

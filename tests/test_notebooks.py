@@ -15,7 +15,7 @@ from amplint.config import Config
 from amplint.engine import check_source
 from amplint.runner import check_paths, discover
 
-DEPRECATED = "scaler = torch.cuda.amp.GradScaler()"
+DEPRECATED = "region = torch.cuda.amp.autocast()"
 # Clips before unscale_ (AMP101, a preview rule: the checks of the `train` notebook run in preview)
 TRAIN_CELL = """\
 for _ in range(2):
@@ -61,11 +61,11 @@ def test_findings_name_their_cell_and_rows_count_within_it(train: Path) -> None:
     proc = amplint("check", "--isolated", "--preview", "train.ipynb", cwd=train.parent)
     assert proc.returncode == 1, proc.stderr
     lines = proc.stdout.splitlines()
-    assert "train.ipynb:cell 3:3:10: AMP401 [*] `torch.cuda.amp.GradScaler` is deprecated since PyTorch 2.4" in lines
+    assert "train.ipynb:cell 3:3:10: AMP401 [*] `torch.cuda.amp.autocast` is deprecated since PyTorch 2.4" in lines
     assert "train.ipynb:cell 5:2:10: AMP401 [*] `torch.cuda.amp.autocast` is deprecated since PyTorch 2.4" in lines
     assert any(line.startswith("train.ipynb:cell 5:5:5: AMP101") for line in lines)
     # the line under the finding is the cell's own line, not the notebook's JSON
-    assert "     3 | scaler = torch.cuda.amp.GradScaler()" in lines
+    assert "     3 | region = torch.cuda.amp.autocast()" in lines
     # magics (`%matplotlib`, `!pip`, `model?`) and the %%bash cell are neither reported nor parse errors
     assert "cell 2" not in proc.stdout and "cell 4" not in proc.stdout and not proc.stderr
 
@@ -93,7 +93,7 @@ def test_fix_edits_only_the_cells_it_fixes_and_keeps_the_json_layout(train: Path
     assert new["metadata"] == old["metadata"] and new["nbformat_minor"] == old["nbformat_minor"]
     assert [c.get("id") for c in new["cells"]] == [c.get("id") for c in old["cells"]]
     assert new["cells"][4]["outputs"] == old["cells"][4]["outputs"] and new["cells"][4]["execution_count"] == 7
-    assert "".join(new["cells"][2]["source"]).endswith('scaler = torch.amp.GradScaler("cuda")')
+    assert "".join(new["cells"][2]["source"]).endswith('region = torch.autocast("cuda", dtype=torch.float16, cache_enabled=True)')
     assert "    scaler.unscale_(optimizer)\n" in new["cells"][4]["source"]
     assert new["cells"][1]["source"] == old["cells"][1]["source"]  # the magics are back, untouched
     assert new["cells"][4]["source"][-1] == "model?"
@@ -102,8 +102,8 @@ def test_fix_edits_only_the_cells_it_fixes_and_keeps_the_json_layout(train: Path
 
     changed = [line for line in difflib.ndiff(before.splitlines(), after.splitlines()) if line[:1] in "+-"]
     assert changed == [
-        '-     "scaler = torch.cuda.amp.GradScaler()"',
-        '+     "scaler = torch.amp.GradScaler(\\"cuda\\")"',
+        '-     "region = torch.cuda.amp.autocast()"',
+        '+     "region = torch.autocast(\\"cuda\\", dtype=torch.float16, cache_enabled=True)"',
         '-     "    with torch.cuda.amp.autocast():\\n",',
         '+     "    with torch.autocast(\\"cuda\\", dtype=torch.float16, cache_enabled=True):\\n",',
         '+     "    scaler.unscale_(optimizer)\\n",',
@@ -115,7 +115,7 @@ def test_diff_is_per_cell_and_changes_nothing(train: Path) -> None:
     proc = amplint("check", "--isolated", "--preview", "--diff", "train.ipynb", cwd=train.parent)
     assert proc.returncode == 1
     assert "--- a/train.ipynb:cell 3\n+++ b/train.ipynb:cell 3\n" in proc.stdout
-    assert '+scaler = torch.amp.GradScaler("cuda")' in proc.stdout
+    assert '+region = torch.autocast("cuda", dtype=torch.float16, cache_enabled=True)' in proc.stdout
     assert train.read_bytes() == before
 
 
@@ -123,7 +123,7 @@ def test_noqa_inside_a_cell_and_add_noqa(train: Path) -> None:
     proc = amplint("check", "--isolated", "--preview", "--add-noqa", "train.ipynb", cwd=train.parent)
     assert proc.stdout.strip() == "Added 3 noqa directives.", proc.stderr
     cells = json.loads(train.read_text())["cells"]
-    assert "".join(cells[2]["source"]).endswith("GradScaler()  # noqa: AMP401")
+    assert "".join(cells[2]["source"]).endswith("autocast()  # noqa: AMP401")
     assert amplint("check", "--isolated", "--preview", "train.ipynb", cwd=train.parent).returncode == 0
 
 
@@ -203,11 +203,11 @@ def test_other_json_layouts_are_kept_or_normalisation_is_said(tmp_path: Path, in
     (f,) = result.files
     assert f.written and f.warnings == []
     fixed = path.read_text()
-    data["cells"][0]["source"][-1] = 'scaler = torch.amp.GradScaler("cuda")'
+    data["cells"][0]["source"][-1] = 'region = torch.autocast("cuda", dtype=torch.float16, cache_enabled=True)'
     assert fixed == json.dumps(data, indent=indent, ensure_ascii=False) + "\n"
     # a layout json cannot reproduce (keys on one line, odd spacing) is normalised, and said so
     path.write_text(json.dumps(json.loads(fixed), indent=1).replace('"cells": [', '"cells":   [') .replace(
-        'torch.amp.GradScaler(\\"cuda\\")', "torch.cuda.amp.GradScaler()"))
+        'torch.autocast(\\"cuda\\", dtype=torch.float16, cache_enabled=True)', "torch.cuda.amp.autocast()"))
     (f,) = check_paths([path], Config(root=tmp_path), fix=True).files
     assert f.written and "normalised layout" in f.warnings[0]
 
@@ -232,10 +232,14 @@ def cross_cell(tmp_path: Path) -> Path:
 
 
 def test_the_fixable_count_is_what_fix_then_fixes(cross_cell: Path) -> None:
+    # NB: every fix here is unsafe (a module-level import, GradScaler constructions): counted
+    # and applied with --unsafe-fixes, as the summary says
     checked = amplint("check", "--isolated", "--no-cache", "nb.ipynb", cwd=cross_cell.parent)
+    assert "Found 5 errors.\nNo fixes available (5 hidden fixes can be enabled with the `--unsafe-fixes` option)." in checked.stdout, checked.stdout
+    checked = amplint("check", "--isolated", "--no-cache", "--unsafe-fixes", "nb.ipynb", cwd=cross_cell.parent)
     assert "Found 5 errors.\n[*] 5 fixable with the `--fix` option." in checked.stdout, checked.stdout
     assert checked.stdout.count(" [*] ") == 5
-    fixed = amplint("check", "--isolated", "--no-cache", "--fix", "nb.ipynb", cwd=cross_cell.parent)
+    fixed = amplint("check", "--isolated", "--no-cache", "--fix", "--unsafe-fixes", "nb.ipynb", cwd=cross_cell.parent)
     assert "Found 5 errors (5 fixed, 0 remaining)." in fixed.stdout, fixed.stdout + fixed.stderr
 
 
@@ -262,7 +266,7 @@ def test_a_crlf_notebook_stays_crlf(tmp_path: Path) -> None:
     (f,) = check_paths([path], Config(root=tmp_path), fix=True).files
     assert f.written and f.warnings == []
     after = path.read_bytes()
-    assert after == before.replace(b"torch.cuda.amp.GradScaler()", b'torch.amp.GradScaler(\\"cuda\\")')
+    assert after == before.replace(b"torch.cuda.amp.autocast()", b'torch.autocast(\\"cuda\\", dtype=torch.float16, cache_enabled=True)')
 
 
 def test_sarif_leaves_out_a_fix_it_cannot_place_in_its_cells(cross_cell: Path) -> None:

@@ -19,7 +19,8 @@ ROOT = Path(__file__).resolve().parent.parent
 SARIF_SCHEMA = ROOT.parent / "shared" / "data" / "sarif-schema-2.1.0.json"
 BAD = "fixtures/AMP101/bad_clip_between_backward_and_step.py"
 
-# A deprecated API (AMP401, safe fix) and clipping before unscale_ (AMP101, unsafe fix).
+# A deprecated API (AMP401; a GradScaler's fix is unsafe: the class it builds is another) and
+# clipping before unscale_ (AMP101, unsafe fix).
 # AMP101 is in the preview tier, so the checks of TRAIN and BAD run with --preview.
 TRAIN = '''\
 import torch
@@ -58,7 +59,7 @@ def test_text_is_ruff_like_with_source_caret_and_summary(train: Path) -> None:
     proc = amplint("check", "--isolated", "--preview", "train.py", cwd=train.parent)
     assert proc.returncode == 1
     lines = proc.stdout.splitlines()
-    assert "train.py:5:10: AMP401 [*] `torch.cuda.amp.GradScaler` is deprecated since PyTorch 2.4" in lines
+    assert "train.py:5:10: AMP401 `torch.cuda.amp.GradScaler` is deprecated since PyTorch 2.4" in lines
     i = lines.index("train.py:10:5: AMP101 `torch.nn.utils.clip_grad_norm_` runs on gradients still multiplied by the loss scale")
     assert lines[i + 1] == "    10 |     torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)"
     # the caret starts under the call (column 5) and spans it
@@ -66,7 +67,7 @@ def test_text_is_ruff_like_with_source_caret_and_summary(train: Path) -> None:
     assert "\x1b[" not in proc.stdout, "no colour when stdout is not a terminal"
     assert lines[-2:] == [
         "Found 2 errors.",
-        "[*] 1 fixable with the `--fix` option (1 hidden fix can be enabled with the `--unsafe-fixes` option).",
+        "No fixes available (2 hidden fixes can be enabled with the `--unsafe-fixes` option).",
     ]
 
 
@@ -116,7 +117,7 @@ def test_json_and_json_lines_agree(train: Path) -> None:
     assert _codes_at(as_json) == [("AMP401", 5, 10), ("AMP101", 10, 5)]
     first = objs[0]
     assert set(first) >= {"code", "message", "filename", "location", "end_location", "fix", "url", "noqa_row"}
-    assert first["fix"]["applicability"] == "safe" and first["fix"]["edits"]
+    assert first["fix"]["applicability"] == "unsafe" and first["fix"]["edits"]
     assert objs[1]["fix"]["applicability"] == "unsafe"
 
 
@@ -173,7 +174,7 @@ def test_sarif_with_no_findings_still_validates(tmp_path: Path) -> None:
 def test_statistics(train: Path) -> None:
     proc = amplint("check", "--isolated", "--preview", "--statistics", str(train))
     assert proc.returncode == 1
-    assert proc.stdout.splitlines() == ["1\tAMP101\t    clip-before-unscale", "1\tAMP401\t[*] deprecated-cuda-amp"]
+    assert proc.stdout.splitlines() == ["1\tAMP101\t    clip-before-unscale", "1\tAMP401\t    deprecated-cuda-amp"]
     as_json = json.loads(
         amplint("check", "--isolated", "--preview", "--statistics", "--output-format", "json", str(train)).stdout)
     assert {r["code"]: r["count"] for r in as_json} == {"AMP101": 1, "AMP401": 1}

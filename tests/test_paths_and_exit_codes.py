@@ -18,7 +18,7 @@ import pytest
 from amplint import sources
 
 ROOT = Path(__file__).resolve().parent.parent
-DEPRECATED = "import torch\n\nscaler = torch.cuda.amp.GradScaler()\n"
+DEPRECATED = "import torch\n\nregion = torch.cuda.amp.autocast()\n"
 BROKEN = "import torch\n\ndef f(:\n    pass\n"
 
 
@@ -300,7 +300,7 @@ def test_stdin_fix_reports_an_internal_error_once_not_once_per_pass(tmp_path: Pa
     proc = subprocess.run([sys.executable, str(driver), "check", "--isolated", "--fix", "--stdin-filename", "a.py", "-"],
                           input=DEPRECATED, capture_output=True, text=True, cwd=tmp_path, env=env, timeout=60)
     no_traceback(proc)
-    assert proc.stdout == 'import torch\n\nscaler = torch.amp.GradScaler("cuda")\n'  # the fix still applied
+    assert proc.stdout == 'import torch\n\nregion = torch.autocast("cuda", dtype=torch.float16, cache_enabled=True)\n'  # fixed
     assert proc.stderr.count("internal error in AMP999") == 1, proc.stderr
 
 
@@ -320,7 +320,7 @@ def test_fix_never_writes_through_a_linked_directory_to_outside(tmp_path: Path, 
     no_traceback(proc)
     assert victim.read_text() == DEPRECATED, "wrote outside the named paths"
     assert "outside the paths being checked" in proc.stderr
-    assert "torch.amp.GradScaler" in (project / "own.py").read_text()
+    assert 'torch.autocast("cuda"' in (project / "own.py").read_text()
 
 
 # --- directories that cannot be read ----------------------------------------------------------

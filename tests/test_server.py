@@ -146,18 +146,26 @@ def test_code_actions_fix_suppress_and_fix_all(session, tmp_path: Path) -> None:
     session.diagnostics(uri)
     actions = session.code_actions(uri, rng(4, 12))  # the cursor inside `torch.cuda.amp.GradScaler`
     titles = [a.title for a in actions]
-    assert titles == ['AMP401: Use `torch.amp.GradScaler("cuda")`', "AMP401: Suppress with `# noqa: AMP401`",
-                      "amplint: Fix all safe fixes"]
-    fix, suppress, _ = actions
-    assert fix.kind == types.CodeActionKind.QuickFix and fix.is_preferred and fix.diagnostics[0].code == "AMP401"
+    # a GradScaler's AMP401 fix is unsafe (the class it builds is another): offered, marked, not preferred
+    assert titles == ['AMP401: Use `torch.amp.GradScaler("cuda")` (unsafe)', "AMP401: Suppress with `# noqa: AMP401`"]
+    fix, suppress = actions
+    assert fix.kind == types.CodeActionKind.QuickFix and not fix.is_preferred and fix.diagnostics[0].code == "AMP401"
     assert 'scaler = torch.amp.GradScaler("cuda")\n' in apply(TRAIN, fix.edit.changes[uri])
     assert "scaler = torch.cuda.amp.GradScaler()  # noqa: AMP401\n" in apply(TRAIN, suppress.edit.changes[uri])
-    # AMP101's fix is unsafe: offered, marked, not preferred; never part of fix-all
+    # AMP101's fix is unsafe too; neither is part of fix-all
     (clip_fix, _) = session.code_actions(uri, rng(9, 4), only=["quickfix"])
     assert clip_fix.title.endswith("(unsafe)") and not clip_fix.is_preferred
+    assert session.code_actions(uri, rng(0, 0), only=["source.fixAll"]) == []
+    # a legacy autocast call has a safe fix: preferred, and what fix-all applies
+    text = TRAIN.replace("torch.cuda.amp.GradScaler()", 'torch.amp.GradScaler("cuda")').replace(
+        'torch.autocast("cpu", dtype=torch.float16)', "torch.cuda.amp.autocast()")
+    uri = session.open(tmp_path / "project" / "safe.py", text)
+    session.diagnostics(uri)
+    (fix, _) = session.code_actions(uri, rng(6, 14), only=["quickfix"])
+    assert fix.is_preferred and not fix.title.endswith("(unsafe)")
     (fix_all,) = session.code_actions(uri, rng(0, 0), only=["source.fixAll"])
     assert fix_all.kind == "source.fixAll.amplint"
-    fixed = apply(TRAIN, fix_all.edit.changes[uri])
+    fixed = apply(text, fix_all.edit.changes[uri])
     assert "torch.cuda.amp" not in fixed and "unscale_" not in fixed
     assert len(fix_all.edit.changes[uri]) == 1  # one line changed, not the whole buffer replaced
 
@@ -210,13 +218,13 @@ def test_fix_all_lands_on_the_finding_after_a_character_splitlines_breaks_at(ses
                                                                              separator: str) -> None:
     """A form feed or \u2028 ends no line in LSP: fix-all counted one and replaced the line
     after the finding's (past the end here), leaving the deprecated call and adding a copy."""
-    text = f"import torch\n# page{separator}break\nx = 1\ns = torch.cuda.amp.GradScaler()\ny = 2\n"
+    text = f"import torch\n# page{separator}break\nx = 1\ns = torch.cuda.amp.autocast()\ny = 2\n"
     uri = session.open(tmp_path / "ff.py", text)
     session.diagnostics(uri)
     (fix_all,) = session.code_actions(uri, rng(0, 0), only=["source.fixAll"])
     (edit,) = fix_all.edit.changes[uri]
     assert (edit.range.start.line, edit.range.end.line) == (3, 4)
-    assert apply(text, [edit]) == text.replace("torch.cuda.amp.GradScaler()", 'torch.amp.GradScaler("cuda")')
+    assert apply(text, [edit]) == text.replace("torch.cuda.amp.autocast()", 'torch.autocast("cuda", dtype=torch.float16, cache_enabled=True)')
 
 
 def test_other_languages_and_notebook_cells_are_left_alone(session, tmp_path: Path) -> None:

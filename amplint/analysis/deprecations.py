@@ -71,6 +71,9 @@ class DeprecatedRef:
     statement: cst.CSTNode | None = None
     changes: list | None = None  # CST changes (Replace) that modernise it, None: no safe fix
     needs: tuple[int, int] = (0, 0)  # the first torch that has what `changes` write
+    # Why `changes` may change what code amplint cannot read does (the fix is then unsafe:
+    # shown, applied only with --unsafe-fixes); None: the change is seen whole.
+    unsafe_because: str | None = None
 
 
 @dataclass(eq=False)
@@ -214,6 +217,8 @@ class Deprecations:
         for ref, r, head in full_path:
             ref.changes = self._full_path_fix(r, ref.deprecation, head)
             ref.needs = ref.deprecation.new_since
+            if ref.deprecation.new.endswith("GradScaler"):
+                ref.unsafe_because = UNSAFE_CLASS_CHANGES
         module_aliases = self._deprecated_module_aliases()
         for merged in self._merge_by_import(groups):
             self._fix_group(merged, module_aliases)
@@ -580,10 +585,23 @@ class Deprecations:
         if not changes:
             return
         needs = max((TORCH_AMP_NAME_SINCE.get(n, (1, 13)) for n in names), default=(1, 13))
+        unsafe = None
+        if any(id(stmt) not in self._function_imports for stmt in statements):
+            unsafe = UNSAFE_REBINDS_MODULE_NAME
+        if any(ref.deprecation.new.endswith("GradScaler") for group in groups for ref in group.refs):
+            unsafe = UNSAFE_CLASS_CHANGES
         for group in groups:
             for ref in group.refs:
                 ref.changes = changes
                 ref.needs = needs
+                ref.unsafe_because = unsafe
+
+    @cached_property
+    def _function_imports(self) -> set[int]:
+        """Import statements inside a function: they bind a local no other module can reach."""
+        found = _FunctionImports()
+        self.model.module.visit(found)
+        return found.ids
 
     def _use_changes(self, group: _Group) -> list | None:
         from amplint.changes import Replace
@@ -646,6 +664,40 @@ class Deprecations:
         if isinstance(stmt, cst.Import) and len(stmt.names) == 1 and dotted(stmt.names[0].name) in _DEPRECATED_MODULES:
             return stmt.with_changes(names=[stmt.names[0].with_changes(name=cst.parse_expression("torch.amp"))])
         return None
+
+
+# The two ways an AMP401 fix reaches beyond what amplint reads (hostile pass 12); each makes
+# the fix unsafe (applied with --unsafe-fixes only).
+UNSAFE_CLASS_CHANGES = (
+    "the scaler it builds is a `torch.amp.GradScaler`, not the deprecated subclass: an `isinstance` test, "
+    "`type(scaler)(...)` or a pickle allow-list in a library or in code loaded by name tells them apart"
+)
+UNSAFE_REBINDS_MODULE_NAME = (
+    "it rebinds a module-level name that code loaded by name (a lazy `__getattr__`, `import_module` of a "
+    "computed name, `runpy`, a registry) may still call the old way"
+)
+
+
+class _FunctionImports(cst.CSTVisitor):
+    """The import statements inside a function (by id)."""
+
+    def __init__(self) -> None:
+        self.ids: set[int] = set()
+        self.depth = 0
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        self.depth += 1
+
+    def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:
+        self.depth -= 1
+
+    def visit_Import(self, node: cst.Import) -> None:
+        if self.depth:
+            self.ids.add(id(node))
+
+    def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
+        if self.depth:
+            self.ids.add(id(node))
 
 
 class _DoctestFinder(cst.CSTVisitor):

@@ -50,8 +50,15 @@ class DeprecatedCudaAmp(Rule):
     variable, a lambda argument called `autocast`), which is not the import.
 
     ## Fix safety
-    Safe, and offered only where the new code builds the same object from the same
-    arguments, wherever it runs: a call keeps every argument (legacy positional
+    Unsafe (applied with `--unsafe-fixes` only) where the change reaches code amplint cannot
+    read: a GradScaler construction (the object built is a `torch.amp.GradScaler`, not the
+    deprecated subclass, and an `isinstance` test in a library or a plugin loaded by path,
+    `type(scaler)(...)` or a pickle allow-list tells them apart), and an import at module
+    level (it rebinds a module attribute that a lazy package `__getattr__`, `import_module`
+    of a computed name, `runpy.run_path` or a registry looked up by string may still call
+    the old way). Safe for a fully qualified autocast call or decorator and for an import
+    inside a function. Either way offered only where the new code builds the same object
+    from the same arguments, wherever it runs: a call keeps every argument (legacy positional
     `autocast(enabled, dtype, cache_enabled)` arguments become keywords, `**kwargs` and
     what follows stay) and passes the device the old class implied; a legacy autocast
     also passes the dtype and the weight cache the old class passed (`torch.autocast("cuda",
@@ -141,7 +148,8 @@ class DeprecatedCudaAmp(Rule):
                 changes = None
                 what = f"`{new}`" if ref.needs == dep.new_since else "its fixed import"
                 why_no_fix = f"; {what} needs torch {_version(ref.needs)}, target-torch is {_version(target)}"
-            self.report(ref.node, changes=changes, old=dep.old, new=new, why_no_fix=why_no_fix)
+            safety = Applicability.UNSAFE if ref.unsafe_because else None
+            self.report(ref.node, changes=changes, old=dep.old, new=new, why_no_fix=why_no_fix, safety=safety)
 
 
 def _version(v: tuple[int, int]) -> str:
