@@ -430,6 +430,8 @@ class Casts:
             return False
         if not cast.trainable and self._frozen_base(cast):
             return False  # NB: the parameters that require grad after `get_peft_model` are the adapters
+        if not cast.trainable and self.frozen_where_cast(cast):
+            return False
         if handed_to_trainer(cast.target_text, cast.scope) is not None:
             return True  # a trainer built here trains it, also after other training here
         if self._after_training(cast):
@@ -539,6 +541,74 @@ class Casts:
                 for text, values in scope.assignments.items()
             )
         return frozen and not unfrozen
+
+    def frozen_where_cast(self, cast: ModuleCast) -> bool:
+        """Frozen on every path that casts it: a `requires_grad_` of the module in the same
+        function that runs whenever the cast does (its own tests are ones the cast's imply) and
+        whose argument is false there: `False` beside the cast, or the flag the cast's test says
+        is false (`if not train_unet: unet.to(dtype)` with `unet.requires_grad_(train_unet)`,
+        sd-scripts' shape, where the flags that add parameters to the optimizer are derived from
+        learning rates and no test compares with the cast's). Nothing may unfreeze it or a part
+        of it by a literal (`requires_grad_(True)`, `p.requires_grad = True`) anywhere: on any
+        object, since a subscript or an alias may be a part of it."""
+        from amplint.analysis.conditions import guarding_tests
+
+        code = self.model.module.code_for_node
+        cast_tests = guarding_tests(cast.scope.node, cast.call)
+        if cast_tests is None:
+            return False
+        known: dict[str, bool] = {}  # what holds where the cast runs, by the tests' text
+        for test, truth in cast_tests:
+            known[code(test)] = truth
+            if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+                known[code(test.expression)] = not truth
+        frozen = False
+        for site in self.model.calls:
+            call, func = site.node, site.node.func
+            if not isinstance(func, cst.Attribute) or func.attr.value != "requires_grad_":
+                continue
+            arg = call_arg(call, 0, "requires_grad")
+            literal = True if arg is None else self.b.values.literal_bool(arg)
+            if literal is True and self._may_be_part(func.value, site.scope, cast):
+                return False  # unfrozen somewhere: the module, `model[2]`, `head = model[2]`
+            if site.scope is not cast.scope or not self._same_module(func.value, site.scope, cast):
+                continue
+            tests = guarding_tests(site.scope.node, call) or ()
+            if any(known.get(code(test)) is not truth for test, truth in tests):
+                continue  # may not run where the cast runs
+            if literal is False or (arg is not None and known.get(code(arg)) is False):
+                frozen = True
+        if frozen:
+            # `p.requires_grad = True` over the parameters: which module they are is not known
+            frozen = not any(
+                text.endswith(".requires_grad") and any(self.b.values.literal_bool(v) is True for v in values)
+                for scope in self.model.scopes
+                for text, values in scope.assignments.items()
+            )
+        return frozen
+
+    def _may_be_part(self, expr: cst.BaseExpression, scope, cast: ModuleCast) -> bool:
+        """`expr` may be the cast module or a part of it: by its key, by the name under its
+        subscripts and attributes (`model[2]`, `model.head[0]`), or through a name assigned
+        one of those (`head = model[2]`); an expression of no name may be anything."""
+        def root(e: cst.BaseExpression) -> cst.BaseExpression | None:
+            while isinstance(e, (cst.Subscript, cst.Attribute, cst.Call)):
+                e = e.value if not isinstance(e, cst.Call) else e.func
+            return e if isinstance(e, cst.Name) else None
+
+        candidates = [expr]
+        if isinstance(expr, cst.Name):
+            candidates += [value for value, _ in self.b.values.assigned(expr, scope)]
+        for e in candidates:
+            if self._same_module(e, scope, cast, parts=True):
+                return True
+            base = root(e)
+            if base is None:
+                return True
+            key = self.b.key(base, scope)
+            if key is not None and (key == cast.key or cast.key.startswith(key + ".")):
+                return True
+        return False
 
     def _only_on_some_paths(self, call: cst.Call, scope, cast: ModuleCast) -> bool:
         """The adapters are added under a test that the cast is not (`if args.use_peft:

@@ -71,7 +71,9 @@ class Fp16EpsUnderflow(Rule):
     def check(self) -> None:
         model = self.model
         casts = model.casts
-        fp16_casts = [c for c in casts.module_casts if "float16" in c.dtypes and not casts._upcast_after(c)]
+        # NB: a module frozen wherever it is cast has no update for eps to spoil
+        fp16_casts = [c for c in casts.module_casts if "float16" in c.dtypes and not casts._upcast_after(c)
+                      and (c.trainable or not casts.frozen_where_cast(c))]
         if not fp16_casts:
             return
         proto = protocol(model)
