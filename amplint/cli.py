@@ -576,47 +576,59 @@ def _emit(args, diagnostics, fixed: int, *, sources: dict | None, stream=None, u
     target = args.output_file
     if target is None and args.silent:
         return True
-    try:
-        if target is not None:
-            target.parent.mkdir(parents=True, exist_ok=True)
-        out = open(target, "w", encoding="utf-8") if target is not None else (stream or sys.stdout)  # noqa: SIM115
-    except OSError as exc:
-        print(f"amplint: error: --output-file {target}: cannot write it: {exc.strerror or exc}", file=sys.stderr)
-        return False
-    if out is None:  # `amplint check x.py >&-`
+    shown = stream or sys.stdout
+    if target is None and shown is None:  # `amplint check x.py >&-`
         print("amplint: error: cannot write the report: stdout is closed", file=sys.stderr)
         return False
-    try:
-        if args.fix_only:
-            text = output.fix_only_summary(fixed) if fmt == "text" and not args.quiet else ""
-            if text:
-                out.write(text + "\n")
-            out.flush()
-            return True
+    # The whole report is rendered before anything is opened: a report that cannot be rendered
+    # must not have truncated the one already at --output-file.
+    parts: list[str] = []
+    if args.fix_only:
+        text = output.fix_only_summary(fixed) if fmt == "text" and not args.quiet else ""
+        if text:
+            parts.append(text + "\n")
+    else:
         if sources is None and not args.statistics and fmt in ("text", "json", "json-lines", "sarif"):
             sources = _read_sources(diagnostics)  # the lines under findings, noqa rows, fingerprints
         if args.statistics:
             text = output.format_statistics(diagnostics, fmt, args.unsafe_fixes)
         elif fmt == "text":
-            text = output.format_text(diagnostics, sources, colour=output.use_colour(out),
+            colour = target is None and output.use_colour(shown)
+            text = output.format_text(diagnostics, sources, colour=colour,
                                       show_fixes=args.show_fixes, unsafe_fixes=args.unsafe_fixes)
         else:
             text = output.render(fmt, diagnostics, sources=sources, errors=errors)
         if text:
-            out.write(text + "\n")
+            parts.append(text + "\n")
         if fmt == "text" and not args.statistics and not args.quiet:
             if checked == 0 and not unchecked:
-                out.write("No files checked.\n")
+                parts.append("No files checked.\n")
             else:
                 fixable = sum(1 for d in diagnostics if output.shows_fix_marker(d, args.unsafe_fixes))
                 hidden = sum(1 for d in diagnostics if d.fix is not None) - fixable
-                out.write(output.summary(len(diagnostics), fixed, fixable, hidden, unchecked) + "\n")
+                parts.append(output.summary(len(diagnostics), fixed, fixable, hidden, unchecked) + "\n")
+    try:
+        if target is not None:
+            target.parent.mkdir(parents=True, exist_ok=True)
+        # NB: a file name that is not UTF-8 reaches here as surrogate escapes (os.fsdecode):
+        # written back as its own bytes, as a terminal shows it
+        out = open(target, "w", encoding="utf-8", errors="surrogateescape") if target is not None else shown  # noqa: SIM115
+    except OSError as exc:
+        print(f"amplint: error: --output-file {target}: cannot write it: {exc.strerror or exc}", file=sys.stderr)
+        return False
+    try:
+        for part in parts:
+            out.write(part)
         out.flush()  # NB: a file's last buffer is written here, not at close: a full disk is said below
     except OSError as exc:
         if isinstance(exc, BrokenPipeError):
             raise  # `| head`: main() keeps that quiet
         where = f"--output-file {target}" if target is not None else "the report"
         print(f"amplint: error: cannot write {where}: {exc.strerror or exc}", file=sys.stderr)
+        return False
+    except UnicodeEncodeError as exc:
+        where = f"--output-file {target}" if target is not None else "the report"
+        print(f"amplint: error: cannot write {where}: {exc.reason} ({exc.object[exc.start:exc.end]!a})", file=sys.stderr)
         return False
     finally:
         if out is not sys.stdout and out is not sys.stderr:

@@ -312,7 +312,8 @@ def _artifact(path: str, root: Path) -> dict:
         rel = p.resolve().relative_to(root.resolve())
     except (ValueError, OSError):
         return {"uri": p.resolve().as_uri()}
-    return {"uri": quote(rel.as_posix()), "uriBaseId": "%SRCROOT%"}
+    # NB: bytes: a file name that is not UTF-8 (surrogate escapes) is percent-encoded as it is on disk
+    return {"uri": quote(os.fsencode(rel.as_posix())), "uriBaseId": "%SRCROOT%"}
 
 
 def _region(start: dict, end: dict) -> dict:

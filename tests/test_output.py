@@ -4,6 +4,7 @@ annotation syntax, the official SARIF 2.1.0 schema), through the real `amplint` 
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -319,3 +320,44 @@ def test_a_clean_sarif_run_says_it_succeeded(tmp_path: Path) -> None:
     log = json.loads(
         amplint("check", "--isolated", "--preview", "--no-cache", "--output-format", "sarif", ".", cwd=tmp_path).stdout)
     assert log["runs"][0]["invocations"] == [{"executionSuccessful": True}]
+
+
+@pytest.mark.parametrize("fmt", ["text", "github", "sarif", "json"])
+def test_a_file_name_that_is_not_utf_8_is_reported_in_every_format(tmp_path: Path, fmt: str) -> None:
+    """A name with bytes that are not UTF-8 (`\\xff\\xfe.py`, from an old archive) crashed SARIF
+    and the text and github reports written to a file (hostile pass 11)."""
+    try:
+        (tmp_path / os.fsdecode(b"\xff\xfe.py")).write_text("import torch\nscaler = torch.cuda.amp.GradScaler()\n")
+    except (OSError, UnicodeEncodeError):
+        pytest.skip("this file system refuses names that are not UTF-8")
+    report = tmp_path / f"report.{fmt}"
+    proc = amplint("check", "--isolated", "--no-cache", "--output-format", fmt, "--output-file", str(report), ".",
+                   cwd=tmp_path)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    data = report.read_bytes()
+    if fmt == "sarif":
+        (result,) = json.loads(data)["runs"][0]["results"]
+        assert result["locations"][0]["physicalLocation"]["artifactLocation"]["uri"] == "%FF%FE.py"
+    elif fmt == "json":
+        assert len(json.loads(data)) == 1
+    else:
+        assert b"\xff\xfe.py" in data
+
+
+def test_a_report_that_cannot_be_rendered_leaves_the_old_one(tmp_path: Path, monkeypatch) -> None:
+    """The report is rendered before --output-file is opened: a failure there must not truncate
+    the report already written (hostile pass 11)."""
+    from amplint import cli
+
+    (tmp_path / "t.py").write_text("import torch\nscaler = torch.cuda.amp.GradScaler()\n")
+    report = tmp_path / "report.sarif"
+    report.write_text("previous report\n")
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("renderer bug")
+
+    monkeypatch.setattr(output, "render", broken)
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(RuntimeError, match="renderer bug"):
+        cli.main(["check", "--isolated", "--no-cache", "--output-format", "sarif", "--output-file", str(report), "t.py"])
+    assert report.read_text() == "previous report\n"
