@@ -80,6 +80,8 @@ class Notebook:
             data = json.loads(text)
         except json.JSONDecodeError as exc:
             raise NotebookError(f"not a notebook: invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
+        except RecursionError:
+            raise NotebookError("not a notebook: its JSON nests too deeply to read") from None
         if not isinstance(data, dict) or "nbformat" not in data:
             raise NotebookError("not a notebook: no `nbformat` key")
         cells = _code_cells(data, text)

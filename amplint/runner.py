@@ -163,6 +163,9 @@ def check_file(path: Path, config: Config, *, fix: bool = False, unsafe: bool = 
 
         result = FileResult(str(path))
         result.crashes.append(RuleCrash("amplint", str(path), f"{type(exc).__name__}: {exc}", traceback.format_exc()))
+        # Nothing of the file was analysed: every report must say so (an AMP000 row, SARIF's
+        # executionSuccessful false), never show the file as clean.
+        result.error = SourceError(str(path), 1, 0, f"not analysed: internal error ({type(exc).__name__})")
         return result
 
 

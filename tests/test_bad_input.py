@@ -355,3 +355,23 @@ def test_syntax_check_of_prefiltered_files_executes_nothing(tmp_path: Path) -> N
 def test_decode_reports_why() -> None:
     with pytest.raises(sources.UnreadableSource, match="binary file"):
         sources.decode(b"a\x00b", "x.py")
+
+
+def test_a_file_amplint_crashed_on_is_reported_as_not_analysed_not_clean(tmp_path: Path, monkeypatch) -> None:
+    """A bug of ours on one file: the run goes on, and every report says the file was not
+    analysed (an AMP000 row, SARIF's executionSuccessful false), never that it is clean."""
+    (tmp_path / "a.py").write_text(DEPRECATED)
+    (tmp_path / "b.py").write_text(DEPRECATED)
+    real = runner._check_file
+
+    def crash_on_a(path, *args, **kwargs):
+        if Path(path).name == "a.py":
+            raise RecursionError("a bug of ours")
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(runner, "_check_file", crash_on_a)
+    result = runner.check_paths([tmp_path / "a.py", tmp_path / "b.py"], Config(root=tmp_path), jobs=1)
+    by_name = {Path(f.path).name: f for f in result.files}
+    assert by_name["a.py"].error is not None and "internal error (RecursionError)" in by_name["a.py"].error.reason
+    assert [c.code for c in by_name["a.py"].crashes] == ["amplint"]
+    assert [d.code for d in by_name["b.py"].diagnostics] == ["AMP401"]

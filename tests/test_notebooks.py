@@ -360,3 +360,13 @@ def test_a_notebook_fix_that_is_not_written_leaves_its_findings_reported(tmp_pat
     assert "fix not written" in proc.stderr
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "All checks passed" not in proc.stdout and "AMP401" in proc.stdout
+
+
+def test_a_notebook_nesting_its_json_too_deeply_is_a_clear_error(tmp_path: Path) -> None:
+    """2,000 nested arrays in the metadata raised RecursionError in the JSON reader: an internal
+    error that every report then showed as a clean run (hostile pass 11)."""
+    deep = "[" * 2000 + "]" * 2000
+    (tmp_path / "deep.ipynb").write_text(
+        '{"cells": [], "metadata": {"x": ' + deep + '}, "nbformat": 4, "nbformat_minor": 5}')
+    (err,) = check_paths([tmp_path / "deep.ipynb"], Config(root=tmp_path)).errors
+    assert err.error.reason == "not a notebook: its JSON nests too deeply to read"
