@@ -108,7 +108,9 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as exc:
         return EXIT_ERROR if exc.code not in (0, None) else EXIT_CLEAN
     try:
-        return _dispatch(parser, args)
+        code = _dispatch(parser, args)
+        sys.stdout.flush()  # NB: `rules > /dev/full` fails here, not at interpreter exit
+        return code
     except BrokenPipeError:
         # `amplint check | head`: the reader left; not an error worth a traceback.
         try:
@@ -116,6 +118,18 @@ def main(argv: list[str] | None = None) -> int:
         except OSError:
             pass
         return EXIT_FINDINGS if args.command == "check" else EXIT_CLEAN
+    except OSError as exc:
+        import errno
+
+        if exc.errno not in (errno.ENOSPC, errno.EIO, errno.EBADF, errno.EDQUOT, errno.EFBIG):
+            raise
+        # `amplint rules > /dev/full`: what `check` says for its report, for every command
+        print(f"amplint: error: cannot write the output: {exc.strerror or exc}", file=sys.stderr)
+        try:
+            sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - the failed buffer must not be flushed again at exit
+        except OSError:
+            pass
+        return EXIT_ERROR
 
 
 def _dispatch(parser, args) -> int:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -153,3 +154,16 @@ def test_broken_pipe_is_quiet() -> None:
                           capture_output=True, text=True, timeout=120)
     assert proc.stdout.startswith("code ")  # the header line of the table
     assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("command", [["rules"], ["rules", "--format", "json"], ["explain", "AMP101"], ["version"]])
+def test_every_command_says_when_its_output_cannot_be_written(command: list[str]) -> None:
+    """`> /dev/full`: `check` said so with exit 2; the other commands printed a traceback and
+    exited 1 (hostile pass 11)."""
+    if not os.path.exists("/dev/full"):
+        pytest.skip("no /dev/full here")
+    with open("/dev/full", "w") as full:
+        proc = subprocess.run([sys.executable, "-m", "amplint", *command], stdout=full, stderr=subprocess.PIPE, text=True,
+                              timeout=60)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert "cannot write the output" in proc.stderr
