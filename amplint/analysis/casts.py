@@ -446,13 +446,39 @@ class Casts:
                         guards = self._guards(cast.call, cast.scope)
                     # `if not args.train_text_encoder: text_encoder.to(weight_dtype)` and its
                     # parameters optimized only `if args.train_text_encoder`: never both.
-                    if consistent(guards, facts) and not self._fresh_after(cast, call):
+                    if consistent(guards, facts) and not self._fresh_after(cast, call) and not self._rebound_before(cast, call):
                         return True
         return self.trainer_of(cast) is not None
 
     @cached_property
     def _call_order(self) -> dict[int, int]:
         return {id(site.node): i for i, site in enumerate(self.model.calls)}
+
+    def _rebound_before(self, cast: ModuleCast, optimizer: cst.Call) -> bool:
+        """The cast name is bound to another object between the cast and `optimizer` in the
+        same function (`del unet; unet = unet_lllite`, sd-scripts' ControlNet-LLLite): the
+        cast module only lent its weights, and the optimizer holds the new one."""
+        from amplint.analysis.scaler_protocol import protocol
+
+        if self.scope_of_optimizer.get(id(optimizer)) is not cast.scope:
+            return False
+        proto = protocol(self.model)
+        if proto.calls_between(cast.scope, cast.call, optimizer) is None:
+            return False  # not both found in this order: nothing to say
+        from amplint.analysis.conditions import guarding_tests
+
+        root = cast.target_text.split(".")[0]
+        body = cast.scope.node.body if isinstance(cast.scope.node, cst.FunctionDef) else cast.scope.node
+        finder = _Rebinds(root, cast.call, optimizer)
+        walk(body, finder)
+        code = self.model.module.code_for_node
+        known = {(code(t), truth) for t, truth in guarding_tests(cast.scope.node, cast.call) or ()}
+        # NB: only a rebinding that runs whenever the cast does (`clip_l = None` under `if not
+        # train_clip` leaves the trained path's object alone)
+        return any(
+            all((code(t), truth) in known for t, truth in guarding_tests(cast.scope.node, stmt) or ())
+            for stmt in finder.found
+        )
 
     def _fresh_after(self, cast: ModuleCast, optimizer: cst.Call) -> bool:
         """The cast object is built after `optimizer` in the same function: `text_encoder =
@@ -638,6 +664,37 @@ class Casts:
                     if self.b.key(arg.value, site.scope) == cast.key:
                         return True
         return False
+
+
+class _Rebinds(cst.CSTVisitor):
+    """An assignment (plain or annotated with a value) to `name` between two calls, in source
+    order, at the statement level of the function (not in a nested function)."""
+
+    def __init__(self, name: str, start: cst.Call, end: cst.Call) -> None:
+        self.name, self.start, self.end = name, start, end
+        self.state = 0  # 0 before start, 1 between, 2 after end
+        self.found: list[cst.CSTNode] = []  # the assignments
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+        return False
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if node is self.start and self.state == 0:
+            self.state = 1
+        elif node is self.end and self.state == 1:
+            self.state = 2
+
+    def _target(self, node: cst.CSTNode, target: cst.BaseExpression) -> None:
+        if self.state == 1 and isinstance(target, cst.Name) and target.value == self.name:
+            self.found.append(node)
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        for t in node.targets:
+            self._target(node, t.target)
+
+    def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
+        if node.value is not None:
+            self._target(node, node.target)
 
 
 _MODULE_WORDS = ("model", "net", "module", "encoder", "decoder", "unet", "vae", "transformer", "backbone", "student")
