@@ -53,8 +53,12 @@ class ManualHalfModel(Rule):
     parameters join the optimizer (`if not args.train_text_encoder:
     text_encoder.to(weight_dtype)`, trained only `if args.train_text_encoder`), a cast
     once the function's training statements are over (`model.to(save_dtype)` before
-    saving), and a cast of an object built after the optimizer (a copy re-loaded for a
-    validation pipeline), nor the `from_pretrained` of a configuration, a tokenizer
+    saving), a cast of an object built after the optimizer (a copy re-loaded for a
+    validation pipeline), a module frozen on every path that casts it (`if not
+    train_unet: unet.to(weight_dtype)` beside `unet.requires_grad_(train_unet)`, or a
+    cast beside `requires_grad_(False)`, with nothing unfreezing it or a part of it), and
+    a module whose name is bound to another model before the optimizer is built (a base
+    cast only to lend its weights to a new one), nor the `from_pretrained` of a configuration, a tokenizer
     or a processor (`AutoConfig.from_pretrained(..., torch_dtype="float16")` records a
     dtype and casts no weights).
 
