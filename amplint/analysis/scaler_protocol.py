@@ -254,6 +254,11 @@ class ScalerProtocol:
         calls = (event.anchor, event.node) if event.inlined else (event.anchor,)
         return any(_PERIODIC.search(t) for c in calls for t in self._tests.get(id(c), ()))
 
+    def periodic_tests(self, event: Event) -> set[str]:
+        """The texts of the accumulation tests (`periodic`) around the event."""
+        calls = (event.anchor, event.node) if event.inlined else (event.anchor,)
+        return {t for c in calls for t in self._tests.get(id(c), ()) if _PERIODIC.search(t)}
+
     def exclusive_calls(self, a: cst.Call, b: cst.Call) -> bool:
         """Two calls of this module's code that sit in branches that never both run."""
         return _disjoint(self._guards.get(id(a), ()), self._guards.get(id(b), ()))

@@ -104,6 +104,11 @@ class UpdatePerMicrobatch(Rule):
                 ]
                 if not mine:
                     continue  # the step is elsewhere (a caller, a hook): not our pattern
+                if proto.periodic_tests(ev) & set().union(*(proto.periodic_tests(s) for s in mine)):
+                    # Under the same accumulation test as the step (HF Trainer's loop: unscale_
+                    # and an `if deepspeed / elif tpu / elif use_amp: scaler.step` chain inside
+                    # `if (step + 1) % accum == 0`): it runs on the stepping micro-batch only.
+                    continue
                 # An iteration with no step at all: a plain `optimizer.step()` on the
                 # path is the no-AMP branch of a split, not a skipped micro-batch.  Nor is
                 # it accumulation when that iteration clears the gradients (`zero_grad()`
