@@ -109,7 +109,8 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_ERROR if exc.code not in (0, None) else EXIT_CLEAN
     try:
         code = _dispatch(parser, args)
-        sys.stdout.flush()  # NB: `rules > /dev/full` fails here, not at interpreter exit
+        if sys.stdout is not None and not sys.stdout.closed:  # the language server closes it on exit
+            sys.stdout.flush()  # NB: `rules > /dev/full` fails here, not at interpreter exit
         return code
     except BrokenPipeError:
         # `amplint check | head`: the reader left; not an error worth a traceback.

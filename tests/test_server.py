@@ -196,10 +196,32 @@ def test_tool_amplint_is_read_like_the_cli(session, tmp_path: Path) -> None:
 
 
 def test_an_invalid_configuration_is_shown_not_swallowed(session, tmp_path: Path) -> None:
+    """A message once, and on every file one error saying it was not analysed: an empty list
+    would show the files as clean, where `amplint check` exits 2 (hostile pass 14)."""
     (tmp_path / "pyproject.toml").write_text('[tool.amplint]\nselec = ["AMP1"]\n')
-    assert list(session.diagnostics(session.open(tmp_path / "t.py", TRAIN))) == []
+    for name in ("t.py", "u.py"):
+        (error,) = session.diagnostics(session.open(tmp_path / name, TRAIN))
+        assert error.severity == types.DiagnosticSeverity.Error and error.range.start.line == 0
+        assert error.message.startswith("amplint did not analyse this file: ") and "selec" in error.message
     session.run(asyncio.sleep(0.2))
     assert any("unknown [tool.amplint] key(s): selec" in m for m in session.messages)
+
+
+def test_a_file_created_on_disk_is_seen_when_a_buffer_is_saved(session, tmp_path: Path) -> None:
+    """The project's listing and import resolution are read again on save: a new caller of a
+    helper, created on disk while the server runs, makes its finding (hostile pass 14)."""
+    (tmp_path / "pyproject.toml").write_text("[tool.amplint]\n")
+    engine = tmp_path / "engine.py"
+    text = ("import torch\n\n\ndef train_one_epoch(model, data):\n    scaler = torch.amp.GradScaler('cuda')\n"
+            "    for x in data:\n        with torch.autocast('cuda'):\n            loss = model(x).sum()\n"
+            "        scaler.scale(loss).backward()\n")
+    engine.write_text(text)
+    uri = session.open(engine, text)
+    assert [d.code for d in session.diagnostics(uri)] == []
+    (tmp_path / "train.py").write_text(
+        "from engine import train_one_epoch\n\nfor epoch in range(3):\n    train_one_epoch(model, data)\n")
+    session.client.text_document_did_save(types.DidSaveTextDocumentParams(text_document=types.TextDocumentIdentifier(uri=uri)))
+    assert "AMP105" in [d.code for d in session.diagnostics(uri)]
 
 
 def test_columns_are_utf16_units_after_astral_characters(session, tmp_path: Path) -> None:
@@ -338,3 +360,23 @@ def test_the_server_answers_again_after_a_message_whose_content_length_was_wrong
             server.proc.kill()
             server.proc.wait()
 
+
+
+def test_a_crashing_rule_leaves_the_other_rules_findings_published(tmp_path: Path, monkeypatch) -> None:
+    """A rule that raises made the server publish nothing, so the editor kept the last
+    version's findings on lines that changed (hostile pass 14): the others are published, and
+    the crash is said once."""
+    from amplint.rules.amp105_scaler_in_loop import ScalerInLoop
+    from amplint.server.app import AmplintServer
+
+    def crash(self) -> None:
+        raise RuntimeError("injected rule bug")
+
+    monkeypatch.setattr(ScalerInLoop, "check", crash)
+    server = AmplintServer()
+    shown: list[str] = []
+    monkeypatch.setattr(server, "_show_once", shown.append)
+    text = "import torch\nfor _ in range(2):\n    scaler = torch.cuda.amp.GradScaler()\n"
+    lint = server._linter((tmp_path / "t.py").as_uri())
+    assert [d.code for d in lint(text)] == ["AMP401"]
+    assert shown and "internal error in AMP105" in shown[0] and "injected rule bug" in shown[0]

@@ -72,7 +72,13 @@ class AmplintServer(LanguageServer):
             config = self.configs.for_path(path) if path is not None else Config(root=Path.cwd())
         except ConfigError as exc:
             self._show_once(f"amplint: {exc}")
-            return None
+            reason = f"amplint did not analyse this file: {exc}"
+
+            def refuse(text: str) -> list[Diagnostic]:
+                # NB: an empty list would show the file as clean; `amplint check` exits 2 here
+                raise SourceError(str(path) if path is not None else "<buffer>", 1, 0, reason)
+
+            return refuse
         if path is not None and config.is_excluded(path):
             return None
         name = str(path) if path is not None else "<buffer>"
@@ -83,7 +89,11 @@ class AmplintServer(LanguageServer):
             unreadable = undecodable_as_read(path, text) if path is not None else None
             if unreadable is not None:
                 raise SourceError(name, 1, 0, unreadable)
-            return check_source(text, name, config)
+            crashes: list = []  # a crashing rule must not hide what the others found
+            found = check_source(text, name, config, crashes=crashes)
+            for crash in crashes:
+                self._show_once(f"amplint: internal error in {crash.code} on {name}: {crash.error}")
+            return found
 
         return lint
 
@@ -162,6 +172,13 @@ def build() -> AmplintServer:
     @server.feature(types.TEXT_DOCUMENT_DID_SAVE)
     def did_save(ls: AmplintServer, params: types.DidSaveTextDocumentParams) -> None:
         ls.configs.forget()  # a saved pyproject.toml or a new one: look again
+        # Files created, moved or deleted on disk change what imports resolve to and who
+        # imports whom (a new caller of a helper): the project's caches are read again.
+        from amplint.project.index import reset_shared
+        from amplint.project.layout import clear_caches
+
+        clear_caches()
+        reset_shared()
         ls.check(params.text_document.uri)
 
     @server.feature(types.TEXT_DOCUMENT_DID_CLOSE)
