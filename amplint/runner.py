@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 from amplint import notebooks, sources
 from amplint.cache import FileStates, ResultCache
 from amplint.config import Config
+from amplint import dirwalk
 from amplint.diagnostics import Diagnostic, RuleCrash, SourceError
 from amplint.fixes import FixOutcome, fix_text, unified_diff
 
@@ -96,7 +97,7 @@ def discover(paths: list[Path], config: Config, *, force_exclude: bool = False,
             continue
         seen_dirs: set[tuple[int, int]] = set()
         below = config.walk_below(p)
-        for root, dirs, files in os.walk(p, followlinks=True, onerror=cannot_list):
+        for root, dirs, files in dirwalk.walk(p, followlinks=True, onerror=cannot_list):
             try:
                 st = os.stat(root)
             except OSError:

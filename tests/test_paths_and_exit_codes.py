@@ -401,3 +401,29 @@ def test_add_noqa_names_a_directory_that_cannot_be_read(tmp_path: Path) -> None:
     no_traceback(proc)
     assert proc.returncode == 2 and "sub/locked: cannot read this directory: Permission denied" in proc.stderr
     assert "# noqa: AMP401" in (project / "sub" / "a.py").read_text()
+
+
+def test_a_tree_deeper_than_the_recursion_limit_is_walked(tmp_path: Path) -> None:
+    """os.walk recursed once per level: a tree deeper than the recursion limit (1,200 folders,
+    hostile pass 14) raised RecursionError and the run ended with a traceback and no report.
+    The same with a small limit and a shallower tree, so that the test stays fast."""
+    import sys as _sys
+
+    from amplint.config import Config
+    from amplint.project import census
+    from amplint.runner import discover
+
+    here = tmp_path
+    for _ in range(300):
+        here = here / "d"
+        here.mkdir()
+    (here / "t.py").write_text(DEPRECATED)
+    limit = _sys.getrecursionlimit()
+    _sys.setrecursionlimit(150)
+    try:
+        found, missing = discover([tmp_path], Config(root=tmp_path))
+        listing = census.list_project.__wrapped__(str(tmp_path))
+    finally:
+        _sys.setrecursionlimit(limit)
+    assert found == [here / "t.py"] and missing == []
+    assert listing.files == (str(here / "t.py"),)

@@ -15,6 +15,8 @@ import os
 from dataclasses import dataclass
 from functools import lru_cache
 
+from amplint import dirwalk
+
 # Folders that are never a project's own code (virtual environments, build output,
 # caches, vendored packages); hidden folders are skipped as well.
 SKIPPED_FOLDERS = frozenset(
@@ -48,7 +50,7 @@ def list_project(boundary: str) -> Listing:
     notebooks: list[str] = []
     folders: list[tuple[str, int]] = []
     complete = True
-    for root, dirs, names in os.walk(boundary):
+    for root, dirs, names in dirwalk.walk(boundary):
         try:
             folders.append((root, os.stat(root).st_mtime_ns))
         except OSError:
