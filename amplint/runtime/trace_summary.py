@@ -101,6 +101,8 @@ def load_trace(path: str | Path) -> dict[str, Any]:
         raise TraceError(f"{path}: not a readable trace: invalid JSON at line {exc.lineno} column {exc.colno}{cut}") from None
     except (OSError, EOFError, UnicodeDecodeError, ValueError) as exc:  # gzip.BadGzipFile is an OSError
         raise TraceError(f"{path}: not a readable trace: {exc}") from None
+    except RecursionError:
+        raise TraceError(f"{path}: not a readable trace: its JSON nests too deeply") from None
     events = trace.get("traceEvents") if isinstance(trace, dict) else trace
     if not isinstance(events, list) or not all(isinstance(e, dict) for e in events):
         raise TraceError(f"{path}: not a Chrome trace (no list of events under \"traceEvents\")")
@@ -268,12 +270,23 @@ def summarize_dir(directory: str | Path, *, unreadable_ok: bool = False) -> list
     out = []
     for p in find_traces(directory):
         try:
-            out.append(summarize(load_trace(p), source=str(p)))
+            out.append(summarize_file(p))
         except TraceError as exc:
             if not unreadable_ok:
                 raise
             out.append({"trace": str(p), "error": str(exc)})
     return out
+
+
+def summarize_file(path: str | Path) -> dict[str, Any]:
+    """`summarize(load_trace(path))`, with an event of a shape no profiler writes (`args` a
+    list or null, a memory figure that is not a number) a TraceError naming the file, like an
+    unreadable one, instead of a traceback."""
+    trace = load_trace(path)
+    try:
+        return summarize(trace, source=str(path))
+    except (TypeError, KeyError, AttributeError, ValueError, RecursionError) as exc:
+        raise TraceError(f"{path}: not a Chrome trace: an event of an unexpected shape ({type(exc).__name__})") from None
 
 
 def render(summary: dict[str, Any]) -> str:
@@ -317,7 +330,7 @@ def main(argv: list[str] | None = None) -> int:
     summaries = []
     try:
         for p in map(Path, paths):
-            summaries += summarize_dir(p) if p.is_dir() else [summarize(load_trace(p), source=str(p))]
+            summaries += summarize_dir(p) if p.is_dir() else [summarize_file(p)]
     except TraceError as exc:
         print(f"amplint trace_summary: error: {exc}", file=sys.stderr)
         return 2

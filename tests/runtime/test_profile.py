@@ -186,7 +186,20 @@ def _bad_traces(tmp: Path) -> list[tuple[Path, str]]:
     (tmp / "not_json.pt.trace.json").write_text("\x00garbage")
     (tmp / "shape.pt.trace.json").write_text('{"traceEvents": 5}')
     (tmp / "events.pt.trace.json").write_text("[1, 2]")
+    # events of shapes no profiler writes, and JSON nested deeper than the parser goes (hostile pass 14)
+    mm = {"ph": "X", "name": "aten::mm", "ts": 1, "dur": 10, "args": {"Input type": ["c10::Half", "c10::Half"]}}
+    memory = {"ph": "i", "name": "[memory]", "ts": 2, "args": {"Device Type": 0, "Total Allocated": "NaN"}}
+    step = {"ph": "X", "name": "ProfilerStep#2", "ts": 0, "dur": 100, "args": {}}
+    base = [step, mm, dict(memory, args={"Device Type": 0, "Total Allocated": 1024})]
+    (tmp / "args_list.pt.trace.json").write_text(json.dumps({"traceEvents": [dict(e, args=["x"]) for e in base]}))
+    (tmp / "args_null.pt.trace.json").write_text(json.dumps({"traceEvents": [dict(e, args=None) for e in base]}))
+    (tmp / "memory_nan.pt.trace.json").write_text(json.dumps({"traceEvents": [mm, memory]}))
+    (tmp / "deep.pt.trace.json").write_text('{"traceEvents": [{"args": ' + "[" * 5000 + "]" * 5000 + "}]}")
     return [
+        (tmp / "args_list.pt.trace.json", "an event of an unexpected shape"),
+        (tmp / "args_null.pt.trace.json", "an event of an unexpected shape"),
+        (tmp / "memory_nan.pt.trace.json", "an event of an unexpected shape"),
+        (tmp / "deep.pt.trace.json", "nests too deeply"),
         (tmp / "missing_dir", "no such file or directory"),
         (tmp / "cut.pt.trace.json", "truncated"),
         (tmp / "cut.pt.trace.json.gz", "not a readable trace"),
