@@ -215,8 +215,8 @@ def test_trace_summary_cli_names_a_missing_or_unreadable_trace_and_exits_2(tmp_p
         err = capsys.readouterr().err
         assert err.startswith(f"amplint trace_summary: error: {path}: ") and says in err, err
         assert "Traceback" not in err
-    assert trace_summary.main([str(tmp_path)]) == 2  # a folder holding one: the same error
-    assert "cut.pt.trace.json" in capsys.readouterr().err
+    assert trace_summary.main([str(tmp_path)]) == 2  # a folder holding them: the first one's error
+    assert "args_list.pt.trace.json" in capsys.readouterr().err
 
 
 def test_verify_keeps_an_unreadable_trace_as_an_error_in_its_summary(tmp_path):
