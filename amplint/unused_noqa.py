@@ -74,8 +74,8 @@ def _removal(d: Directive, keep: list[str], line_text: str, has_ending: bool, li
     What is left of the comment is written as a person would: another comment after the
     directive (`# noqa: AMP401  # type: ignore`) keeps its own `#`, an explanation
     (`# noqa: AMP401 - why`) stays a comment, and a comment left empty goes entirely, with
-    the spaces before it, or with its line when it had a line of its own.  No trailing
-    spaces are left behind.
+    the spaces before it; a comment that had a line of its own leaves that line empty (line
+    numbers do not move).  No trailing spaces are left behind.
     """
     if keep:
         return Edit((d.line, d.col0), (d.line, d.end_col0), "# noqa: " + ", ".join(keep) + _tail(d, line_text))
@@ -89,14 +89,12 @@ def _removal(d: Directive, keep: list[str], line_text: str, has_ending: bool, li
     if left.strip("#").strip():
         return Edit((d.line, d.comment_col0), end, left)
     code = line_text[: d.comment_col0].rstrip()
-    if not code and has_ending:
-        if _pulls_into_header(d.line, lines):
-            # NB: deleting one of the first two lines moves the lines below it up, into
-            # the place where Python reads a coding declaration (`# -*- coding: latin-1 -*-`
-            # on line 3 would start to decide how the whole file decodes) or the OS a
-            # shebang: the line is emptied instead, and nothing moves.
-            return Edit((d.line, 0), (d.line, len(line_text)), "")
-        return Edit((d.line, 0), (d.line + 1, 0), "")  # the comment was the whole line
+    if not code:
+        # NB: the comment was the whole line: the line is emptied, not deleted. Deleting it
+        # moves every line below up one, and line numbers are behaviour: `%(lineno)d` in
+        # log records, tracebacks, `warnings` filters by line, a coding declaration pulled
+        # up into the first two lines (hostile pass 13).
+        return Edit((d.line, 0), (d.line, len(line_text)), "")
     return Edit((d.line, len(code)), end, "")
 
 

@@ -222,7 +222,50 @@ class Deprecations:
         module_aliases = self._deprecated_module_aliases()
         for merged in self._merge_by_import(groups):
             self._fix_group(merged, module_aliases)
+        self._judge_what_others_see(refs)
         return [ref for ref in refs if not _unreported(self._contexts.of(ref.node))]
+
+    def _judge_what_others_see(self, refs: list[DeprecatedRef]) -> None:
+        """Fixes whose effect other code can see (hostile pass 13). Where the project
+        replaces a legacy name at run time (`torch.cuda.amp.autocast = torch.npu.amp.autocast`,
+        `mock.patch("torch.cuda.amp.autocast")`), the call no longer reaches torch's class and
+        the modern spelling would skip the replacement: no fix. An autocast object that
+        escapes its `with` (assigned, passed, returned) may be tested with `isinstance` or
+        cloned with `type(ctx)(...)`, where its class differs: the fix is unsafe."""
+        if self._legacy_names_patched:
+            for ref in refs:
+                ref.changes = None
+            return
+        escaping: set[int] = set()
+        for ref in refs:
+            if ref.changes is None or not ref.deprecation.new.endswith("autocast"):
+                continue
+            call = self._call_of_func.get(id(ref.node))
+            if call is not None and id(call) not in self._with_items and not self._contexts.of(ref.node).decorator:
+                escaping.add(id(ref.changes))
+        for ref in refs:
+            if ref.changes is not None and id(ref.changes) in escaping and ref.unsafe_because is None:
+                ref.unsafe_because = UNSAFE_AUTOCAST_ESCAPES
+
+    @cached_property
+    def _with_items(self) -> set[int]:
+        """Calls that are a `with` item without `as`: the object is entered and dropped."""
+        found = _BareWithItems()
+        self.model.module.visit(found)
+        return found.ids
+
+    @cached_property
+    def _legacy_names_patched(self) -> bool:
+        """This module, or a module of the project, replaces a legacy AMP name at run time."""
+        texts = [self.model.text]
+        project = self.model.project
+        if project is not None:
+            here = os.path.abspath(self.model.path)
+            files = project.project_files(here)
+            if not files:
+                return True  # NB: a project too large to list may patch them anywhere
+            texts += [project.raw_text(f) or "" for f in files if f != here]
+        return any("amp" in t and _PATCHES_LEGACY.search(t) for t in texts)
 
     @cached_property
     def bare_values(self) -> frozenset[tuple[str, str]]:
@@ -676,6 +719,28 @@ UNSAFE_REBINDS_MODULE_NAME = (
     "it rebinds a module-level name that code loaded by name (a lazy `__getattr__`, `import_module` of a "
     "computed name, `runpy`, a registry) may still call the old way"
 )
+
+
+UNSAFE_AUTOCAST_ESCAPES = (
+    "the autocast object leaves its `with` (assigned, passed or returned): its class is `torch.autocast`'s, not "
+    "the deprecated subclass, which an `isinstance` test or `type(ctx)(...)` elsewhere tells apart"
+)
+# `torch.cuda.amp.autocast = shim`, `setattr(torch.cuda.amp, "autocast", shim)`,
+# `mock.patch("torch.cuda.amp.autocast")`, `patch.object(torch.cuda.amp, "GradScaler")`.
+_PATCHES_LEGACY = re.compile(
+    r"torch\.(?:cuda|cpu)\.amp(?:\.\w+)?\s*=[^=]"
+    r"|setattr\(\s*torch\.(?:cuda|cpu)\.amp\b"
+    r"|patch(?:\.object)?\(\s*(?:[\"']torch\.(?:cuda|cpu)\.amp|torch\.(?:cuda|cpu)\.amp\b)"
+)
+
+
+class _BareWithItems(cst.CSTVisitor):
+    def __init__(self) -> None:
+        self.ids: set[int] = set()
+
+    def visit_WithItem(self, node: cst.WithItem) -> None:
+        if node.asname is None and isinstance(node.item, cst.Call):
+            self.ids.add(id(node.item))
 
 
 class _FunctionImports(cst.CSTVisitor):

@@ -32,7 +32,8 @@ class UnusedNoqa(Rule):
 
     ## Fix safety
     Safe: only codes that suppress nothing are removed (the whole comment when none is
-    left, its line too when it had a line of its own; a comment after it, such as
+    left; a comment that had a line of its own leaves the line empty, so that no line
+    number moves: they show in log records and tracebacks; a comment after it, such as
     `# type: ignore`, stays as it was); what is reported does not change.
 
     ## How it is checked

@@ -820,6 +820,10 @@ def _feeds_only_softmax(node: cst.CSTNode, scope) -> bool:
     input of `.softmax(...)` / `F.softmax(...)` itself, or it is assigned to a name (or
     fills a name in place) whose every later read in the function is such an input."""
     body = scope.node
+    if "finfo" in scope.model.module.code_for_node(body):
+        # The function already writes a dtype's minimum (an additive mask): where both meet,
+        # which of the two wins the fill decides (hostile pass 13).
+        return False
     finder = _SoftmaxInputs(node, scope.model)
     walk(body.body if isinstance(body, cst.FunctionDef) else body, finder)
     if id(node) in finder.fed:
@@ -932,14 +936,20 @@ class _SoftmaxInputs(cst.CSTVisitor):
         name = func.attr.value if isinstance(func, cst.Attribute) else (dotted(func) or "").split(".")[-1]
         if name not in _SOFTMAX:
             return
+        if name != "softmax" or any(a.keyword is not None and a.keyword.value == "dtype" for a in node.args):
+            # `log_softmax` gives finfo.min itself back (minus a logsumexp): two such
+            # log-probabilities added are -inf where -1e9 stayed finite; `softmax(x, dtype=
+            # torch.bfloat16)` casts the fill first, and float32's minimum is -inf in bfloat16.
+            return
         qual = self.model.qualify(func)
         if qual is not None:
             # `torch.softmax(x, -1)`, `F.softmax(x, dim=-1)`: torch's own, not a project
             # helper named softmax (one that divides by a temperature first)
-            if qual.startswith("torch.") and node.args and node.args[0].keyword is None:
+            if qual.startswith("torch.") and node.args and node.args[0].keyword is None and len(node.args) <= 2:
                 self.fed.add(id(node.args[0].value))
         elif isinstance(func, cst.Attribute) and (dotted(func.value) or "").split(".")[0] not in ("torch", "F", "nn", "functional"):
-            self.fed.add(id(func.value))  # `x.softmax(-1)`, a tensor's method
+            if len(node.args) <= 1:
+                self.fed.add(id(func.value))  # `x.softmax(-1)`, a tensor's method
 
     def leave_Call(self, original_node: cst.Call) -> None:
         if original_node is self.fill:
