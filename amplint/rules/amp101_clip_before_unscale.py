@@ -230,24 +230,38 @@ class ClipBeforeUnscale(Rule):
 def _threshold_reads_the_scale(clip: cst.Call, scope) -> bool:
     """`clip_grad_norm_(params, max_norm)` with `max_norm = clip * scaler.get_scale()`: a
     threshold already in scaled space clips right; an inserted `unscale_` would make it one
-    the norm never reaches.  The threshold's text, or any value assigned to a name in it."""
+    the norm never reaches.  The threshold's text, or any value assigned to a name or a
+    `self` attribute in it (in any method of the class); a bare parameter of the function
+    may be anything its callers pass (`train_step(x, y, clip * scaler.get_scale())`), so it
+    counts as reading the scale (hostile passes 12 and 13)."""
     args = [a.value for a in clip.args[1:] if a.keyword is None or a.keyword.value in ("max_norm", "clip_value")]
     module = scope.model.module
+    fn = scope.node if isinstance(scope.node, cst.FunctionDef) else None
+    params = {p.name.value for p in (*fn.params.params, *fn.params.kwonly_params, *fn.params.posonly_params)} if fn else set()
     pending, seen = list(args), 0
     while pending and seen < 32:
         expr = pending.pop()
         seen += 1
         if re.search(r"\b_?(get_)?scale\b|_scale\b", module.code_for_node(expr)):
             return True
+        if isinstance(expr, cst.Name) and expr.value in params:
+            return True  # the threshold is what the caller passes (not `args.clip` of an `args`)
         for name in _names(expr):
             pending.extend(value for value, _ in scope.model.bindings.values.assigned(name, scope))
     return False
 
 
-def _names(expr: cst.CSTNode) -> list[cst.Name]:
-    found: list[cst.Name] = []
+def _names(expr: cst.CSTNode) -> list[cst.BaseExpression]:
+    """The names read in `expr`, and its `self.<attr>` attributes (whole, not their parts)."""
+    found: list[cst.BaseExpression] = []
 
     class _Collect(cst.CSTVisitor):
+        def visit_Attribute(self, node: cst.Attribute) -> bool:
+            if isinstance(node.value, cst.Name) and node.value.value == "self":
+                found.append(node)
+                return False
+            return True
+
         def visit_Name(self, node: cst.Name) -> None:
             found.append(node)
 
