@@ -121,7 +121,7 @@ class StepWithoutUpdate(Rule):
                 one_step = sum(1 for s in graph.of_kind(Kind.SCALER_STEP) if s.scaler == step.scaler) == 1
                 changes = (self._insert_update(step, scaler)
                            if never and one_step and plain_scaler(self.model, proto, scaler, step.scope)
-                           and self._torch_optimizer(step)
+                           and self._torch_optimizer(step) and not self._owner_handed_out(step, scaler)
                            else None)
                 self.report_event(step, changes=changes, step=step_text, scaler=scaler)
 
@@ -195,6 +195,28 @@ class StepWithoutUpdate(Rule):
             return bool(classes) and all(q.startswith("torch.optim.") for q in classes)
 
         return bool(assigned) and all(builtin(v, vs) for v, vs in assigned)
+
+    @staticmethod
+    def _owner_handed_out(step, scaler: str) -> bool:
+        """`self.scaler` where the class hands `self` to other code (`cb.on_step_end(self)`,
+        a callback loaded by path that calls `trainer.scaler.update()`): the update may run
+        there, and an inserted one would be a second, which torch refuses (hostile pass 13)."""
+        scope = step.scope
+        cls = getattr(scope, "cls", None)
+        if cls is None or not scaler.startswith(f"{scope.self_name}."):
+            return False
+        node = getattr(cls, "node", None)
+        if node is None:
+            return True  # NB: the class cannot be read: it may hand itself anywhere
+        found = []
+
+        class _HandsSelf(cst.CSTVisitor):
+            def visit_Call(self, call: cst.Call) -> None:
+                if any(isinstance(a.value, cst.Name) and a.value.value == scope.self_name for a in call.args):
+                    found.append(call)
+
+        node.visit(_HandsSelf())
+        return bool(found)
 
     def _insert_update(self, step, scaler: str) -> list[InsertBefore] | None:
         """Insert the update before the statement that follows the step (same block)."""

@@ -56,8 +56,14 @@ class DeprecatedCudaAmp(Rule):
     `type(scaler)(...)` or a pickle allow-list tells them apart), and an import at module
     level (it rebinds a module attribute that a lazy package `__getattr__`, `import_module`
     of a computed name, `runpy.run_path` or a registry looked up by string may still call
-    the old way). Safe for a fully qualified autocast call or decorator and for an import
-    inside a function. Either way offered only where the new code builds the same object
+    the old way), and an autocast object that leaves its `with` (assigned, passed,
+    returned: an `isinstance` test or `type(ctx)(...)` elsewhere tells the classes apart).
+    Safe for a fully qualified autocast call that is a `with` item or a decorator, and for
+    an import inside a function. No fix at all where the module or one that shares objects
+    with it (its importers and what they import) replaces a legacy name at run time
+    (`torch.cuda.amp.autocast = torch.npu.amp.autocast`, `mock.patch("torch.cuda.amp.autocast")`):
+    the modern spelling would skip the replacement; one made inside another package cannot
+    be seen. Either way offered only where the new code builds the same object
     from the same arguments, wherever it runs: a call keeps every argument (legacy positional
     `autocast(enabled, dtype, cache_enabled)` arguments become keywords, `**kwargs` and
     what follows stay) and passes the device the old class implied; a legacy autocast

@@ -1839,7 +1839,7 @@ _HOSTILE5_CASES = {
 def _hostile_variants() -> list[Case]:
     """Where the step rules and AMP501 must not fix (or not report): the object a name
     denotes changes out of sight, the error a fix removes is caught, the value is no
-    float16 tensor (hostile passes 4 to 12)."""
+    float16 tensor (hostile passes 4 to 13)."""
     from amplint.runtime.hostile_pass6 import CASES as pass6
     from amplint.runtime.hostile_pass7 import CASES as pass7
     from amplint.runtime.hostile_pass8 import CASES as pass8
@@ -1848,12 +1848,18 @@ def _hostile_variants() -> list[Case]:
     from amplint.runtime.hostile_pass12 import CASES as pass12
     from amplint.runtime.hostile_pass12 import ENTRIES as pass12_entries
     from amplint.runtime.hostile_pass12 import UNSAFE_MAY_DIFFER as pass12_unsafe
+    from amplint.runtime.hostile_pass13 import CASES as pass13
+    from amplint.runtime.hostile_pass13 import SELECT as pass13_select
+    from amplint.runtime.hostile_pass13 import UNSAFE_MAY_DIFFER as pass13_unsafe
 
     return [Case(f"{rule}-{context}-{name}", files, ("train.py",))
             for (rule, context, name), files in (*_HOSTILE4_CASES.items(), *_HOSTILE5_CASES.items())] + [
         Case(case_id, tuple(files.items()), ("train.py",)) for case_id, files in (*pass6.items(), *pass7.items(), *pass8.items(), *pass9.items(), *pass10.items())] + [
         Case(case_id, tuple(files.items()), pass12_entries.get(case_id, ("train.py",)), unsafe_may_differ=case_id in pass12_unsafe)
-        for case_id, files in pass12.items()]
+        for case_id, files in pass12.items()] + [
+        Case(case_id, tuple(files.items()), ("train.py",), select=pass13_select.get(case_id, ()),
+             unsafe_may_differ=case_id in pass13_unsafe)
+        for case_id, files in pass13.items()]
 
 
 def variants() -> list[Case]:
