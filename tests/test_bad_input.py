@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # AMP101 is in the preview tier: a run that must report it passes --preview
 BAD_AMP101 = (ROOT / "fixtures" / "AMP101" / "bad_clip_between_backward_and_step.py").read_text(encoding="utf-8")
 AMP101_LINE = next(i for i, line in enumerate(BAD_AMP101.splitlines(), 1) if "expect: AMP101" in line)
-DEPRECATED = "import torch\n\nregion = torch.cuda.amp.autocast()\n"
+DEPRECATED = "import torch\n\nwith torch.cuda.amp.autocast(): pass\n"
 
 
 def amplint(*args: str, cwd: Path | None = None, timeout: float = 300) -> subprocess.CompletedProcess:

@@ -15,7 +15,7 @@ from amplint.registry import ALL_RULES, BY_CODE
 
 ROOT = Path(__file__).resolve().parent.parent
 BAD = ROOT / "fixtures" / "AMP101" / "bad_clip_between_backward_and_step.py"  # AMP101 is a preview rule: --preview
-DEPRECATED = "import torch\n\nregion = torch.cuda.amp.autocast()\n"
+DEPRECATED = "import torch\n\nwith torch.cuda.amp.autocast(): pass\n"
 
 
 def _expected_line(path: Path) -> int:
@@ -57,7 +57,7 @@ def test_stdin_filename_picks_the_config_and_per_file_ignores(tmp_path: Path) ->
 def test_stdin_fix_writes_the_fixed_source_to_stdout() -> None:
     proc = amplint("check", "--isolated", "--fix", "-", stdin=DEPRECATED)
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout == 'import torch\n\nregion = torch.autocast("cuda", dtype=torch.float16, cache_enabled=True)\n'
+    assert proc.stdout == 'import torch\n\nwith torch.autocast("cuda", dtype=torch.float16, cache_enabled=True): pass\n'
     assert "Found 1 error (1 fixed, 0 remaining)." in proc.stderr  # Ruff counts the fixed ones too
 
 
@@ -69,8 +69,8 @@ def test_stdin_syntax_error_is_exit_2_and_fix_gives_the_text_back() -> None:
 
 
 BOM = b"\xef\xbb\xbf"
-FIXABLE = b"import torch\r\nregion = torch.cuda.amp.autocast()\r\n"
-FIXED = b'import torch\r\nregion = torch.autocast("cuda", dtype=torch.float16, cache_enabled=True)\r\n'
+FIXABLE = b"import torch\r\nwith torch.cuda.amp.autocast(): pass\r\n"
+FIXED = b'import torch\r\nwith torch.autocast("cuda", dtype=torch.float16, cache_enabled=True): pass\r\n'
 
 
 def _fix_stdin(data: bytes, *args: str) -> subprocess.CompletedProcess:
@@ -96,7 +96,7 @@ def test_stdin_fix_writes_the_bytes_of_the_source_as_it_came(given: bytes, expec
 
 def test_stdin_notebook_fix_keeps_its_bom(tmp_path: Path) -> None:
     cell = {"cell_type": "code", "execution_count": None, "metadata": {}, "outputs": [],
-            "source": ["import torch\n", "region = torch.cuda.amp.autocast()\n"]}
+            "source": ["import torch\n", "with torch.cuda.amp.autocast(): pass\n"]}
     nb = {"cells": [cell], "metadata": {"language_info": {"name": "python"}}, "nbformat": 4, "nbformat_minor": 5}
     proc = _fix_stdin(BOM + json.dumps(nb, indent=1).encode() + b"\n", "--stdin-filename", "nb.ipynb")
     assert proc.stdout.startswith(BOM + b"{") and b'torch.autocast(\\"cuda\\"' in proc.stdout, proc.stderr

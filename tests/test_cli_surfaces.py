@@ -52,9 +52,9 @@ def test_summary_counts_fixed_and_remaining_as_ruff_does(project: Path) -> None:
 
 
 def test_exit_non_zero_on_fix(project: Path) -> None:
-    (project / "dep.py").write_text("import torch\nregion = torch.cuda.amp.autocast()\n")
+    (project / "dep.py").write_text("import torch\nwith torch.cuda.amp.autocast(): pass\n")
     assert amplint("check", "--isolated", "--fix", "dep.py", cwd=project).returncode == 0
-    (project / "dep.py").write_text("import torch\nregion = torch.cuda.amp.autocast()\n")
+    (project / "dep.py").write_text("import torch\nwith torch.cuda.amp.autocast(): pass\n")
     assert amplint("check", "--isolated", "--fix", "--exit-non-zero-on-fix", "dep.py", cwd=project).returncode == 1
     # nothing left to fix: 0 again
     assert amplint("check", "--isolated", "--fix", "--exit-non-zero-on-fix", "dep.py", cwd=project).returncode == 0

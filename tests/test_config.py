@@ -20,7 +20,7 @@ from amplint.config import Config, ConfigError, from_table, load
 
 ROOT = Path(__file__).resolve().parent.parent
 CLIP = (ROOT / "fixtures" / "AMP101" / "bad_clip_between_backward_and_step.py").read_text()  # AMP101 at 15:5
-DEPRECATED = "import torch\n\nregion = torch.cuda.amp.autocast()\n"  # AMP401 at 3:10
+DEPRECATED = "import torch\n\nwith torch.cuda.amp.autocast(): pass\n"  # AMP401 at 3:10
 
 
 def amplint(*args: str, cwd: Path) -> subprocess.CompletedProcess:

@@ -24,8 +24,8 @@ from amplint.engine import parse
 
 ROOT = Path(__file__).resolve().parent.parent
 AMP401 = ROOT / "fixtures" / "AMP401"
-DEPRECATED = "import torch\n\nregion = torch.cuda.amp.autocast()\n"
-MODERN = 'import torch\n\nregion = torch.autocast("cuda", dtype=torch.float16, cache_enabled=True)\n'
+DEPRECATED = "import torch\n\nwith torch.cuda.amp.autocast(): pass\n"
+MODERN = 'import torch\n\nwith torch.autocast("cuda", dtype=torch.float16, cache_enabled=True): pass\n'
 
 
 def amplint(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:

@@ -15,7 +15,7 @@ from amplint.config import Config
 from amplint.engine import check_source
 from amplint.runner import check_paths, discover
 
-DEPRECATED = "region = torch.cuda.amp.autocast()"
+DEPRECATED = "with torch.cuda.amp.autocast(): pass"
 # Clips before unscale_ (AMP101, a preview rule: the checks of the `train` notebook run in preview)
 TRAIN_CELL = """\
 for _ in range(2):
@@ -61,11 +61,11 @@ def test_findings_name_their_cell_and_rows_count_within_it(train: Path) -> None:
     proc = amplint("check", "--isolated", "--preview", "train.ipynb", cwd=train.parent)
     assert proc.returncode == 1, proc.stderr
     lines = proc.stdout.splitlines()
-    assert "train.ipynb:cell 3:3:10: AMP401 [*] `torch.cuda.amp.autocast` is deprecated since PyTorch 2.4" in lines
+    assert "train.ipynb:cell 3:3:6: AMP401 [*] `torch.cuda.amp.autocast` is deprecated since PyTorch 2.4" in lines
     assert "train.ipynb:cell 5:2:10: AMP401 [*] `torch.cuda.amp.autocast` is deprecated since PyTorch 2.4" in lines
     assert any(line.startswith("train.ipynb:cell 5:5:5: AMP101") for line in lines)
     # the line under the finding is the cell's own line, not the notebook's JSON
-    assert "     3 | region = torch.cuda.amp.autocast()" in lines
+    assert "     3 | with torch.cuda.amp.autocast(): pass" in lines
     # magics (`%matplotlib`, `!pip`, `model?`) and the %%bash cell are neither reported nor parse errors
     assert "cell 2" not in proc.stdout and "cell 4" not in proc.stdout and not proc.stderr
 
@@ -78,8 +78,8 @@ def test_json_sarif_and_github_carry_the_cell(train: Path) -> None:
     result = sarif["runs"][0]["results"][0]
     assert result["properties"] == {"cell": 3} and result["locations"][0]["message"] == {"text": "cell 3"}
     github = amplint("check", "--isolated", "--preview", "--output-format", "github", "train.ipynb", cwd=train.parent).stdout
-    assert "title=amplint (AMP401%2C cell 3),file=train.ipynb,line=3,col=10" in github
-    assert "::cell 3:3:10: AMP401" in github
+    assert "title=amplint (AMP401%2C cell 3),file=train.ipynb,line=3,col=6" in github
+    assert "::cell 3:3:6: AMP401" in github
 
 
 def test_fix_edits_only_the_cells_it_fixes_and_keeps_the_json_layout(train: Path) -> None:
@@ -93,7 +93,7 @@ def test_fix_edits_only_the_cells_it_fixes_and_keeps_the_json_layout(train: Path
     assert new["metadata"] == old["metadata"] and new["nbformat_minor"] == old["nbformat_minor"]
     assert [c.get("id") for c in new["cells"]] == [c.get("id") for c in old["cells"]]
     assert new["cells"][4]["outputs"] == old["cells"][4]["outputs"] and new["cells"][4]["execution_count"] == 7
-    assert "".join(new["cells"][2]["source"]).endswith('region = torch.autocast("cuda", dtype=torch.float16, cache_enabled=True)')
+    assert "".join(new["cells"][2]["source"]).endswith('with torch.autocast("cuda", dtype=torch.float16, cache_enabled=True): pass')
     assert "    scaler.unscale_(optimizer)\n" in new["cells"][4]["source"]
     assert new["cells"][1]["source"] == old["cells"][1]["source"]  # the magics are back, untouched
     assert new["cells"][4]["source"][-1] == "model?"
@@ -102,8 +102,8 @@ def test_fix_edits_only_the_cells_it_fixes_and_keeps_the_json_layout(train: Path
 
     changed = [line for line in difflib.ndiff(before.splitlines(), after.splitlines()) if line[:1] in "+-"]
     assert changed == [
-        '-     "region = torch.cuda.amp.autocast()"',
-        '+     "region = torch.autocast(\\"cuda\\", dtype=torch.float16, cache_enabled=True)"',
+        '-     "with torch.cuda.amp.autocast(): pass"',
+        '+     "with torch.autocast(\\"cuda\\", dtype=torch.float16, cache_enabled=True): pass"',
         '-     "    with torch.cuda.amp.autocast():\\n",',
         '+     "    with torch.autocast(\\"cuda\\", dtype=torch.float16, cache_enabled=True):\\n",',
         '+     "    scaler.unscale_(optimizer)\\n",',
@@ -115,7 +115,7 @@ def test_diff_is_per_cell_and_changes_nothing(train: Path) -> None:
     proc = amplint("check", "--isolated", "--preview", "--diff", "train.ipynb", cwd=train.parent)
     assert proc.returncode == 1
     assert "--- a/train.ipynb:cell 3\n+++ b/train.ipynb:cell 3\n" in proc.stdout
-    assert '+region = torch.autocast("cuda", dtype=torch.float16, cache_enabled=True)' in proc.stdout
+    assert '+with torch.autocast("cuda", dtype=torch.float16, cache_enabled=True): pass' in proc.stdout
     assert train.read_bytes() == before
 
 
@@ -123,7 +123,7 @@ def test_noqa_inside_a_cell_and_add_noqa(train: Path) -> None:
     proc = amplint("check", "--isolated", "--preview", "--add-noqa", "train.ipynb", cwd=train.parent)
     assert proc.stdout.strip() == "Added 3 noqa directives.", proc.stderr
     cells = json.loads(train.read_text())["cells"]
-    assert "".join(cells[2]["source"]).endswith("autocast()  # noqa: AMP401")
+    assert "".join(cells[2]["source"]).endswith("autocast(): pass  # noqa: AMP401")
     assert amplint("check", "--isolated", "--preview", "train.ipynb", cwd=train.parent).returncode == 0
 
 
@@ -203,7 +203,7 @@ def test_other_json_layouts_are_kept_or_normalisation_is_said(tmp_path: Path, in
     (f,) = result.files
     assert f.written and f.warnings == []
     fixed = path.read_text()
-    data["cells"][0]["source"][-1] = 'region = torch.autocast("cuda", dtype=torch.float16, cache_enabled=True)'
+    data["cells"][0]["source"][-1] = 'with torch.autocast("cuda", dtype=torch.float16, cache_enabled=True): pass'
     assert fixed == json.dumps(data, indent=indent, ensure_ascii=False) + "\n"
     # a layout json cannot reproduce (keys on one line, odd spacing) is normalised, and said so
     path.write_text(json.dumps(json.loads(fixed), indent=1).replace('"cells": [', '"cells":   [') .replace(

@@ -18,7 +18,7 @@ import pytest
 from amplint import sources
 
 ROOT = Path(__file__).resolve().parent.parent
-DEPRECATED = "import torch\n\nregion = torch.cuda.amp.autocast()\n"
+DEPRECATED = "import torch\n\nwith torch.cuda.amp.autocast(): pass\n"
 BROKEN = "import torch\n\ndef f(:\n    pass\n"
 
 
@@ -58,7 +58,7 @@ def test_a_fifo_named_explicitly_is_an_error_not_a_hang(tmp_path: Path, jobs: st
     no_traceback(proc)
     assert proc.returncode == 2
     assert "x.py:1:1: error: not checked: it is a named pipe (FIFO), not a regular file" in proc.stderr
-    assert "a.py:3:10: AMP401" in proc.stdout  # the other file was still checked
+    assert "a.py:3:6: AMP401" in proc.stdout  # the other file was still checked
 
 
 def test_dev_null_named_explicitly_does_not_pass_silently() -> None:
@@ -142,7 +142,7 @@ def test_exit_zero_exits_zero_whatever_the_files_hold(tmp_path: Path, name: str,
     proc = amplint("--isolated", "--exit-zero", "--jobs", jobs, name, "other.py", cwd=tmp_path)
     no_traceback(proc)
     assert proc.returncode == 0, proc.stderr
-    assert "other.py:3:10: AMP401" in proc.stdout  # still reported
+    assert "other.py:3:6: AMP401" in proc.stdout  # still reported
     with open(target, "rb") as fh:
         stdin = amplint("--isolated", "--exit-zero", "-", stdin=fh)
     assert stdin.returncode == 0, stdin.stderr
@@ -287,7 +287,7 @@ def test_a_dangling_symlink_is_called_a_broken_link(tmp_path: Path) -> None:
         assert proc.returncode == 2
         assert "link.py:1:1: error: cannot read: broken symbolic link (its target gone.py does not exist)" in proc.stderr
         assert "deleted during the run" not in proc.stderr
-        assert "a.py:3:10: AMP401" in proc.stdout
+        assert "a.py:3:6: AMP401" in proc.stdout
 
 
 def test_stdin_fix_reports_an_internal_error_once_not_once_per_pass(tmp_path: Path) -> None:
@@ -300,7 +300,7 @@ def test_stdin_fix_reports_an_internal_error_once_not_once_per_pass(tmp_path: Pa
     proc = subprocess.run([sys.executable, str(driver), "check", "--isolated", "--fix", "--stdin-filename", "a.py", "-"],
                           input=DEPRECATED, capture_output=True, text=True, cwd=tmp_path, env=env, timeout=60)
     no_traceback(proc)
-    assert proc.stdout == 'import torch\n\nregion = torch.autocast("cuda", dtype=torch.float16, cache_enabled=True)\n'  # fixed
+    assert proc.stdout == 'import torch\n\nwith torch.autocast("cuda", dtype=torch.float16, cache_enabled=True): pass\n'  # fixed
     assert proc.stderr.count("internal error in AMP999") == 1, proc.stderr
 
 
@@ -392,7 +392,7 @@ def test_a_file_inside_a_directory_that_cannot_be_searched_is_an_error_naming_it
     no_traceback(proc)
     assert proc.returncode == 2, proc.stderr
     assert "sub/locked/b.py:1:1: error: cannot read: Permission denied" in proc.stderr
-    assert "sub/a.py:3:10: AMP401" in proc.stdout
+    assert "sub/a.py:3:6: AMP401" in proc.stdout
 
 
 def test_add_noqa_names_a_directory_that_cannot_be_read(tmp_path: Path) -> None:

@@ -240,7 +240,7 @@ def test_fix_all_lands_on_the_finding_after_a_character_splitlines_breaks_at(ses
                                                                              separator: str) -> None:
     """A form feed or \u2028 ends no line in LSP: fix-all counted one and replaced the line
     after the finding's (past the end here), leaving the deprecated call and adding a copy."""
-    text = f"import torch\n# page{separator}break\nx = 1\ns = torch.cuda.amp.autocast()\ny = 2\n"
+    text = f"import torch\n# page{separator}break\nx = 1\nwith torch.cuda.amp.autocast(): pass\ny = 2\n"
     uri = session.open(tmp_path / "ff.py", text)
     session.diagnostics(uri)
     (fix_all,) = session.code_actions(uri, rng(0, 0), only=["source.fixAll"])
