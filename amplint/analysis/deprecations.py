@@ -728,9 +728,10 @@ UNSAFE_AUTOCAST_ESCAPES = (
 # `torch.cuda.amp.autocast = shim`, `setattr(torch.cuda.amp, "autocast", shim)`,
 # `mock.patch("torch.cuda.amp.autocast")`, `patch.object(torch.cuda.amp, "GradScaler")`.
 _PATCHES_LEGACY = re.compile(
-    r"torch\.(?:cuda|cpu)\.amp(?:\.\w+)?\s*=[^=]"
+    r"^[ \t]*torch\.(?:cuda|cpu)\.amp(?:\.\w+)?[ \t]*=[^=]"  # a statement (not a parameter's default)
     r"|setattr\(\s*torch\.(?:cuda|cpu)\.amp\b"
-    r"|patch(?:\.object)?\(\s*(?:[\"']torch\.(?:cuda|cpu)\.amp|torch\.(?:cuda|cpu)\.amp\b)"
+    r"|patch(?:\.object)?\(\s*(?:[\"']torch\.(?:cuda|cpu)\.amp|torch\.(?:cuda|cpu)\.amp\b)",
+    re.M,
 )
 
 
