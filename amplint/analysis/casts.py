@@ -666,6 +666,18 @@ class Casts:
         return False
 
 
+def _mentions(expr: cst.CSTNode, name: str) -> bool:
+    found = []
+
+    class _Find(cst.CSTVisitor):
+        def visit_Name(self, node: cst.Name) -> None:
+            if node.value == name:
+                found.append(node)
+
+    expr.visit(_Find())
+    return bool(found)
+
+
 class _Rebinds(cst.CSTVisitor):
     """An assignment (plain or annotated with a value) to `name` between two calls, in source
     order, at the statement level of the function (not in a nested function)."""
@@ -686,7 +698,11 @@ class _Rebinds(cst.CSTVisitor):
 
     def _target(self, node: cst.CSTNode, target: cst.BaseExpression) -> None:
         if self.state == 1 and isinstance(target, cst.Name) and target.value == self.name:
-            self.found.append(node)
+            # NB: `model = model.to(device)`, `model = DDP(model)`, `torch.compile(model)`: the
+            # same module, or a wrapper of it, is no other model
+            value = getattr(node, "value", None)
+            if value is None or not _mentions(value, self.name):
+                self.found.append(node)
 
     def visit_Assign(self, node: cst.Assign) -> None:
         for t in node.targets:
