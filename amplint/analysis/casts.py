@@ -458,19 +458,16 @@ class Casts:
         """The cast name is bound to another object between the cast and `optimizer` in the
         same function (`del unet; unet = unet_lllite`, sd-scripts' ControlNet-LLLite): the
         cast module only lent its weights, and the optimizer holds the new one."""
-        from amplint.analysis.scaler_protocol import protocol
+        from amplint.analysis.conditions import guarding_tests
 
         if self.scope_of_optimizer.get(id(optimizer)) is not cast.scope:
             return False
-        proto = protocol(self.model)
-        if proto.calls_between(cast.scope, cast.call, optimizer) is None:
-            return False  # not both found in this order: nothing to say
-        from amplint.analysis.conditions import guarding_tests
-
         root = cast.target_text.split(".")[0]
         body = cast.scope.node.body if isinstance(cast.scope.node, cst.FunctionDef) else cast.scope.node
         finder = _Rebinds(root, cast.call, optimizer)
         walk(body, finder)
+        if finder.state != 2:
+            return False  # not both found in this order: nothing to say
         code = self.model.module.code_for_node
         known = {(code(t), truth) for t, truth in guarding_tests(cast.scope.node, cast.call) or ()}
         # NB: only a rebinding that runs whenever the cast does (`clip_l = None` under `if not
