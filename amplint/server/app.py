@@ -175,10 +175,8 @@ def build() -> AmplintServer:
         # Files created, moved or deleted on disk change what imports resolve to and who
         # imports whom (a new caller of a helper): the project's caches are read again.
         from amplint.project.index import reset_shared
-        from amplint.project.layout import clear_caches
 
-        clear_caches()
-        reset_shared()
+        reset_shared()  # NB: clears the layout's caches (import resolution) too
         ls.check(params.text_document.uri)
 
     @server.feature(types.TEXT_DOCUMENT_DID_CLOSE)
