@@ -194,7 +194,7 @@ def _bad_traces(tmp: Path) -> list[tuple[Path, str]]:
     (tmp / "args_list.pt.trace.json").write_text(json.dumps({"traceEvents": [dict(e, args=["x"]) for e in base]}))
     (tmp / "args_null.pt.trace.json").write_text(json.dumps({"traceEvents": [dict(e, args=None) for e in base]}))
     (tmp / "memory_nan.pt.trace.json").write_text(json.dumps({"traceEvents": [mm, memory]}))
-    (tmp / "deep.pt.trace.json").write_text('{"traceEvents": [{"args": ' + "[" * 5000 + "]" * 5000 + "}]}")
+    (tmp / "deep.pt.trace.json").write_text('{"traceEvents": [{"args": ' + "[" * 100_000 + "]" * 100_000 + "}]}")
     return [
         (tmp / "args_list.pt.trace.json", "an event of an unexpected shape"),
         (tmp / "args_null.pt.trace.json", "an event of an unexpected shape"),
