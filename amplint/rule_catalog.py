@@ -50,6 +50,7 @@ CATALOG: tuple[RuleEntry, ...] = (
     RuleEntry("AMP206", "scaler-without-autocast", True, "amp206_scaler_without_autocast", "ScalerWithoutAutocast", "preview"),
     RuleEntry("AMP207", "fp16-and-bf16-enabled", True, "amp207_fp16_and_bf16_enabled", "Fp16AndBf16Enabled", "preview"),
     RuleEntry("AMP208", "amp-never-enabled", True, "amp208_amp_never_enabled", "AmpNeverEnabled", "preview"),
+    RuleEntry("AMP209", "fp16-on-bf16-checkpoint", True, "amp209_fp16_on_bf16_checkpoint", "Fp16OnBf16Checkpoint", "preview"),
     RuleEntry("AMP301", "manual-half-model", True, "amp301_manual_half_model", "ManualHalfModel"),
     RuleEntry("AMP302", "redundant-input-cast", False, "amp302_redundant_input_cast", "RedundantInputCast", "preview"),
     RuleEntry("AMP303", "default-dtype-half", True, "amp303_default_dtype_half", "DefaultDtypeHalf"),

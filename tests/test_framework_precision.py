@@ -21,7 +21,7 @@ def _lines(source: str, code: str) -> list[int]:
     return [d.span.line for d in _findings(source, code)]
 
 
-@pytest.mark.parametrize("code", ("AMP115", "AMP207"))
+@pytest.mark.parametrize("code", ("AMP115", "AMP207", "AMP209"))
 def test_docstring_example_fires_and_use_instead_does_not(code: str) -> None:
     doc = BY_CODE[code].__doc__
     example, use_instead = re.findall(r"```python\n(.*?)```", doc, re.S)[:2]
@@ -30,14 +30,14 @@ def test_docstring_example_fires_and_use_instead_does_not(code: str) -> None:
     assert not _lines(head + textwrap.dedent(use_instead), code), f"{code}: the Use instead block should not fire"
 
 
-@pytest.mark.parametrize("code", ("AMP115", "AMP207"))
+@pytest.mark.parametrize("code", ("AMP115", "AMP207", "AMP209"))
 def test_new_rules_start_in_the_preview_tier(code: str) -> None:
     from amplint.rule_catalog import CATALOG
 
     assert next(e for e in CATALOG if e.code == code).tier == "preview"
 
 
-@pytest.mark.parametrize("code", ("AMP115", "AMP207"))
+@pytest.mark.parametrize("code", ("AMP115", "AMP207", "AMP209"))
 def test_explain_prints_the_rule_page(code: str, capsys) -> None:
     from amplint.cli import main
 

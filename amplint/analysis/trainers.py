@@ -94,8 +94,8 @@ def handed_to_trainer(text: str, scope) -> str | None:
     for site in scope.model.calls:
         if site.scope is not scope:
             continue
-        trainer = _trainer_constructed(site.node, scope)
-        if trainer is not None and dotted(_model_argument(site.node)) == text:
+        trainer = trainer_constructed(site.node, scope)
+        if trainer is not None and dotted(model_argument(site.node)) == text:
             return f"it is handed to `{trainer}`, which trains it"
     return None
 
@@ -106,13 +106,13 @@ def _trainer_models(scope) -> set[str]:
     for site in scope.model.calls:
         func = site.node.func
         if site.scope is scope and isinstance(func, cst.Attribute) and func.attr.value == "__init__" and _is_super(func.value):
-            given = _model_argument(site.node)
+            given = model_argument(site.node)
             if dotted(given) is not None:
                 out.add(dotted(given))
     return out
 
 
-def _trainer_constructed(call: cst.Call, scope) -> str | None:
+def trainer_constructed(call: cst.Call, scope) -> str | None:
     """The trainer class a call constructs (`Trainer(...)`, a project subclass), else None."""
     from amplint.analysis.callees import ForeignClass, resolve_class
 
@@ -130,7 +130,7 @@ def _trainer_constructed(call: cst.Call, scope) -> str | None:
     return dotted(call.func) if cls is not None and trainer_base(cls) is not None else None
 
 
-def _model_argument(call: cst.Call) -> cst.BaseExpression | None:
+def model_argument(call: cst.Call) -> cst.BaseExpression | None:
     """`model=...` or the first positional argument (the trainers' first parameter), under
     the module-returning methods chained on it (`model.half()` is `model`)."""
     from amplint.analysis.torch_api import MODULE_RETURNING

@@ -27,6 +27,7 @@ from amplint.rules.amp205_custom_function_without_custom_fwd import CustomFuncti
 from amplint.rules.amp206_scaler_without_autocast import ScalerWithoutAutocast
 from amplint.rules.amp207_fp16_and_bf16_enabled import Fp16AndBf16Enabled
 from amplint.rules.amp208_amp_never_enabled import AmpNeverEnabled
+from amplint.rules.amp209_fp16_on_bf16_checkpoint import Fp16OnBf16Checkpoint
 from amplint.rules.amp301_manual_half_model import ManualHalfModel
 from amplint.rules.amp302_redundant_input_cast import RedundantInputCast
 from amplint.rules.amp303_default_dtype_half import DefaultDtypeHalf
@@ -63,6 +64,7 @@ ALL_RULES = (
     ScalerWithoutAutocast,
     Fp16AndBf16Enabled,
     AmpNeverEnabled,
+    Fp16OnBf16Checkpoint,
     ManualHalfModel,
     RedundantInputCast,
     DefaultDtypeHalf,
