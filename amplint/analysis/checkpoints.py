@@ -28,7 +28,7 @@ SCALER = "scaler"
 PROGRESS = "progress"  # epoch, step, scheduler: what a resumable checkpoint carries
 UNKNOWN = "unknown"
 
-_MAX_DEPTH = 4
+_MAX_DEPTH = 6
 
 # Checkpoint writes: `torch.save(obj, f)` and torch.distributed.checkpoint's
 # `save(state_dict, ...)` / `save_state_dict(state_dict, ...)` (a sharded FSDP checkpoint).
@@ -187,6 +187,9 @@ class Checkpoints:
         self.model = model
         self.b = model.bindings
         self._order_cache: dict[int, int] | None = None
+        # Values being described, outermost first: `save_obj = {**save_obj, "ema": ...}` names
+        # itself, and its spread stands for the name's *other* values, not for itself again.
+        self._describing: set[int] = set()
 
     def payload(self, event) -> Payload:
         """What the `torch.save` of a SAVE event writes (for a helper judged by its name,
@@ -271,7 +274,7 @@ class Checkpoints:
             out: set[str] = set()
             for el in expr.elements:
                 if isinstance(el, cst.StarredDictElement):
-                    out |= self._describe(el.value, scope, depth + 1, event)
+                    out |= self._spread(el.value, scope, depth, event)
                     continue
                 out |= self._item(el.key, el.value, scope, depth)
             return out
@@ -286,7 +289,44 @@ class Checkpoints:
             return out
         if isinstance(expr, cst.DictComp):
             return self._registry(expr, scope, depth)
+        if isinstance(expr, cst.IfExp):
+            # `opt.state_dict() if exists(opt) else None`: what either branch holds
+            return self._describe(expr.body, scope, depth + 1, event) | self._describe(expr.orelse, scope, depth + 1, event)
+        if isinstance(expr, cst.Name) and expr.value == "None":
+            return set()
         return {UNKNOWN}
+
+    def _spread(self, value, scope, depth: int, event) -> set[str]:
+        """`{**base, ...}` / `dict(..., **kwargs)`: what the spread mapping holds.
+
+        The function's own `**kwargs` parameter is the caller's extra metadata (DALLE2's
+        `trainer.save(path, epoch=e, **metadata)`): it holds what this module's calls of
+        the function pass by keyword, and nothing is known only where one of them spreads
+        a mapping again or passes the scaler."""
+        fn = scope.node
+        params = fn.params if isinstance(fn, cst.FunctionDef) else None
+        star = params.star_kwarg if params is not None else None
+        if isinstance(value, cst.Name) and isinstance(star, cst.Param) and star.name.value == value.value \
+                and not (event is not None and event.inlined):
+            out: set[str] = set()
+            for site in self.model.calls:
+                func = site.node.func
+                name = func.attr.value if isinstance(func, cst.Attribute) else func.value if isinstance(func, cst.Name) else None
+                if name != fn.name.value:
+                    continue
+                for a in site.node.args:
+                    if a.star == "**":
+                        return {UNKNOWN}
+                    if a.keyword is not None:
+                        part = _key_part(a.keyword.value)
+                        if part == SCALER or self.b.is_scaler(a.value, site.scope):
+                            return {SCALER}
+                        if part is not None:
+                            out.add(part)
+            return out
+        # NB: a spread adds no depth of its own (the name it spreads does): a payload grown
+        # by `{**save_obj, key: ...}` in a loop and again under an option stays readable.
+        return self._describe(value, scope, depth, event)
 
     def _registry(self, comp: cst.DictComp, scope, depth: int) -> set[str]:
         """`{name: m.state_dict() for name, m in self.checkpoint_modules.items()}`: a payload
@@ -346,6 +386,12 @@ class Checkpoints:
                 out.add(SCALER)
         elif isinstance(value, (cst.Name, cst.Attribute)) and self.b.is_scaler(value, scope):
             out.add(SCALER)
+        elif isinstance(value, cst.Name) and value.value != "None" and value.value not in scope.params:
+            # `optimizer_state_dict = optimizer.state_dict() if ... else None` under a key
+            got = self._name(value, scope, depth + 1, None)
+            out |= got - {UNKNOWN}
+            if SCALER in got:
+                out.add(SCALER)
         return out
 
     def _call(self, call: cst.Call, scope, depth: int, event) -> set[str]:
@@ -399,6 +445,8 @@ class Checkpoints:
             for a in call.args:
                 if a.keyword is not None:
                     out |= self._item(cst.SimpleString(repr(a.keyword.value)), a.value, scope, depth)
+                elif a.star == "**":
+                    out |= self._spread(a.value, scope, depth, event)
                 else:
                     out |= self._describe(a.value, scope, depth + 1, event)
             return out
@@ -433,7 +481,13 @@ class Checkpoints:
             return {UNKNOWN}
         out: set[str] = set()
         for value, vscope in values:
-            out |= self._describe(value, vscope, depth + 1)
+            if id(value) in self._describing:
+                continue  # the value that spreads this name into itself: already being described
+            self._describing.add(id(value))
+            try:
+                out |= self._describe(value, vscope, depth + 1)
+            finally:
+                self._describing.discard(id(value))
         if text is not None:
             mutations = _Mutations(text)
             body = scope.node.body if isinstance(scope.node, cst.FunctionDef) else scope.node
@@ -532,12 +586,25 @@ class Checkpoints:
         ):
             expr = expr.value if isinstance(expr, cst.Subscript) else expr.func.value
         if isinstance(expr, cst.Call):
-            return scope.model.qualify(expr.func) in ("torch.load", "safetensors.torch.load_file")
+            if scope.model.qualify(expr.func) in ("torch.load", "safetensors.torch.load_file"):
+                return True
+            callee = resolve_call(expr, scope)
+            if callee is not None and callee.scope is not None:
+                # `pkg = load_checkpoint(path)` of the project: what it returns
+                return any(self._from_file(v, callee.scope, depth + 1) for v in returned_values(callee.fn))
+            # `pkg = transformer.load(path)`: a model's own loader (audiolm's returns the
+            # `torch.load`ed package) whose class amplint cannot tell; what an optimizer's
+            # `load_state_dict` takes from a `load(path)` is a checkpoint.
+            func = expr.func
+            return (isinstance(func, cst.Attribute) and func.attr.value in _LOADERS and bool(expr.args)
+                    and callee is None)
         if isinstance(expr, (cst.Name, cst.Attribute)):
             return any(self._from_file(v, vs, depth + 1) for v, vs in self.b.values.assigned(expr, scope))
         return False
 
 
+# Methods that read a checkpoint file by their name (`model.load(path)`).
+_LOADERS = frozenset({"load", "load_checkpoint", "load_ckpt"})
 _DATACLASS_VIEWS = frozenset({"dataclasses.asdict", "dataclasses.astuple", "dataclasses.replace", "copy.replace"})
 _DATACLASS_DECORATORS = frozenset({"dataclasses.dataclass", "attr.s", "attr.attrs", "attr.define", "attrs.define", "attr.frozen", "attrs.frozen"})
 
