@@ -212,6 +212,36 @@ def test_no_clip_fix_where_unscaling_first_is_not_what_the_steps_do(steps: str) 
     assert d.fix is None
 
 
+@pytest.mark.parametrize(
+    ("clips", "fixed_lines"),
+    [
+        ("    if clip_value:\n        torch.nn.utils.clip_grad_value_(params, 0.5)\n"
+         "    if clip_norm:\n        torch.nn.utils.clip_grad_norm_(params, 1.0)\n", []),
+        ("    torch.nn.utils.clip_grad_value_(params, 0.5)\n"
+         "    if clip_norm:\n        torch.nn.utils.clip_grad_norm_(params, 1.0)\n", [5]),
+        ("    torch.nn.utils.clip_grad_value_(params, 0.5)\n"
+         "    torch.nn.utils.clip_grad_norm_(params, 1.0)\n", [5]),
+    ],
+    ids=["each-under-its-option", "first-always-runs", "both-always-run"],
+)
+def test_two_clips_of_one_backward_get_one_unscale_or_none(clips: str, fixed_lines: list[int]) -> None:
+    """A fix at each of two clips unscales twice when both run, and the second `unscale_`
+    raises (hostile pass 15). One fix, at the clip every path to the other passes through."""
+    source = (
+        "import torch\n"
+        "def step(scaler, loss, params, opt, clip_value, clip_norm):\n"
+        "    opt.zero_grad()\n"
+        "    scaler.scale(loss).backward()\n"
+        f"{clips}"
+        "    scaler.step(opt)\n"
+        "    scaler.update()\n"
+        "step(*batch)\n"
+    )
+    found = check_source(source, "t.py", select=["AMP101"])
+    assert len(found) == 2
+    assert [d.span.line for d in found if d.fix is not None] == fixed_lines
+
+
 # --- item 4: what `--fix` advertises applies; `--diff` is a patch --------------------------------
 
 

@@ -151,3 +151,22 @@ def test_line_index_offsets() -> None:
     assert [index.offset(line, 0) for line in (1, 2, 3, 4)] == [0, 4, 7, 10]
     assert index.offset(2, 1) == 5
     assert index.line_text(2) == "cd" and index.ending(2) == "\r" and index.ending(4) == ""
+
+
+def test_a_legacy_name_split_over_lines_gets_no_fix_that_would_move_later_lines() -> None:
+    """Written on one line, the new spelling moved every later line up by one: a logged
+    `%(lineno)d` or a traceback then names another line (hostile pass 15)."""
+    source = ("import torch\nm, x = torch.nn.Linear(4, 4), torch.randn(2, 4)\n"
+              "with torch.cpu.amp \\\n        .autocast(dtype=torch.bfloat16):\n    y = m(x)\nprint(y.dtype)\n")
+    assert fixed(source) == source
+
+
+@pytest.mark.parametrize("call", (
+    "with torch.cpu.amp.autocast \\\n        (dtype=torch.bfloat16):\n",
+    "with torch.cpu.amp.autocast(\n        dtype=torch.bfloat16):\n",
+))
+def test_a_legacy_call_with_its_arguments_over_lines_is_fixed_line_for_line(call: str) -> None:
+    source = "import torch\n" + call + "    pass\nprint(1)\n"
+    after = fixed(source)
+    assert after != source and after.count("\n") == source.count("\n")
+    assert "torch.autocast" in after and "torch.cpu.amp" not in after

@@ -142,7 +142,9 @@ class ClipBeforeUnscale(Rule):
                 ends = _ENDS_SCALED_WINDOW if backward.scaled else _ENDS_MANAGED_WINDOW
                 stop = lambda e, ends=ends: e.kind in ends or e.scales_loss  # noqa: E731
                 unscales = lambda p: graph.runs_in_loop(p, lambda e: e.kind in _UNSCALES)  # noqa: E731
-                for event in graph.reachable(backward, stop=stop, guarded=True, stop_at=unscales):
+                window = [e for e in graph.reachable(backward, stop=stop, guarded=True, stop_at=unscales)]
+                window_clips = [e for e in window if e.kind is Kind.CLIP]
+                for event in window:
                     if event.kind is not Kind.CLIP:
                         continue
                     if clips_nothing(event):
@@ -155,7 +157,9 @@ class ClipBeforeUnscale(Rule):
                         self.report_event(event, witnesses=(backward,), notes=notes, clip=clip_name, unscales="")
                         continue
                     scaler = Bindings.text_of(backward.scaler) or "scaler"
-                    optimizers = self._stepped_optimizers(graph, backward, event) if proto.alone_on_its_line(event) else None
+                    optimizers = None
+                    if proto.alone_on_its_line(event) and _first_of_its_clips(graph, backward, event, window_clips):
+                        optimizers = self._stepped_optimizers(graph, backward, event)
                     changes = None
                     if optimizers:
                         code = "\n".join(f"{scaler}.unscale_({o})" for o in optimizers)
@@ -225,6 +229,23 @@ class ClipBeforeUnscale(Rule):
         if _threshold_reads_the_scale(clip.node, clip.scope):
             return None
         return names
+
+
+def _first_of_its_clips(graph, backward, clip, clips) -> bool:
+    """Every other clip this backward's gradients reach passes through `clip` first.
+
+    Then one `unscale_` before it serves them all. `if clip_value: clip_grad_value_(...)`
+    then `if clip_norm: clip_grad_norm_(...)` is two findings on two paths: a fix at each
+    unscales twice when both options are on, and `unscale_` raises the second time
+    (hostile pass 15); no fix for either then."""
+    target = graph.point(clip)
+    for other in clips:
+        if other is clip:
+            continue
+        goal = graph.point(other)
+        if search(graph.point(backward), found=lambda p, g=goal: p is g, blocked=lambda p: p is target):
+            return False  # a path reaches the other clip without this one
+    return True
 
 
 def _threshold_reads_the_scale(clip: cst.Call, scope) -> bool:

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 from amplint.diagnostics import Applicability
+import libcst as cst
+
+from amplint.changes import Replace
 from amplint.prefilter import Word
 from amplint.rules._base import FixAvailability, Rule
 
@@ -154,9 +157,30 @@ class DeprecatedCudaAmp(Rule):
                 changes = None
                 what = f"`{new}`" if ref.needs == dep.new_since else "its fixed import"
                 why_no_fix = f"; {what} needs torch {_version(ref.needs)}, target-torch is {_version(target)}"
+            if changes and not _keeps_line_count(changes, self.model.module):
+                # `with torch.cpu.amp \` / `.autocast(...)`: the new spelling on one line would
+                # move every line below it (`%(lineno)d` in logs, tracebacks; hostile pass 15).
+                changes = None
             safety = Applicability.UNSAFE if ref.unsafe_because else None
             self.report(ref.node, changes=changes, old=dep.old, new=new, why_no_fix=why_no_fix, safety=safety)
 
 
 def _version(v: tuple[int, int]) -> str:
     return f"{v[0]}.{v[1]}"
+
+
+def _keeps_line_count(changes, module: cst.Module) -> bool:
+    """Each replacement spans as many lines as the code it replaces."""
+    for change in changes:
+        if not isinstance(change, Replace):
+            continue
+        new = change.new
+        if isinstance(new, cst.FlattenSentinel):
+            text = "".join(module.code_for_node(n) for n in new.nodes)
+        elif isinstance(new, cst.CSTNode):
+            text = module.code_for_node(new)
+        else:
+            text = new
+        if module.code_for_node(change.node).count("\n") != text.count("\n"):
+            return False
+    return True
