@@ -123,7 +123,9 @@ class DeprecatedCudaAmp(Rule):
     takes the quote the f-string does not use, so that the fixed file parses on every
     Python the original parsed on (before 3.12 a replacement field cannot hold its own
     quote); with both quotes taken there is no fix, nor in a field that prints its own
-    text (`f"{torch.cuda.amp.GradScaler()=}"`: the output would change).
+    text (`f"{torch.cuda.amp.GradScaler()=}"`: the output would change); a legacy name split over lines
+    (`torch.cpu.amp \\` then `.autocast(...)`), which the new spelling would join, moving every
+    later line (line numbers in logs and tracebacks).
 
     ## Runtime confirmation
     `amplint verify` records the FutureWarning PyTorch raises at that line.
