@@ -235,3 +235,22 @@ def train(args):
     net.to(weight_dtype)
 """ + _train("net.parameters()")
     assert lint(source) == found
+
+
+@pytest.mark.parametrize(
+    ("guard", "lines"),
+    [
+        ("assert dtype == torch.float32\n", []),  # only float32 gets past it
+        ("assert dtype in (torch.float32, torch.float64)\n", []),
+        ("assert dtype is torch.float32\n", []),
+        ("if check:\n    assert dtype == torch.float32\n", [5]),  # not on every path to the cast
+        ("assert dtype != torch.float32\n", [4]),  # says nothing about which half dtype
+        ("assert dtype in (torch.float16, torch.float32)\n", [4]),
+    ],
+    ids=["equal", "in-tuple", "is", "only-under-an-if", "not-equal", "allows-half"],
+)
+def test_an_assert_before_the_cast_narrows_its_dtype(guard: str, lines: list[int]) -> None:
+    """DALLE2-pytorch asserts float32 before casting CLIP to the accelerator's precision type."""
+    source = ("dtype = {'fp16': torch.half, 'no': torch.float}[mode]\n" + guard
+              + "model = nn.Linear(2, 2)\nmodel.to(dtype)\n" + _train("model.parameters()", indent=""))
+    assert lint(source) == lines  # the cast is on line 4, or 5 after a two-line guard

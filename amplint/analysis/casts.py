@@ -16,6 +16,7 @@ from functools import cached_property
 
 import libcst as cst
 
+from amplint.analysis.asserts import asserted_values
 from amplint.analysis.names import dotted
 from amplint.analysis.walk import walk
 from amplint.analysis.syntax import call_arg, returned_values, target_names, value_branches
@@ -186,6 +187,13 @@ class Casts:
         """What `expr` may be; for the cast of a module (`receiver`), also a parameter from
         what the function's callers pass."""
         values = self.b.values
+        if isinstance(expr, cst.Name):
+            allowed = asserted_values(expr.value, expr, scope.node)
+            if allowed is not None:
+                # `assert precision_type == torch.float` before `.to(precision_type)`
+                narrowed = [values.dtypes(v, scope) for v in allowed]
+                if all(narrowed):
+                    return frozenset().union(*narrowed)
         found = values.dtypes(expr, scope)
         if found or receiver is None:
             return found

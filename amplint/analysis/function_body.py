@@ -323,24 +323,53 @@ def may_be_applied(cls, model) -> bool:
 
 
 def _only_in_uncalled_wrappers(cls, model) -> bool:
-    """Every use of the Function in its module sits in a module-level function that
-    nothing calls (`def identity_with_clip_norm(x, c): return ClipNorm.apply(x, c)`,
-    named nowhere else in the module or the project): the Function never runs."""
-    wrappers = []
-    for stmt in model.module.body:
-        uses = _NameUses(cls.name, cls.node.name)
-        walk(stmt, uses)
-        if not uses.found:
-            continue
-        if not isinstance(stmt, cst.FunctionDef) or stmt.decorators:
-            return False  # a class, an alias, a registry, a decorated (registered) function
-        wrappers.append(stmt)
-    for fn in wrappers:
-        callers = _NameUses(fn.name.value, fn.name)
-        walk(model.module, callers)
-        if callers.found or model.project.named_elsewhere(str(model.path), fn.name.value.lower()):
-            return False
-    return bool(wrappers)
+    """Every use of the Function in its module sits in module-level wrappers that nothing
+    uses: an undecorated function (`def identity_with_clip_norm(x, c): return
+    ClipNorm.apply(x, c)`), an alias (`masked_conv2d = MaskedConv2dFunction.apply`) or an
+    undecorated class (the `nn.Module` that calls the alias), each named nowhere else in the
+    module nor in a project file other than a package `__init__.py` that re-exports it
+    (vendored mmcv ops in LAVIS): the Function never runs."""
+    project = model.project
+    pending, wrappers, seen = [(cls.name, cls.node.name)], [], {cls.name}
+    while pending:
+        name, own = pending.pop()
+        for stmt in model.module.body:
+            uses = _NameUses(name, own)
+            walk(stmt, uses)
+            if not uses.found:
+                continue
+            defined = _wrapper_name(stmt)
+            if defined is None:
+                return False  # a call, a registry, a decorated (registered) definition, `__main__`
+            if defined == "__all__":
+                continue  # the export list: a use only if another file imports the name
+            if defined not in seen:
+                seen.add(defined)
+                wrappers.append(defined)
+                pending.append((defined, _defined_name_node(stmt)))
+            if len(seen) > 8:
+                return False
+    if not wrappers:
+        return False
+    return not any(project.named_elsewhere(str(model.path), w.lower(), skip_package_inits=True) for w in wrappers)
+
+
+def _wrapper_name(stmt: cst.CSTNode) -> str | None:
+    """The name a module-level wrapper statement defines: an undecorated `def` or `class`,
+    or a one-name assignment (`fn = Cls.apply`); None for any other statement."""
+    if isinstance(stmt, (cst.FunctionDef, cst.ClassDef)):
+        return None if stmt.decorators else stmt.name.value
+    if isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1:
+        small = stmt.body[0]
+        if isinstance(small, cst.Assign) and len(small.targets) == 1 and isinstance(small.targets[0].target, cst.Name):
+            return small.targets[0].target.value
+    return None
+
+
+def _defined_name_node(stmt: cst.CSTNode) -> cst.Name:
+    if isinstance(stmt, (cst.FunctionDef, cst.ClassDef)):
+        return stmt.name
+    return stmt.body[0].targets[0].target
 
 
 class _NameUses(cst.CSTVisitor):

@@ -765,17 +765,19 @@ class ProjectIndex:
                 return None
         return files
 
-    def named_elsewhere(self, path: str, word: str) -> bool:
+    def named_elsewhere(self, path: str, word: str, skip_package_inits: bool = False) -> bool:
         """Whether a project file other than `path` has `word` (lowercase) in its text:
         `ScaledMatmul` applied in a model file, or loaded by a registry string.  True when
-        the project is too large to list (it may be)."""
+        the project is too large to list (it may be).  `skip_package_inits`: a package's
+        `__init__.py` does not count (it re-exports; a user of the name names it too)."""
         key = _abs(path)
         listing = self._whole_project(key)
         if listing is None:
             return True
         # A whole word: `QuickCumsumCuda` is no use of `QuickCumsum`.
         pattern = re.compile(rf"(?<![\w]){re.escape(word)}(?![\w])")
-        return any(f != key and word in (text := self._raw_text(f) or "") and pattern.search(text) for f in listing.files)
+        return any(f != key and not (skip_package_inits and os.path.basename(f) == "__init__.py")
+                   and word in (text := self._raw_text(f) or "") and pattern.search(text) for f in listing.files)
 
     def may_be_imported(self, path: str) -> bool:
         """Whether some project file imports the module at `path` (True when the project is
