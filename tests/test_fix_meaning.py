@@ -625,3 +625,79 @@ def test_the_scale_fix_stays_where_the_scaler_always_exists() -> None:
     source = _LOOP.format(make="scaler = torch.amp.GradScaler('cuda', enabled=use_amp)",
                           step="    scaler.step(opt)\n    scaler.update()\n")
     assert fixes_of(source, "AMP103") == [(8, "    scaler.scale(loss).backward()")]
+
+
+# --- hostile pass 17: unsafe fixes that changed a program --------------------------------------
+
+_ATTENTION = (
+    "import torch\n"
+    "class Attention(torch.nn.Module):\n"
+    "    def __init__(self):\n"
+    "        super().__init__()\n"
+    "        self.q = torch.nn.Linear(4, 4)\n"
+    "    def forward(self, x, mask):\n"
+    "        scores = self.q(x) @ x.transpose(-2, -1)\n"
+    "        scores = scores.masked_fill(mask == 0, -1e9)\n"
+    "        return torch.softmax(scores, dim=-1)\n"
+    "model = Attention().half()\n"
+)
+
+
+@pytest.mark.parametrize("export", ["scripted = torch.jit.script(model)\n", "traced = torch.fx.symbolic_trace(model)\n", ""])
+def test_no_finfo_fix_where_torchscript_or_fx_compiles_the_module(export: str) -> None:
+    """TorchScript and torch.fx cannot compile `torch.finfo`: the fixed model failed to script."""
+    (d,) = check_source(_ATTENTION + export, "t.py", select=["AMP501"])
+    assert (d.fix is None) == bool(export)
+
+
+def test_no_update_fix_where_the_module_steps_one_scaler_in_two_functions() -> None:
+    """A GAN's d_step and g_step: an update in each doubled the scale's growth."""
+    step = ("def {name}(loss, opt):\n"
+            "    scaler.scale(loss).backward()\n"
+            "    scaler.step(opt)\n"
+            "    opt.zero_grad()\n")
+    source = ("import torch\nscaler = torch.amp.GradScaler('cpu')\n" + step.format(name="d_step") + step.format(name="g_step")
+              + "for batch in range(3):\n    d_step(lossd, opt_d)\n    g_step(lossg, opt_g)\n")
+    found = check_source(source, "t.py", select=["AMP102"])
+    assert found and all(d.fix is None for d in found)
+
+
+def test_no_scale_fix_for_a_loss_object_with_its_own_backward_method() -> None:
+    source = (
+        "import torch\n"
+        "class LossOutput:\n"
+        "    def __init__(self, terms):\n"
+        "        self.terms = terms\n"
+        "    def backward(self, **kwargs):\n"
+        "        sum(self.terms.values()).backward(**kwargs)\n"
+        "scaler = torch.amp.GradScaler('cpu')\n"
+        "opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "for x in data:\n"
+        "    loss = LossOutput({'mse': model(x).pow(2).mean()})\n"
+        "    loss.backward()\n"
+        "    scaler.step(opt)\n"
+        "    scaler.update()\n"
+    )
+    (d,) = check_source(source, "t.py", select=["AMP103"])
+    assert d.fix is None
+
+
+def test_a_helper_parameter_handed_the_scaler_is_that_scaler_whatever_its_name() -> None:
+    """`finish(s, o)` updates the scaler between the two unscales: no AMP108 (and no fix that
+    would delete the second, needed unscale_)."""
+    source = (
+        "import torch\n"
+        "scaler = torch.amp.GradScaler('cpu')\n"
+        "opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "def finish(s, o):\n"
+        "    s.step(o)\n"
+        "    s.update()\n"
+        "for x in data:\n"
+        "    scaler.scale(model(x).sum()).backward()\n"
+        "    scaler.unscale_(opt)\n"
+        "    finish(scaler, opt)\n"
+        "    scaler.scale(model(x).sum()).backward()\n"
+        "    scaler.unscale_(opt)\n"
+        "    finish(scaler, opt)\n"
+    )
+    assert check_source(source, "t.py", select=["AMP108"]) == []

@@ -58,6 +58,10 @@ SCALING_LIBRARY_WORDS = ("accelerator", "fabric")
 LIGHTNING_CLIP = "clip_gradients"
 
 
+# A marker in `argument_keys`: the parameter key after it was bound to a scaler.
+_SCALER_PARAMETER = "scaler-parameter:"
+
+
 @dataclass(frozen=True, eq=False)
 class AutocastRegion:
     info: AutocastInfo
@@ -848,15 +852,16 @@ class _Builder:
             return self.make_event(Kind.BACKWARD, call, scaled=scaler is not None, scaler=scaler)
         if name == "manual_backward":
             return self.make_event(Kind.BACKWARD, call, managed=True)
-        if name == "unscale_" and b.is_scaler(receiver, scope):
+        scaler_receiver = b.is_scaler(receiver, scope) or self._bound_scaler(receiver)
+        if name == "unscale_" and scaler_receiver:
             return self.make_event(
                 Kind.UNSCALE, call, scaler=b.key(receiver, scope), optimizer=b.key(call_arg(call, 0, "optimizer"), scope)
             )
-        if name == "step" and b.is_scaler(receiver, scope):
+        if name == "step" and scaler_receiver:
             return self.make_event(
                 Kind.SCALER_STEP, call, scaler=b.key(receiver, scope), optimizer=b.key(call_arg(call, 0, "optimizer"), scope)
             )
-        if name == "update" and b.is_scaler(receiver, scope):
+        if name == "update" and scaler_receiver:
             return self.make_event(Kind.UPDATE, call, scaler=b.key(receiver, scope))
         if name == "step" and b.is_optimizer(receiver, scope):
             return self.make_event(Kind.OPT_STEP, call, optimizer=b.key(receiver, scope))
@@ -1054,11 +1059,20 @@ class _Builder:
             self.inline_stack.pop()
             self.scope, self.via, self.through, self.no_grad, self.self_alias, self.argument_keys = saved
 
+    def _bound_scaler(self, receiver: cst.BaseExpression) -> bool:
+        """`receiver` is a parameter of an inlined helper that the caller handed a scaler."""
+        if not self.argument_keys or not isinstance(receiver, cst.Name):
+            return False
+        key = self.b.key(receiver, self.scope)
+        return key is not None and _SCALER_PARAMETER + key in self.argument_keys
+
     def _caller_key(self, key: str) -> str:
         """`key` as the outermost caller names it: through `self` aliases and bound arguments."""
         if self.self_alias is not None:
             key = _aliased(key, self.self_alias)
         for param, bound in self.argument_keys.items():
+            if param.startswith(_SCALER_PARAMETER):
+                continue
             if key == param or key.startswith(param + "."):
                 return bound + key[len(param):]
         return key
@@ -1088,7 +1102,12 @@ class _Builder:
             if caller is None:
                 continue
             name = param.name.value
-            bound[f"{callee_scope.name}@{id(callee_scope)}:{name}"] = self._caller_key(caller)
+            key = f"{callee_scope.name}@{id(callee_scope)}:{name}"
+            bound[key] = self._caller_key(caller)
+            if self.b.is_scaler(arg.value, self.scope):
+                # `def finish(s, o): s.step(o); s.update()`: `s` is the caller's scaler,
+                # whatever the parameter is called (hostile pass 17)
+                bound[_SCALER_PARAMETER + key] = key
         return bound
 
     def _self_alias_into(self, callee_scope, call: cst.Call) -> tuple[str, str] | None:

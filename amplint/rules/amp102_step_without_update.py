@@ -63,8 +63,9 @@ class StepWithoutUpdate(Rule):
     ## Fix safety
     Unsafe: adds `scaler.update()` right after the `scaler.step(...)` statement (when
     another statement follows it in its block). It is offered only when the module
-    never updates that scaler anywhere, the function steps it once (with two steps on
-    one scaler the update belongs after the last), the stepped optimizer is a name (or a
+    never updates that scaler anywhere, the module steps it once (with two steps on
+    one scaler, a GAN's `d_step()` and `g_step()` included, the update belongs after the
+    last), the stepped optimizer is a name (or a
     `self.<attr>` its class assigns) bound only to `torch.optim` optimizers (a project's
     own may take the scaler and update it, `_step_supports_amp_scaling`), and the
     scaler is plain: a GradScaler built in
@@ -118,7 +119,11 @@ class StepWithoutUpdate(Rule):
                         continue
                 scaler = Bindings.text_of(step.scaler) or "scaler"
                 step_text = self.model.module.code_for_node(step.node)
-                one_step = sum(1 for s in graph.of_kind(Kind.SCALER_STEP) if s.scaler == step.scaler) == 1
+                # One step of this scaler in the whole module: a GAN's `d_step()` and `g_step()`
+                # each step it once, and an update inserted in both doubles the scale's
+                # growth (hostile pass 17); the update belongs after the last of them.
+                one_step = len({id(s.node) for g in graphs for s in g.of_kind(Kind.SCALER_STEP)
+                                if s.scaler == step.scaler}) == 1
                 changes = (self._insert_update(step, scaler)
                            if never and one_step and plain_scaler(self.model, proto, scaler, step.scope)
                            and self._torch_optimizer(step) and not self._owner_handed_out(step, scaler)

@@ -62,7 +62,9 @@ class BackwardNotScaled(Rule):
 
     ## Fix safety
     Unsafe: rewrites `loss.backward(...)` to `scaler.scale(loss).backward(...)`,
-    naming the scaler of the `scaler.step` it reaches. Offered only when that is a
+    naming the scaler of the `scaler.step` it reaches. Not where the module, or a project
+    module it imports, defines a `backward(self, ...)` method: the loss may be such an
+    object (named loss terms), which `scaler.scale` refuses. Offered only when that is a
     single scaler visible in the same function, and not where the step runs under a
     condition the backward does not while the scaler may be None (`scaler =
     GradScaler() if use_amp else None` with `if scaler is not None: scaler.step(...)`),
@@ -210,6 +212,10 @@ class BackwardNotScaled(Rule):
         loss = self.model.module.code_for_node(func.value)
         if "\n" in loss:
             return None, None
+        if _defines_a_backward_method(self.model):
+            # A loss object of the project's own with a `backward(self)` (named loss terms
+            # summed in it): `scaler.scale` takes tensors only and would raise on it.
+            return None, None
         receiver = cst.parse_expression(f"{scaler}.scale({loss})")
         return loss, [Replace(func.value, receiver)]
 
@@ -264,3 +270,18 @@ def _reads_gradients(model) -> bool:
     if project is None or str(model.path)[:1] == "<":
         return False
     return any(_READS_GRAD.search(project.raw_text(f) or "") for f in project.imported_files(str(model.path)))
+
+
+_BACKWARD_METHOD = re.compile(r"^[ \t]+def backward\(\s*self\b", re.M)
+
+
+def _defines_a_backward_method(model) -> bool:
+    """The module, or a project module it imports, defines a `backward(self, ...)` method: a
+    tensor-like loss object whose result a `loss.backward()` may be (hostile pass 17). An
+    autograd Function's `backward(ctx, ...)` is no such method."""
+    if _BACKWARD_METHOD.search(model.text):
+        return True
+    project = model.project
+    if project is None or str(model.path)[:1] == "<":
+        return False
+    return any(_BACKWARD_METHOD.search(project.raw_text(f) or "") for f in project.imported_files(str(model.path)))

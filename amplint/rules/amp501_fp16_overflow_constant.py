@@ -51,6 +51,11 @@ _DOTTED_NAME = re.compile(r"[a-z_][a-z0-9_]*(?:\s*\.\s*[a-z_][a-z0-9_]*)*")
 _FLOAT_LITERAL = re.compile(r"(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9][0-9_]*)(?:e[+-]?[0-9][0-9_]*)?(?P<imaginary>j)?")
 
 
+# Compilers that cannot read `torch.finfo`: a fix writing it breaks a scripted or traced model.
+_SCRIPT_OR_FX_WORDS = ("jit.script", "torchscript", "symbolic_trace", "torch.fx", "create_feature_extractor", "fx.tracer")
+_SCRIPT_OR_FX = re.compile(r"\bjit\.script|\bsymbolic_trace\b|\btorch\.fx\b|\bcreate_feature_extractor\b|\bfx\.Tracer\b")
+
+
 @dataclass(frozen=True)
 class _OverflowingFloat:
     """A float literal beyond 65504, judged as the rule judges one (`number_of`, which
@@ -378,6 +383,10 @@ class Fp16OverflowConstant(Rule):
     call that is not NumPy's (`x[m] = -1e9` on a parameter `x`, which may be a list or an
     array, is reported without a fix). In float32 the value becomes
     -3.4e38 instead of -1e9, and code that adds two such masks can reach -inf.
+    TorchScript and torch.fx cannot compile `torch.finfo`: no fix in a module that
+    names them (`torch.jit.script`, `symbolic_trace`, `create_feature_extractor`) or is
+    imported by a project module that does; a model scripted by code outside the project
+    is the remaining risk of this unsafe fix.
 
     ## Runtime confirmation
     `amplint verify --nan-guard` reports the overflow error or the first module whose
@@ -651,6 +660,8 @@ class Fp16OverflowConstant(Rule):
             # overflows, and a row of it times a zero target is NaN; -1e9 survived those.
             # The value must go straight into a softmax, where both give a zero weight.
             fixable = False
+        if fixable and evidence and self._compiled_by_script_or_fx():
+            fixable = False  # TorchScript and torch.fx cannot compile `torch.finfo` (hostile pass 17)
         torch_name = self._torch_name_at(named) if fixable and evidence and self._is_direct(value) else None
         if torch_name:
             if subject is not None:
@@ -666,6 +677,21 @@ class Fp16OverflowConstant(Rule):
             literal=text,
             replacement=replacement or f"torch.finfo(<tensor>.dtype).{bound}",
         )
+
+    def _compiled_by_script_or_fx(self) -> bool:
+        """The module, or a project module that imports it, names TorchScript or torch.fx
+        (`torch.jit.script(model)`, `@torch.jit.script`, `symbolic_trace`,
+        `create_feature_extractor`): `torch.finfo` raises there ("Unknown builtin op:
+        aten::finfo"), where the literal compiled."""
+        memo = self.model.__dict__.get("_amplint_script_or_fx")
+        if memo is None:
+            text = self.model.text
+            memo = bool(_SCRIPT_OR_FX.search(text))
+            project = self.model.project
+            if not memo and project is not None and str(self.model.path)[:1] != "<":
+                memo = any(project.named_by_importers(str(self.model.path), word) for word in _SCRIPT_OR_FX_WORDS)
+            self.model.__dict__["_amplint_script_or_fx"] = memo
+        return memo
 
     # --- values --------------------------------------------------------------------------
     def _overflowing(self, value: cst.BaseExpression, scope, depth: int = 0) -> float | None:
