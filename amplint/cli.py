@@ -171,10 +171,15 @@ def load_config(args, paths: list[Path]) -> list[tuple[Config, list[Path]]]:
 
 
 def _overrides(config: Config, args) -> Config:
+    # As in Ruff, `--select` starts the selection afresh: the file's `ignore` and
+    # `extend-select` were written against the file's own `select`, not against this one
+    # (`ignore = ["AMP401"]` in the file, `--select AMP401` on the command line: AMP401 runs).
+    fresh = args.select is not None
     return config.with_overrides(
         select=_split(args.select),
-        ignore=(config.ignore + _split(args.ignore)) if args.ignore else None,
-        extend_select=(config.extend_select + _split(args.extend_select)) if args.extend_select else None,
+        ignore=_split(args.ignore) or () if fresh else (config.ignore + _split(args.ignore)) if args.ignore else None,
+        extend_select=(_split(args.extend_select) or () if fresh else
+                       (config.extend_select + _split(args.extend_select)) if args.extend_select else None),
         exclude=_split(args.exclude),
         extend_exclude=(config.extend_exclude + _split(args.extend_exclude)) if args.extend_exclude else None,
         respect_gitignore=args.respect_gitignore,
@@ -278,8 +283,11 @@ def _warn_if_nothing_selected(args, config: Config, warned: set) -> None:
         return
     warned.add(config.source)
     where = f" (by {config.source})" if config.source is not None and not args.select else ""
-    print(f"amplint: warning: no rule is selected{where}, so nothing is checked; "
-          f"leave `select` out for the default rules", file=sys.stderr)
+    if config.select is not None and not config.select:
+        advice = "leave `select` out for the default rules"
+    else:
+        advice = "`ignore` removes every rule that `select` (or the default set) chose"
+    print(f"amplint: warning: no rule is selected{where}, so nothing is checked; {advice}", file=sys.stderr)
 
 
 def _exit_code(args, diagnostics, fixed: int) -> int:

@@ -41,17 +41,40 @@ def resolve_codes(select=None, ignore=(), extend_select=(), preview: bool = Fals
     """Codes enabled by ruff-style selection: explicit select wins over defaults; ignore removes.
 
     `select` None: the default rules; an empty `select` selects nothing (as in Ruff).
-    Preview rules run only with `preview`, however they are selected (as in Ruff).
+    Where a code is both selected and ignored, the more specific selector wins, as in Ruff
+    (`select = ["AMP401"]` with `ignore = ["AMP4"]` keeps AMP401; `select = ["AMP4"]` with
+    `ignore = ["AMP401"]` drops it); on a tie the ignore wins. The defaults are weaker than
+    any ignore. Preview rules run only with `preview`, however they are selected (as in Ruff).
     """
+    enabled: dict[str, int] = {}
     if select is not None:
-        chosen = {c for s in select for c in expand_codes(s)}
+        for s in select:
+            for c in expand_codes(s):
+                enabled[c] = max(enabled.get(c, -1), _specificity(s))
     else:
-        chosen = {e.code for e in CATALOG if e.default_enabled}
-    chosen |= {c for s in extend_select for c in expand_codes(s)}
-    chosen -= {c for s in ignore for c in expand_codes(s)}
+        enabled = {e.code: -1 for e in CATALOG if e.default_enabled}
+    for s in extend_select:
+        for c in expand_codes(s):
+            enabled[c] = max(enabled.get(c, -1), _specificity(s))
+    ignored: dict[str, int] = {}
+    for s in ignore:
+        for c in expand_codes(s):
+            ignored[c] = max(ignored.get(c, -1), _specificity(s))
+    chosen = {c for c, spec in enabled.items() if c not in ignored or spec > ignored[c]}
     if not preview:
         chosen -= PREVIEW_CODES
     return tuple(sorted(chosen))
+
+
+def _specificity(selector: str) -> int:
+    """How narrowly a selector names rules: `ALL` 0, a prefix its length, a code or a rule
+    name the most."""
+    sel = selector.strip()
+    if sel in _BY_NAME or sel.upper() in _BY_CODE:
+        return 100
+    if sel.upper() == "ALL":
+        return 0
+    return len(sel)
 
 
 def named_preview_codes(selectors) -> list[str]:

@@ -100,6 +100,31 @@ def test_cli_flags_override_the_file(project: Path) -> None:
     assert findings("--extend-exclude", "legacy", ".", cwd=project) == {("src/old.py", "AMP401")}
 
 
+def test_cli_select_starts_afresh_over_the_files_ignore(project: Path) -> None:
+    """As in Ruff: the file's `ignore` was written against its own `select`; `--select AMP4`
+    asks for the AMP4 rules and gets them (hostile pass 16: it printed "All checks passed!")."""
+    (project / "pyproject.toml").write_text('[tool.amplint]\nignore = ["AMP401"]\n')
+    assert ("src/old.py", "AMP401") in findings("--select", "AMP4", ".", cwd=project)
+    assert ("src/old.py", "AMP401") not in findings("--select", "AMP4", "--ignore", "AMP401", ".", cwd=project)
+    assert ("src/old.py", "AMP401") not in findings(".", cwd=project)
+
+
+@pytest.mark.parametrize(
+    ("select", "ignore", "enabled"),
+    [
+        (["AMP401"], ["AMP4"], True),  # the code is more specific than the prefix
+        (["AMP4"], ["AMP401"], False),
+        (["AMP4"], ["AMP4"], False),  # a tie: the ignore wins
+        (["deprecated-cuda-amp"], ["ALL"], True),
+        (None, ["AMP4"], False),  # the defaults are weaker than any ignore
+    ],
+)
+def test_the_more_specific_selector_wins(select, ignore, enabled: bool) -> None:
+    from amplint import registry
+
+    assert ("AMP401" in registry.resolve_codes(select, ignore, (), preview=True)) is enabled
+
+
 def test_config_is_found_from_the_checked_files_upward(project: Path, tmp_path_factory) -> None:
     (project / "pyproject.toml").write_text('[tool.amplint]\nignore = ["AMP401"]\n')
     (project / "legacy" / "pyproject.toml").write_text('[tool.amplint]\nselect = ["AMP401"]\n')
