@@ -23,8 +23,10 @@ kernel time attributed to the same op families through the kernels' `External id
 
 from __future__ import annotations
 
+import errno
 import gzip
 import json
+import os
 import re
 import sys
 from collections import defaultdict
@@ -319,13 +321,49 @@ def render(summary: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+_USAGE = "usage: python -m amplint.runtime.trace_summary DIR_OR_TRACE... [--json]"
+_HELP = _USAGE + """
+
+Summarize torch.profiler Chrome traces (`*.pt.trace.json[.gz]`, as `amplint verify --profile`
+writes them): kernels by dtype, the share of half-precision time, peak memory.
+
+  --json   print the summaries as JSON
+  exit 0: summaries printed; 1: no traces found; 2: a missing, unreadable or malformed trace"""
+
+
 def main(argv: list[str] | None = None) -> int:
     """`python -m amplint.runtime.trace_summary DIR_OR_TRACE [--json]`."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        return _main(argv)
+    except BrokenPipeError:
+        _quiet_stdout()  # `... | head`: the reader left
+        return 0
+    except OSError as exc:
+        if exc.errno not in (errno.ENOSPC, errno.EIO, errno.EBADF, errno.EDQUOT, errno.EFBIG):
+            raise
+        print(f"amplint trace_summary: error: cannot write the output: {exc.strerror or exc}", file=sys.stderr)
+        _quiet_stdout()
+        return 2
+
+
+def _quiet_stdout() -> None:
+    """Point stdout at the null device: the failed buffer must not be flushed again at exit."""
+    try:
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - lives until the interpreter exits
+    except OSError:
+        pass
+
+
+def _main(argv: list[str]) -> int:
+    if any(a in ("-h", "--help") for a in argv):
+        print(_HELP)
+        sys.stdout.flush()
+        return 0
     as_json = "--json" in argv
     paths = [a for a in argv if a != "--json"]
     if not paths:
-        print("usage: python -m amplint.runtime.trace_summary DIR_OR_TRACE... [--json]", file=sys.stderr)
+        print(_USAGE, file=sys.stderr)
         return 2
     summaries = []
     try:
@@ -338,6 +376,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(summaries, indent=2))
     else:
         print("\n".join(render(s) for s in summaries) or "no traces found")
+    sys.stdout.flush()  # NB: `> /dev/full` fails here, inside the handler, not at interpreter exit
     return 0 if summaries else 1
 
 

@@ -227,3 +227,23 @@ def test_verify_keeps_an_unreadable_trace_as_an_error_in_its_summary(tmp_path):
     (summary,) = trace_summary.summarize_dir(tmp_path / "t", unreadable_ok=True)
     assert "truncated" in summary["error"]
     assert trace_summary.render(summary) == f"profile: {summary['error']}"
+
+
+@pytest.mark.parametrize("flag", ["--help", "-h"])
+def test_trace_summary_help_prints_the_usage_and_exits_0(flag, capsys):
+    """It answered "--help: no such file or directory", exit 2 (hostile pass 16)."""
+    assert trace_summary.main([flag]) == 0
+    assert "usage: python -m amplint.runtime.trace_summary" in capsys.readouterr().out
+
+
+def test_trace_summary_on_a_full_disk_is_one_error_line_and_exit_2(tmp_path):
+    """`trace_summary prof > /dev/full` printed an OSError traceback with exit 1."""
+    if not Path("/dev/full").exists():
+        pytest.skip("no /dev/full here")
+    trace = tmp_path / "t.pt.trace.json"
+    trace.write_text(json.dumps({"traceEvents": [{"ph": "X", "name": "aten::mm", "ts": 1, "dur": 10, "args": {}}]}))
+    with open("/dev/full", "w") as full:
+        proc = subprocess.run([sys.executable, "-m", "amplint.runtime.trace_summary", str(trace)], stdout=full,
+                              stderr=subprocess.PIPE, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr and "cannot write the output" in proc.stderr
