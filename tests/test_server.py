@@ -185,6 +185,22 @@ def test_did_change_rechecks_the_unsaved_text(session, tmp_path: Path) -> None:
     assert error.severity == types.DiagnosticSeverity.Error and "SyntaxError" in error.message and error.code is None
 
 
+def test_changes_typed_in_a_burst_are_checked_once_at_their_last_version(session, tmp_path: Path) -> None:
+    """Each keystroke's version was checked in turn: on a module that takes seconds to check,
+    the screen lagged the text by tens of seconds (hostile pass 16). A burst of changes is
+    checked once, after the pause, at the version on screen."""
+    uri = session.open(preview_project(tmp_path) / "train.py", TRAIN)
+    session.diagnostics(uri)
+    for version in range(2, 12):
+        change = types.TextDocumentContentChangeWholeDocument(text=TRAIN + "#" * version + "\n")
+        session.client.text_document_did_change(types.DidChangeTextDocumentParams(
+            text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=version), content_changes=[change]))
+    published = session.run(session._queue(uri).get())
+    assert published.version == 11
+    session.run(asyncio.sleep(1.0))  # nothing else is on its way
+    assert session._queue(uri).empty()
+
+
 def test_tool_amplint_is_read_like_the_cli(session, tmp_path: Path) -> None:
     (tmp_path / "pyproject.toml").write_text(
         '[tool.amplint]\npreview = true\nignore = ["AMP101"]\nper-file-ignores = { "tests/*" = ["AMP401"] }\nextend-exclude = ["vendor/"]\n')

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -20,6 +21,9 @@ from amplint.sources import undecodable_as_read
 from amplint.suppression import add_noqa_edits
 
 FIX_ALL = "source.fixAll.amplint"
+# How long typing must pause before a changed buffer is checked (Ruff's server and most
+# editors' linters wait a few hundred milliseconds too).
+CHANGE_PAUSE_S = 0.2
 
 
 @dataclass
@@ -37,6 +41,7 @@ class AmplintServer(LanguageServer):
         self.configs = Configs()
         self.buffers: dict[str, Buffer] = {}
         self._shown_errors: set[str] = set()
+        self.pending_changes: dict[str, int] = {}  # uri -> the newest change's number (debounce)
 
     # --- checking ----------------------------------------------------------------------
 
@@ -166,8 +171,17 @@ def build() -> AmplintServer:
         ls.check(params.text_document.uri)
 
     @server.feature(types.TEXT_DOCUMENT_DID_CHANGE)
-    def did_change(ls: AmplintServer, params: types.DidChangeTextDocumentParams) -> None:
-        ls.check(params.text_document.uri)
+    async def did_change(ls: AmplintServer, params: types.DidChangeTextDocumentParams) -> None:
+        # Typing sends a change per keystroke, and a check of a large module takes seconds:
+        # checking each version in turn left the screen seconds behind the text (hostile
+        # pass 16). Wait for a pause; a newer change supersedes this one, and the check reads
+        # the document as it is by then.
+        uri = params.text_document.uri
+        generation = ls.pending_changes[uri] = ls.pending_changes.get(uri, 0) + 1
+        await asyncio.sleep(CHANGE_PAUSE_S)
+        if ls.pending_changes.get(uri) != generation:
+            return
+        ls.check(uri)
 
     @server.feature(types.TEXT_DOCUMENT_DID_SAVE)
     def did_save(ls: AmplintServer, params: types.DidSaveTextDocumentParams) -> None:
