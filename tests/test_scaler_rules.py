@@ -263,3 +263,33 @@ for epoch in range(3):
 """
     assert [c for _, c in _codes(src, "AMP102")] == ["AMP102"]
     assert _codes(src, "AMP107") == []
+
+
+_ACCELERATE_CLIPS = """\
+from accelerate import Accelerator
+accelerator = Accelerator({config})
+model, optimizer = accelerator.prepare(model, optimizer)
+for x in loader:
+    accelerator.backward(model(x).sum())
+    accelerator.clip_grad_norm_(part_a.parameters(), 1.0)
+{between}    accelerator.clip_grad_norm_(part_b.parameters(), 1.0)
+    optimizer.step()
+    optimizer.zero_grad()
+"""
+
+
+@pytest.mark.parametrize(
+    ("config", "between", "lines"),
+    [
+        ("", "", [7]),  # the precision comes from the launcher: read as float16
+        ('mixed_precision="fp16"', "", [7]),
+        ('mixed_precision="bf16"', "", []),  # no GradScaler: nothing is unscaled
+        ("", "    optimizer.step()\n", []),  # the prepared optimizer's step updates the scaler
+    ],
+    ids=["launcher", "fp16", "bf16", "step-between"],
+)
+def test_two_accelerate_clips_before_a_step_unscale_twice(config: str, between: str, lines: list[int]) -> None:
+    """`accelerator.clip_grad_norm_` unscales every prepared optimizer: a second call before
+    the step raises (huggingface/transformers#24050; audiolm-pytorch's discriminators)."""
+    source = _ACCELERATE_CLIPS.format(config=config, between=between)
+    assert [d.span.line for d in check_source(source, "t.py", select=["AMP108"])] == lines

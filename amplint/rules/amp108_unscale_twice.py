@@ -29,6 +29,12 @@ class UnscaleTwice(Rule):
     An `unscale_` that repeats on every micro-batch of one loop iteration is AMP107's
     finding, not this one.
 
+    Accelerate's `accelerator.clip_grad_norm_(...)` (and `unscale_gradients()`) unscales
+    every optimizer the accelerator prepared, under float16 mixed precision: a second such
+    call before an optimizer step (the prepared optimizer's `step()` updates the scaler)
+    raises the same error. Two clips of two parameter groups back to back
+    (audiolm-pytorch's discriminators) are flagged at the second.
+
     ## Why is this bad?
     `unscale_` divides the gradients by the scale and records that it did; a second
     call before `update()` raises "unscale_() has already been called on this
@@ -85,9 +91,11 @@ class UnscaleTwice(Rule):
     fix_title = "Remove the second `{call}`"
     fix_availability = FixAvailability.SOMETIMES
     safety = Applicability.UNSAFE
-    requires_any = (Word("unscale_"),)  # the method's name, not `unscale_lora_layers`
+    # The method's name (not `unscale_lora_layers`), or Accelerate's clip, which unscales.
+    requires_any = (Word("unscale_"), ("accelerat", Word("clip_grad_norm_")), ("accelerat", Word("unscale_gradients")))
 
     def check(self) -> None:
+        self._check_library_unscales()
         proto = protocol(self.model)
         code = self.model.module.code_for_node
         for graph in self.model.steps:
@@ -140,6 +148,52 @@ class UnscaleTwice(Rule):
                         first=code(first.anchor if first.inlined else first.node),
                         optimizer=self._optimizer_text(first, proto.key(first, graph, "optimizer")),
                     )
+
+    def _check_library_unscales(self) -> None:
+        """Two `accelerator.clip_grad_norm_` calls (or `unscale_gradients()`) on one path with
+        no optimizer step, scaler step or update between: the second unscales again."""
+        if self._accelerator_not_fp16():
+            return
+        code = self.model.module.code_for_node
+        for graph in self.model.steps:
+            unscales = [e for e in graph.of_kind(Kind.MANAGED_UNSCALE) if "accelerat" in (e.qualname or "").lower()]
+            if len(unscales) < 2 or not any(
+                    e.kind is Kind.BACKWARD and e.managed and "accelerat" in (e.qualname or "").lower() for e in graph.events):
+                continue
+            resets = (Kind.OPT_STEP, Kind.SCALER_STEP, Kind.UPDATE)
+            for first in unscales:
+                own_loops = {id(loop.header): loop for loop in first.loops}
+                onward = lambda p: own_loops[id(p)].exits() if id(p) in own_loops else p.succ  # noqa: E731
+                blocked = lambda p: p.event is not None and p.event.kind in resets  # noqa: E731
+                for second in unscales:
+                    if second is first or second.qualname.rsplit(".", 1)[0] != first.qualname.rsplit(".", 1)[0]:
+                        continue
+                    target = graph.point(second)
+                    if not search(graph.point(first), found=lambda p, t=target: p is t, blocked=blocked, onward=onward):
+                        continue
+                    if protocol(self.model).exclusive(first, second):
+                        continue
+                    self.report_event(
+                        second,
+                        witnesses=(first,),
+                        call=code(second.anchor.func) + "()" if second.inlined else code(second.node),
+                        first=code(first.anchor if first.inlined else first.node),
+                        optimizer="every optimizer the accelerator prepared",
+                    )
+
+    def _accelerator_not_fp16(self) -> bool:
+        """Every `Accelerator(...)` of the module says, by a literal, bfloat16 or no mixed
+        precision: no GradScaler, nothing to unscale twice."""
+        found = False
+        for site in self.model.calls:
+            qual = self.model.qualify(site.node.func) or ""
+            if not qual.endswith("Accelerator") or not qual.startswith("accelerate"):
+                continue
+            found = True
+            arg = next((a.value for a in site.node.args if a.keyword is not None and a.keyword.value == "mixed_precision"), None)
+            if not (isinstance(arg, cst.SimpleString) and arg.evaluated_value in ("bf16", "no", "fp8")):
+                return False
+        return found
 
     @staticmethod
     def _optimizer_text(first, key: str | None) -> str:
