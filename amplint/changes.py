@@ -32,6 +32,6 @@ class InsertBefore:
 
 @dataclass(frozen=True, eq=False)
 class RemoveStatement:
-    """Delete a whole statement line (its trailing newline included)."""
+    """Delete a whole statement, leaving its lines empty (later lines keep their numbers)."""
 
     statement: cst.CSTNode

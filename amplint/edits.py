@@ -263,10 +263,19 @@ class EditBuilder:
         return Edit(at, at, content)
 
     def _remove(self, change: RemoveStatement) -> Edit | None:
+        """The statement's lines are left empty, not deleted: every later line keeps its
+        number (a logged `%(lineno)d`, a traceback; hostile pass 18)."""
         pos = self._positions.get(change.statement)
         if pos is None or self._verified(change.statement) is None:
             return None
-        return Edit((pos.start.line, 0), (pos.end.line + 1, 0), "")
+        before = self.index.ending(pos.start.line - 1) if pos.start.line > 1 else ""
+        empty = ""
+        for line in range(pos.start.line, pos.end.line + 1):
+            ending = self._ending_at(line)
+            if ending == "\n" and (empty or before).endswith("\r"):
+                ending = "\r\n"  # NB: a `\n` right after a `\r` would join two lines into one break
+            empty += ending
+        return Edit((pos.start.line, 0), (pos.end.line + 1, 0), empty)
 
     # --- checks ------------------------------------------------------------------------
     def _verified(self, node: cst.CSTNode) -> tuple[tuple[int, int], tuple[int, int], str] | None:

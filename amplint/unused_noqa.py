@@ -94,6 +94,13 @@ def _removal(d: Directive, keep: list[str], line_text: str, has_ending: bool, li
         # moves every line below up one, and line numbers are behaviour: `%(lineno)d` in
         # log records, tracebacks, `warnings` filters by line, a coding declaration pulled
         # up into the first two lines (hostile pass 13).
+        neighbours = [lines[i].strip() for i in (d.line - 2, d.line) if 0 <= i < len(lines)]
+        if any(n.startswith("#") for n in neighbours):
+            # NB: inside a block of comments an empty line would end the block:
+            # `inspect.getcomments` of the `def` below then reads only its last part
+            # (hostile pass 18); a bare `#` keeps it one block.
+            indent = line_text[: len(line_text) - len(line_text.lstrip(" \t"))]
+            return Edit((d.line, 0), (d.line, len(line_text)), indent + "#")
         return Edit((d.line, 0), (d.line, len(line_text)), "")
     return Edit((d.line, len(code)), end, "")
 

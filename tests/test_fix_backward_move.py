@@ -36,18 +36,6 @@ MOVED = {
         "        loss = model(x).sum()\n        loss.backward()\n",
         "        loss = model(x).sum()\n    loss.backward()\n",
     ),
-    "the backward last on a line of two": (
-        "        loss = model(x).sum()\n        aux = model(x).sum(); scaler.scale(loss).backward()\n",
-        "        loss = model(x).sum()\n        aux = model(x).sum()\n    scaler.scale(loss).backward()\n",
-    ),
-    "the backward last of several, with a comment and a stray semicolon": (
-        "        aux = model(x).sum(); n = 1;  loss.backward() ;  # backprop\n",
-        "        aux = model(x).sum(); n = 1  # backprop\n    loss.backward()\n",
-    ),
-    "the line that held it is the only line of the block": (
-        "        aux = model(x).sum(); loss.backward()\n",
-        "        aux = model(x).sum()\n    loss.backward()\n",
-    ),
     "a comment above the backward moves with it": (
         "        loss = model(x).sum()\n        # backprop\n        loss.backward()\n",
         "        loss = model(x).sum()\n    # backprop\n    loss.backward()\n",
@@ -55,10 +43,6 @@ MOVED = {
     "the block's footer comment stays in the block, once": (
         "        loss = model(x).sum()\n        loss.backward()  # backprop\n        # end of the region\n",
         "        loss = model(x).sum()\n        # end of the region\n    loss.backward()  # backprop\n",
-    ),
-    "a split line keeps its comment, and the footer stays": (
-        "        aux = model(x).sum(); loss.backward()  # both\n        # end of the region\n",
-        "        aux = model(x).sum()  # both\n        # end of the region\n    loss.backward()\n",
     ),
     "a continued call keeps its shape": (
         "        loss = model(x).sum()\n        torch.autograd.backward(\n            loss,\n        )\n",
@@ -90,6 +74,8 @@ KEPT = {
     "a reduction in the backward's receiver": "        loss = model(x)\n        loss.mean().backward()\n",
     "an assignment expression in the receiver": "        n = 1\n        (loss := model(x).sum()).backward()\n",
     "a call in the backward's argument": "        loss = model(x).sum()\n        loss.backward(model(x))\n",
+    # the backward would need a line of its own: every line below would move (hostile pass 18)
+    "the backward last on a line of two": "        loss = model(x).sum()\n        aux = model(x).sum(); scaler.scale(loss).backward()\n",
 }
 
 
@@ -109,7 +95,8 @@ def test_a_region_inside_another_block_leaves_the_backward_in_that_block() -> No
     source = (
         "import torch\n\nfor x in data:\n    with torch.no_grad():\n"
         '        with torch.autocast("cpu", dtype=torch.bfloat16):\n'
-        "            aux = model(x).sum(); loss.backward()  # c\n"
+        "            aux = model(x).sum()  # c\n"
+        "            loss.backward()\n"
         "    opt.step()\n"
     )
     assert fixed(source) == (
@@ -129,14 +116,14 @@ def test_a_backward_in_a_block_nested_in_the_region_is_not_moved() -> None:
 def test_a_backward_in_nested_regions_leaves_one_region_per_pass() -> None:
     """The first pass leaves the inner region, where the backward ends the outer one: the second leaves that."""
     inner = '        with torch.autocast("cpu", enabled=True):\n'
-    source = HEAD + inner + "            aux = model(x).sum(); loss.backward()\n" + TAIL
+    source = HEAD + inner + "            aux = model(x).sum()\n            loss.backward()\n" + TAIL
     first = [d.fix for d in check_source(source, "t.py", select=["AMP201"])]
     assert len(first) == 1 and first[0] is not None
     assert fixed(source) == HEAD + inner + "            aux = model(x).sum()\n    loss.backward()\n" + TAIL
 
 
-def test_crlf_lines_stay_crlf_when_a_line_is_split() -> None:
-    source = (HEAD + "        aux = model(x).sum(); loss.backward()  # c\n" + TAIL).replace("\n", "\r\n")
+def test_crlf_lines_stay_crlf_when_the_backward_moves() -> None:
+    source = (HEAD + "        aux = model(x).sum()  # c\n        loss.backward()\n" + TAIL).replace("\n", "\r\n")
     assert fixed(source) == (HEAD + "        aux = model(x).sum()  # c\n    loss.backward()\n" + TAIL).replace("\n", "\r\n")
 
 

@@ -701,3 +701,47 @@ def test_a_helper_parameter_handed_the_scaler_is_that_scaler_whatever_its_name()
         "    finish(scaler, opt)\n"
     )
     assert check_source(source, "t.py", select=["AMP108"]) == []
+
+
+# --- hostile pass 18: fixes that changed a program or its line numbers -------------------------
+
+_TWO_UNSCALES = (
+    "import torch\n"
+    "scaler = torch.amp.GradScaler('cpu')\n"
+    "opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+    "for x in data:\n"
+    "    scaler.scale(model(x).sum()).backward()\n"
+    "    scaler.unscale_(opt)\n"
+    "{second}"
+    "    scaler.step(opt)\n"
+    "    scaler.update()\n"
+    "print('done')\n"
+)
+
+
+def test_a_second_unscale_sharing_its_line_gets_no_fix() -> None:
+    """Deleting the line deleted the clip beside it (`scaler.unscale_(opt); clip(...)`)."""
+    source = _TWO_UNSCALES.format(second="    scaler.unscale_(opt); torch.nn.utils.clip_grad_norm_(model.parameters(), 0.5)\n")
+    (d,) = check_source(source, "t.py", select=["AMP108"])
+    assert d.fix is None
+
+
+@pytest.mark.parametrize("second", [
+    "    scaler.unscale_(opt)\n",
+    "    scaler.unscale_(\n        opt,\n    )\n",
+])
+def test_a_deleted_unscale_leaves_its_lines_empty(second: str) -> None:
+    """Every later line keeps its number (`%(lineno)d` in logs, tracebacks)."""
+    source = _TWO_UNSCALES.format(second=second)
+    (d,) = check_source(source, "t.py", select=["AMP108"])
+    after, _ = fixes.apply_fixes(source, [d.fix])
+    assert after.count("\n") == source.count("\n")
+    assert after.splitlines().index("print('done')") == source.splitlines().index("print('done')")
+
+
+def test_a_quoted_annotation_naming_the_import_keeps_the_legacy_import() -> None:
+    """`typing.get_type_hints` evaluates `"GradScaler"` in the module: it would name the new class."""
+    source = ("from torch.cuda.amp import GradScaler\n"
+              "def step(s: \"GradScaler\") -> None:\n    pass\n")
+    import_fixes = [d for d in check_source(source, "t.py", select=["AMP401"]) if d.span.line == 1]
+    assert import_fixes and all(d.fix is None for d in import_fixes)

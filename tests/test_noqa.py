@@ -157,3 +157,14 @@ def _without_stale_noqa(source: str) -> str:
 )
 def test_a_stale_noqa_leaves_the_comment_a_person_would_write(line: str, left: str) -> None:
     assert _without_stale_noqa(line) == left
+
+
+def test_a_stale_noqa_line_inside_a_comment_block_leaves_a_bare_hash() -> None:
+    """An empty line would end the block: `inspect.getcomments` then read its last part only
+    (hostile pass 18)."""
+    from amplint.engine import check_source
+    from amplint.fixes import fix_text
+
+    source = "import torch\n\n# Recipe: bf16 on CPU.\n# noqa: AMP401\n# Shown in --list-recipes.\ndef recipe():\n    return 1\n"
+    outcome = fix_text(source, lambda text: check_source(text, "t.py", select=["AMP001"]), unsafe=False)
+    assert outcome.source == source.replace("# noqa: AMP401\n", "#\n")

@@ -485,7 +485,11 @@ class Deprecations:
                 return True
         finder = _DoctestFinder(words)
         walk(self.model.module, finder)
-        return finder.found
+        if finder.found:
+            return True
+        quoted = _QuotedAnnotationFinder(words)
+        walk(self.model.module, quoted)
+        return quoted.found
 
     def _reaches_its_own_namespace(self) -> bool:
         """The module reaches names through frames or by module name, not by their text:
@@ -774,6 +778,25 @@ class _DoctestFinder(cst.CSTVisitor):
 
     def visit_SimpleString(self, node: cst.SimpleString) -> None:
         if ">>>" in node.value and self.words.search(node.value):
+            self.found = True
+
+
+class _QuotedAnnotationFinder(cst.CSTVisitor):
+    """A quoted annotation (`s: "GradScaler"`) that names one of the words: a forward
+    reference `typing.get_type_hints` evaluates in the module's namespace (hostile pass 18)."""
+
+    def __init__(self, words: re.Pattern) -> None:
+        self.words, self.found = words, False
+        self.depth = 0
+
+    def visit_Annotation(self, node: cst.Annotation) -> None:
+        self.depth += 1
+
+    def leave_Annotation(self, original_node: cst.Annotation) -> None:
+        self.depth -= 1
+
+    def visit_SimpleString(self, node: cst.SimpleString) -> None:
+        if self.depth and self.words.search(node.value):
             self.found = True
 
 

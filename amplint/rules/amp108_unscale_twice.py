@@ -63,9 +63,10 @@ class UnscaleTwice(Rule):
     ```
 
     ## Fix safety
-    Unsafe: deletes the second `unscale_` statement. Offered only when every path to
-    it passes the first one (so the call could only ever raise), the statement is
-    not alone in its block, and there is positive evidence that nothing catches the
+    Unsafe: deletes the second `unscale_` statement, leaving its lines empty (later
+    lines keep their numbers). Offered only when every path to it passes the first one
+    (so the call could only ever raise), the statement is alone on its line (not
+    `scaler.unscale_(opt); clip(...)`) and not alone in its block, and there is positive evidence that nothing catches the
     RuntimeError it raises (where a handler runs, deleting the call changes which code
     runs): no `try`, `finally` that leaves (`return`, `break`, `continue`),
     `contextlib.suppress`, `ExitStack` or project context manager around it, and its
@@ -137,7 +138,8 @@ class UnscaleTwice(Rule):
                     if any(g.holds is False and g.cond and proto.flag_set_after(first, g.cond, second) for g in proto.guards(second)):
                         continue  # `unscale_(opt); unscaled = True` ... `if not unscaled: unscale_(opt)`
                     changes = None
-                    if (not second.inlined and proto.removable(second.statement) and self._dominated(graph, first, second)
+                    if (not second.inlined and proto.alone_on_its_line(second) and proto.removable(second.statement)
+                            and self._dominated(graph, first, second)
                             and _stable_argument(second) and proto.raises_uncaught(second)):
                         changes = [RemoveStatement(second.statement)]
                     self.report_event(

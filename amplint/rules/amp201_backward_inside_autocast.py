@@ -49,9 +49,10 @@ class BackwardInsideAutocast(Rule):
 
     ## Fix safety
     Unsafe: when the backward is the last statement of a single-item `with` block, the
-    fix moves it just after the block. When it ends a line of several statements
-    (`aux = f(x); loss.backward()`), only the backward moves; one that other statements
-    follow, on its line or in the block, is not moved, since that would reorder them;
+    fix moves it just after the block. A backward that shares its line with other
+    statements (`aux = f(x); loss.backward()`) is not moved: it would need a line of its
+    own, and every later line would move (line numbers in logs and tracebacks); one that
+    other statements follow in the block is not moved, since that would reorder them;
     nor is a statement that computes more than the backward (`crit(model(x), y).backward()`,
     `(loss := f(x)).backward()`), whose forward would leave autocast with it, nor one
     whose receiver is an attribute or a subscript (`out.loss.backward()`,
@@ -141,6 +142,10 @@ class BackwardInsideAutocast(Rule):
             # NB: what follows the backward on its line runs after it: moving the backward
             # alone would reorder them (the forward of `loss.backward(); aux = model(x)`
             # would run first), and moving the line would take that forward out of autocast.
+            return None
+        if len(line.body) > 1:
+            # NB: `x = f(); loss.backward()`: the backward would need a line of its own, and a
+            # new line moves every line below (`%(lineno)d` in logs; hostile pass 18).
             return None
         if len(line.body) == 1:
             if len(body.body) < 2:
