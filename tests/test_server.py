@@ -201,6 +201,36 @@ def test_changes_typed_in_a_burst_are_checked_once_at_their_last_version(session
     assert session._queue(uri).empty()
 
 
+def test_code_actions_asked_inside_the_pause_are_built_on_the_text_on_screen(session, tmp_path: Path) -> None:
+    """A line typed above a finding, then a quick fix asked for before the pause ended: the
+    edits of the last check were placed on the new text and corrupted it (hostile pass 19)."""
+    uri = session.open(preview_project(tmp_path) / "train.py", TRAIN)
+    session.diagnostics(uri)
+    text = TRAIN.replace("import torch\n", "import torch\nx = torch.ones(3)  # inputs\n", 1)
+    session.client.text_document_did_change(types.DidChangeTextDocumentParams(
+        text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=2),
+        content_changes=[types.TextDocumentContentChangeWholeDocument(text=text)]))
+    actions = session.code_actions(uri, rng(5, 12), only=["quickfix"])  # the scaler's line, one lower now
+    fix = next(a for a in actions if "Use" in a.title)
+    fixed = apply(text, fix.edit.changes[uri])
+    assert 'scaler = torch.amp.GradScaler("cuda")\n' in fixed and "x = torch.ones(3)  # inputs\n" in fixed
+
+
+def test_a_document_closed_inside_the_pause_gets_no_late_diagnostics(session, tmp_path: Path) -> None:
+    path = preview_project(tmp_path) / "train.py"
+    path.write_text(TRAIN)
+    uri = session.open(path, TRAIN)
+    session.diagnostics(uri)
+    session.client.text_document_did_change(types.DidChangeTextDocumentParams(
+        text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=2),
+        content_changes=[types.TextDocumentContentChangeWholeDocument(text=TRAIN + "\n")]))
+    session.client.text_document_did_close(types.DidCloseTextDocumentParams(
+        text_document=types.TextDocumentIdentifier(uri=uri)))
+    assert not session.diagnostics(uri)  # the close clears them
+    session.run(asyncio.sleep(1.0))
+    assert session._queue(uri).empty()  # and nothing publishes them again
+
+
 def test_tool_amplint_is_read_like_the_cli(session, tmp_path: Path) -> None:
     (tmp_path / "pyproject.toml").write_text(
         '[tool.amplint]\npreview = true\nignore = ["AMP101"]\nper-file-ignores = { "tests/*" = ["AMP401"] }\nextend-exclude = ["vendor/"]\n')

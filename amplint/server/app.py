@@ -115,6 +115,12 @@ class AmplintServer(LanguageServer):
         if buffer is None:
             return []
         doc = self.workspace.get_text_document(uri)
+        if buffer.version != doc.version:
+            # The text changed since the last check (typing, inside the pause before the
+            # next one): the findings' edits belong to the old text, and placed on this one
+            # they corrupt it (hostile pass 19). Check the text as it is now.
+            self.check(uri)
+            buffer = self.buffers[uri]
         lines, codec = doc.lines, doc.position_codec
         wanted = params.context.only
 
@@ -179,8 +185,8 @@ def build() -> AmplintServer:
         uri = params.text_document.uri
         generation = ls.pending_changes[uri] = ls.pending_changes.get(uri, 0) + 1
         await asyncio.sleep(CHANGE_PAUSE_S)
-        if ls.pending_changes.get(uri) != generation:
-            return
+        if ls.pending_changes.get(uri) != generation or uri not in ls.workspace.text_documents:
+            return  # a newer change will check; or the document was closed meanwhile
         ls.check(uri)
 
     @server.feature(types.TEXT_DOCUMENT_DID_SAVE)
