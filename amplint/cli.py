@@ -174,12 +174,15 @@ def _overrides(config: Config, args) -> Config:
     # As in Ruff, `--select` starts the selection afresh: the file's `ignore` and
     # `extend-select` were written against the file's own `select`, not against this one
     # (`ignore = ["AMP401"]` in the file, `--select AMP401` on the command line: AMP401 runs).
+    # Without `--select`, `--extend-select` and `--ignore` are a layer over the file's
+    # selection: they win over it, whichever selector is the more specific.
     fresh = args.select is not None
     return config.with_overrides(
         select=_split(args.select),
-        ignore=_split(args.ignore) or () if fresh else (config.ignore + _split(args.ignore)) if args.ignore else None,
-        extend_select=(_split(args.extend_select) or () if fresh else
-                       (config.extend_select + _split(args.extend_select)) if args.extend_select else None),
+        ignore=_split(args.ignore) or () if fresh else None,
+        extend_select=_split(args.extend_select) or () if fresh else None,
+        then_ignore=None if fresh else _split(args.ignore),
+        then_extend_select=None if fresh else _split(args.extend_select),
         exclude=_split(args.exclude),
         extend_exclude=(config.extend_exclude + _split(args.extend_exclude)) if args.extend_exclude else None,
         respect_gitignore=args.respect_gitignore,

@@ -101,6 +101,11 @@ class Config:
     max_file_tokens: int = DEFAULT_MAX_TOKENS
     # Run the preview tier too (rules not yet measured at precision >= 0.90 on unseen code).
     preview: bool = False
+    # The command line's `--extend-select` / `--ignore` without `--select`: a second layer,
+    # applied after the file's selection as in Ruff (a flag overrides the file, whatever
+    # selector is the more specific).
+    then_extend_select: tuple[str, ...] = ()
+    then_ignore: tuple[str, ...] = ()
     root: Path | None = field(default=None, compare=False)
     source: Path | None = field(default=None, compare=False)
     _gitignore: "GitIgnore" = field(default_factory=lambda: GitIgnore(), compare=False, repr=False)
@@ -138,11 +143,13 @@ class Config:
         return replace(self, **{k: v for k, v in kwargs.items() if v is not None})
 
     def rules(self) -> tuple[type, ...]:
-        return registry.resolve(self.select, self.ignore, self.extend_select, self.preview)
+        return registry.resolve(self.select, self.ignore, self.extend_select, self.preview,
+                                self.then_extend_select, self.then_ignore)
 
     def codes(self) -> tuple[str, ...]:
         """The codes of `rules()`, found without importing a rule (a warm run needs no more)."""
-        return registry.resolve_codes(self.select, self.ignore, self.extend_select, self.preview)
+        return registry.resolve_codes(self.select, self.ignore, self.extend_select, self.preview,
+                                      self.then_extend_select, self.then_ignore)
 
     def rules_for(self, path: str | os.PathLike) -> tuple[type, ...]:
         rules = self.rules()

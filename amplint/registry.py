@@ -37,14 +37,18 @@ def expand_codes(selector: str) -> list[str]:
     return sorted(e.code for e in matched)
 
 
-def resolve_codes(select=None, ignore=(), extend_select=(), preview: bool = False) -> tuple[str, ...]:
+def resolve_codes(select=None, ignore=(), extend_select=(), preview: bool = False,
+                  then_extend_select=(), then_ignore=()) -> tuple[str, ...]:
     """Codes enabled by ruff-style selection: explicit select wins over defaults; ignore removes.
 
     `select` None: the default rules; an empty `select` selects nothing (as in Ruff).
     Where a code is both selected and ignored, the more specific selector wins, as in Ruff
     (`select = ["AMP401"]` with `ignore = ["AMP4"]` keeps AMP401; `select = ["AMP4"]` with
     `ignore = ["AMP401"]` drops it); on a tie the ignore wins. The defaults are weaker than
-    any ignore. Preview rules run only with `preview`, however they are selected (as in Ruff).
+    any ignore. `then_extend_select` / `then_ignore` are a later layer (the command line's
+    flags over the file): they add to and remove from what the first layer chose, the more
+    specific of the two winning between them. Preview rules run only with `preview`, however
+    they are selected (as in Ruff).
     """
     enabled: dict[str, int] = {}
     if select is not None:
@@ -61,6 +65,13 @@ def resolve_codes(select=None, ignore=(), extend_select=(), preview: bool = Fals
         for c in expand_codes(s):
             ignored[c] = max(ignored.get(c, -1), _specificity(s))
     chosen = {c for c, spec in enabled.items() if c not in ignored or spec > ignored[c]}
+    if then_extend_select or then_ignore:
+        added = {c: max(_specificity(s) for s in then_extend_select if c in expand_codes(s))
+                 for s in then_extend_select for c in expand_codes(s)}
+        removed = {c: max(_specificity(s) for s in then_ignore if c in expand_codes(s))
+                   for s in then_ignore for c in expand_codes(s)}
+        chosen |= {c for c, spec in added.items() if c not in removed or spec > removed[c]}
+        chosen -= {c for c, spec in removed.items() if c not in added or spec >= added[c]}
     if not preview:
         chosen -= PREVIEW_CODES
     return tuple(sorted(chosen))
@@ -98,9 +109,10 @@ def expand(selector: str) -> list[type]:
     return [rule(c) for c in expand_codes(selector)]
 
 
-def resolve(select=None, ignore=(), extend_select=(), preview: bool = False) -> tuple[type, ...]:
+def resolve(select=None, ignore=(), extend_select=(), preview: bool = False,
+            then_extend_select=(), then_ignore=()) -> tuple[type, ...]:
     """`resolve_codes`, as rule classes."""
-    return _classes(resolve_codes(select, ignore, extend_select, preview))
+    return _classes(resolve_codes(select, ignore, extend_select, preview, then_extend_select, then_ignore))
 
 
 @lru_cache(maxsize=256)

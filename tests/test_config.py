@@ -109,6 +109,16 @@ def test_cli_select_starts_afresh_over_the_files_ignore(project: Path) -> None:
     assert ("src/old.py", "AMP401") not in findings(".", cwd=project)
 
 
+def test_cli_extend_select_and_ignore_win_over_the_file(project: Path) -> None:
+    """As in Ruff, the flags are a layer after the file: the file's more specific selector does
+    not beat them (hostile pass 19)."""
+    (project / "pyproject.toml").write_text('[tool.amplint]\nignore = ["AMP401"]\n')
+    assert ("src/old.py", "AMP401") in findings("--extend-select", "AMP401", ".", cwd=project)
+    (project / "pyproject.toml").write_text('[tool.amplint]\nselect = ["AMP401"]\n')
+    assert findings("--ignore", "AMP4", ".", cwd=project) == set()
+    assert ("src/old.py", "AMP401") in findings(".", cwd=project)
+
+
 @pytest.mark.parametrize(
     ("select", "ignore", "enabled"),
     [
