@@ -5,15 +5,13 @@ runs the one engine (`engine.check_source`) with every rule and lets flake8 appl
 select/ignore/per-file-ignores/noqa itself; positions go through
 `diagnostics.to_flake8`, the only place their base is decided.
 
-Opt-in rules (`default_enabled = False`) stay off in two ways, so that flake8 and
-`amplint check` agree on every selection:
-
-- `add_options` adds them to flake8's `extend_default_ignore`, so a plain `flake8`
-  run (no `--select`) does not report them;
-- an explicit `--select` / `--extend-select` that names one (`AMP`, `AMP5`, `AMP502`)
-  turns it on, as the same selector does in `amplint check` (and as flake8 itself
-  decides: an explicit selection is stronger than a default ignore).  `parse_options`
-  reads the explicit selection and the plugin runs the opt-in rules it names.
+Opt-in rules (`default_enabled = False`) run where the file's own `[tool.amplint]`
+enables them (each file's, as `amplint check` reads it: not the working directory's;
+hostile pass 19 found a monorepo's sub-project reporting AMP001 only when flake8 ran from
+its folder), or where an explicit `--select` / `--extend-select` names one (`AMP`,
+`AMP5`, `AMP502`), as the same selector does in `amplint check`: `parse_options` reads
+the explicit selection and the plugin runs the opt-in rules it names.  The plugin
+decides per file, so flake8 needs no default-ignore list for them.
 
 One configuration everywhere: each file is checked with the `[tool.amplint]` of the
 pyproject.toml nearest it (select, ignore, extend-select, per-file-ignores,
@@ -29,6 +27,7 @@ for every run, in every project.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from typing import Any, ClassVar
 
@@ -46,19 +45,6 @@ def _opt_in_codes() -> tuple[str, ...]:
     return tuple(sorted(r.code for r in ALL_RULES if not r.default_enabled))
 
 
-def _enabled_here() -> set[str]:
-    """Codes the [tool.amplint] found from the working directory enables (none when unreadable)."""
-    from pathlib import Path
-
-    from amplint.config import ConfigError, find_pyproject, load
-
-    try:
-        found = find_pyproject(Path.cwd())
-        return {r.code for r in load(found).rules()} if found is not None else set()
-    except ConfigError:
-        return set()  # reported with its message when the first file is checked
-
-
 class Flake8Plugin:
     """flake8 picks the plugin kind from `__init__`'s parameter names (`lines`, `filename`)."""
 
@@ -74,13 +60,6 @@ class Flake8Plugin:
         # after flake8 has checked that the file parses); the engine parses with libcst.
         self._source = "".join(lines)
         self._filename = filename
-
-    @classmethod
-    def add_options(cls, option_manager) -> None:
-        # An opt-in rule the project's [tool.amplint] enables (extend-select = ["AMP302"]) is
-        # not default-ignored: flake8 is run from the project root, whose configuration says so.
-        enabled = _enabled_here()
-        option_manager.extend_default_ignore([c for c in _opt_in_codes() if c not in enabled])
 
     @classmethod
     def parse_options(cls, options) -> None:
@@ -120,6 +99,13 @@ class Flake8Plugin:
         from amplint.engine import SourceError, check_source
         from amplint.sources import undecodable_as_read
 
+        if self._filename.lower().endswith(".ipynb"):
+            # flake8 named a notebook (`--filename '*.ipynb'`, or the file itself): its text is
+            # the notebook's JSON, which parses as one dict and holds no code to check. A
+            # silent pass would read as clean (hostile pass 19); `amplint check` reads cells.
+            yield 1, 0, (f"{NOT_ANALYSED} amplint did not analyse this file: flake8 hands plugins a notebook's "
+                         f"JSON, not its cells; run `amplint check {os.path.basename(self._filename)}`"), type(self)
+            return
         # flake8 reads a file it cannot decode as Latin-1 and checks that text; `amplint
         # check` refuses the file (Python would too): the same verdict here.
         unreadable = undecodable_as_read(self._filename, self._source)

@@ -102,7 +102,7 @@ def test_preview_rules_agree_in_preview(tmp_path: Path) -> None:
 
 
 def test_defaults_agree_without_any_selection() -> None:
-    """No --select at all: opt-in rules stay off in both (flake8 via extend_default_ignore), and
+    """No --select at all: opt-in rules stay off in both (the plugin does not run them), and
     so do preview rules (AMP101 left the default selection for the preview tier, issue 27)."""
     # flake8 then runs its own pycodestyle/pyflakes checks too, so keep this to a few directories.
     dirs = sorted({str(Path(p).parent) for p in FILES
@@ -268,3 +268,37 @@ def test_per_file_ignores_match_the_files_flake8_matches(tmp_path: Path) -> None
                          cwd=tmp_path, capture_output=True, text=True, timeout=120)
     from_cli = {d["filename"] for d in json.loads(cli.stdout)}
     assert from_cli == from_flake8 == {"foo.py", "a/bar.py", "a/foo.py", "x/h.py"}
+
+
+def test_a_notebook_handed_to_flake8_is_not_analysed_and_says_so(tmp_path: Path) -> None:
+    """flake8 hands plugins a notebook's JSON; a silent pass read as a clean notebook where
+    `amplint check` finds AMP401 in a cell (hostile pass 19)."""
+    notebook = {"cells": [{"cell_type": "code", "execution_count": None, "id": "a", "metadata": {}, "outputs": [],
+                           "source": ["import torch\n", "with torch.cuda.amp.autocast():\n", "    pass\n"]}],
+                "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+    (tmp_path / "train.ipynb").write_text(json.dumps(notebook))
+    assert {c for *_, c in amplint(files=["train.ipynb"], cwd=tmp_path)} == {"AMP401"}
+    assert flake8("--select", "AMP", files=["train.ipynb"], cwd=tmp_path) == {("train.ipynb", 1, 1, "AMP000")}
+
+
+def test_an_opt_in_rule_a_sub_project_enables_runs_from_any_working_directory(tmp_path: Path) -> None:
+    """The plugin read the working directory's [tool.amplint] once per run: a monorepo's
+    sub-project got AMP001 from its own folder only (hostile pass 19)."""
+    sub = tmp_path / "sub"
+    sub.mkdir()
+    (sub / "pyproject.toml").write_text('[tool.amplint]\nextend-select = ["AMP001"]\n')
+    (sub / "m.py").write_text("import torch\nx = 1  # noqa: AMP401\n")
+    expected = {("sub/m.py", 2, 8, "AMP001")}
+    run = lambda cwd, path: {(Path(p).as_posix().removeprefix("./"), r, c, code)  # noqa: E731
+                             for p, r, c, code in _flake8_with_config(path, cwd)}
+    assert run(tmp_path, "sub/m.py") == expected
+    assert {(f"sub/{p}", r, c, code) for p, r, c, code in run(sub, "m.py")} == expected
+
+
+def _flake8_with_config(path: str, cwd: Path) -> set[tuple[str, int, int, str]]:
+    """flake8 as a user runs it: reading the projects' configuration (not --isolated)."""
+    proc = subprocess.run([sys.executable, "-m", "flake8", f"--format={FORMAT}", path],
+                          cwd=cwd, capture_output=True, text=True, timeout=120)
+    assert proc.returncode in (0, 1), proc.stderr
+    rows = (line.rsplit(":", 3) for line in proc.stdout.splitlines())
+    return {(p, int(r), int(c), code.strip()) for p, r, c, code in rows if code.strip().startswith("AMP")}
