@@ -725,6 +725,24 @@ def _summary_line(rule) -> str:
     return summary_line(rule)
 
 
+# AMP000 is no rule: it is how the reports that have only codes (JSON, SARIF, flake8) say that
+# a file was not analysed; `explain` says so, since users meet the code there.
+_AMP000_PAGE = """# AMP000: not analysed
+
+Not a rule: amplint could not analyse this file, and every report says why instead of
+showing it as clean. `amplint check` prints the reason as an error line and exits 2; the
+JSON, SARIF and flake8 outputs, which speak in codes, report it as AMP000 at the line the
+reason names.
+
+Reasons: a syntax error (flake8 reports its own E999 instead), a file that cannot be decoded,
+a file past `max-file-tokens` or nested deeper than the parser can read, a notebook that is
+not valid JSON, a notebook handed to flake8 (run `amplint check` on it), a mistake in
+`[tool.amplint]`, or an internal error (please report it with the file).
+
+It cannot be selected or ignored like a rule: fix the reason, or exclude the file
+(`extend-exclude`, or flake8's own `--extend-ignore AMP000`)."""
+
+
 def cmd_explain(args) -> int:
     from amplint.docs import rule_page
 
@@ -733,6 +751,9 @@ def cmd_explain(args) -> int:
     found = lookup(args.rule)  # AMP9xx: found only by verify, documented next to the runtime
     if found is not None:
         print(found.page())
+        return EXIT_CLEAN
+    if args.rule.strip().upper() == "AMP000":
+        print(_AMP000_PAGE)
         return EXIT_CLEAN
     try:
         (rule,) = registry.expand(args.rule) if args.rule.upper() in registry.BY_CODE or args.rule in registry.BY_NAME else ()

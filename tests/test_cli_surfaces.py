@@ -152,3 +152,12 @@ def test_fingerprint_ignores_whitespace_and_counts_repeats() -> None:
     d = Diagnostic("AMP401", "m", "a.py", Span(3, 0, 3, 1))
     assert output.fingerprint(d, "a.py", "x = 1", 0) == output.fingerprint(d, "a.py", "   x  =  1", 0)
     assert output.fingerprint(d, "a.py", "x = 1", 0) != output.fingerprint(d, "a.py", "x = 1", 1)
+
+
+def test_explain_amp000_says_what_the_code_means(capsys) -> None:
+    """AMP000 appears in JSON, SARIF and flake8 output; `explain` answered "unknown rule"
+    (hostile pass 19)."""
+    from amplint.cli import main
+
+    assert main(["explain", "AMP000"]) == 0
+    assert "not analysed" in capsys.readouterr().out
