@@ -264,12 +264,7 @@ def _reads_gradients(model) -> bool:
     probe head updated by hand, in `probes.sgd_update`, a gradient used as a value):
     scaling the backward would scale what it reads.  A buffer with no project: the
     module alone."""
-    if _READS_GRAD.search(model.text):
-        return True
-    project = model.project
-    if project is None or str(model.path)[:1] == "<":
-        return False
-    return any(_READS_GRAD.search(project.raw_text(f) or "") for f in project.imported_files(str(model.path)))
+    return _in_module_or_its_imports(model, _READS_GRAD)
 
 
 _BACKWARD_METHOD = re.compile(r"^[ \t]+def backward\(\s*self\b", re.M)
@@ -279,9 +274,15 @@ def _defines_a_backward_method(model) -> bool:
     """The module, or a project module it imports, defines a `backward(self, ...)` method: a
     tensor-like loss object whose result a `loss.backward()` may be (hostile pass 17). An
     autograd Function's `backward(ctx, ...)` is no such method."""
-    if _BACKWARD_METHOD.search(model.text):
+    return _in_module_or_its_imports(model, _BACKWARD_METHOD)
+
+
+def _in_module_or_its_imports(model, pattern: re.Pattern) -> bool:
+    """`pattern` is in the module's text or a project module it imports (a buffer with no
+    project: the module alone)."""
+    if pattern.search(model.text):
         return True
     project = model.project
     if project is None or str(model.path)[:1] == "<":
         return False
-    return any(_BACKWARD_METHOD.search(project.raw_text(f) or "") for f in project.imported_files(str(model.path)))
+    return any(pattern.search(project.raw_text(f) or "") for f in project.imported_files(str(model.path)))
