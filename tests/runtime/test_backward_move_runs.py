@@ -45,12 +45,16 @@ SHAPES = {
     "the issue's line: backward, then a forward": (
         REGION + "        noting.scale(loss).backward(); aux = model(x).sum(); note('aux')\n", False,
     ),
-    "a forward, then the backward": (REGION + "        aux = model(x).sum(); note('aux'); noting.scale(loss).backward()\n", True),
+    "a forward, then the backward": (REGION + "        aux = model(x).sum(); note('aux')\n        noting.scale(loss).backward()\n", True),
+    # the backward would need a line of its own: every later line would move (hostile pass 18)
+    "a forward, then the backward, on one line": (
+        REGION + "        aux = model(x).sum(); note('aux'); noting.scale(loss).backward()\n", False,
+    ),
     "the backward in the middle": (
         REGION + "        note('a'); noting.scale(loss).backward(); aux = model(x).sum(); note('aux')\n", False,
     ),
     "several, a comment, a footer": (
-        REGION + "        aux = model(x).sum(); note('aux'); n = note('n', 1);  noting.scale(loss).backward() ;  # c\n"
+        REGION + "        aux = model(x).sum(); note('aux'); n = note('n', 1)  # c\n        noting.scale(loss).backward() ;\n"
         "        # footer\n",
         True,
     ),
@@ -67,7 +71,7 @@ SHAPES = {
     "the region nested in another block": (
         "    with torch.enable_grad():\n"
         + REGION.replace("\n    ", "\n        ").replace("    with", "        with", 1)
-        + "            aux = model(x).sum(); note('aux'); noting.scale(loss).backward()  # c\n",
+        + "            aux = model(x).sum(); note('aux')\n            noting.scale(loss).backward()  # c\n",
         True,
     ),
 }
