@@ -745,3 +745,30 @@ def test_a_quoted_annotation_naming_the_import_keeps_the_legacy_import() -> None
               "def step(s: \"GradScaler\") -> None:\n    pass\n")
     import_fixes = [d for d in check_source(source, "t.py", select=["AMP401"]) if d.span.line == 1]
     assert import_fixes and all(d.fix is None for d in import_fixes)
+
+
+# --- hostile pass 20 -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("patch", [
+    "import torch.cpu.amp as cpu_amp\ncpu_amp.autocast = Shim\n",
+    "import torch as th\nth.cpu.amp.autocast = Shim\n",
+    "def install(torch_mod):\n    torch_mod.cpu.amp.autocast = Shim\n",
+    'import importlib\nimportlib.import_module("torch.cpu.amp").autocast = Shim\n',
+    'import torch.cpu.amp as amp_mod\nsetattr(amp_mod, "autocast", Shim)\n',
+], ids=["module-alias", "torch-alias", "torch-parameter", "import-module", "setattr-alias"])
+def test_a_legacy_name_patched_through_another_spelling_gets_no_fix(patch: str) -> None:
+    """The fixed call skipped the project's run-time replacement of the legacy class."""
+    source = "import torch\nclass Shim: ...\n" + patch + "with torch.cpu.amp.autocast():\n    pass\n"
+    found = check_source(source, "t.py", select=["AMP401"])
+    assert found and all(d.fix is None for d in found)
+
+
+def test_a_setting_named_autocast_keeps_the_fix() -> None:
+    source = "import torch\ncfg.autocast = True\nwith torch.cpu.amp.autocast():\n    pass\n"
+    assert any(d.fix is not None for d in check_source(source, "t.py", select=["AMP401"]))
+
+
+def test_no_finfo_fix_where_script_is_imported_from_torch_jit() -> None:
+    (d,) = check_source(_ATTENTION + "from torch.jit import script\nscripted = script(model)\n", "t.py", select=["AMP501"])
+    assert d.fix is None

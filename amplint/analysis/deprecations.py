@@ -731,9 +731,17 @@ UNSAFE_AUTOCAST_ESCAPES = (
 )
 # `torch.cuda.amp.autocast = shim`, `setattr(torch.cuda.amp, "autocast", shim)`,
 # `mock.patch("torch.cuda.amp.autocast")`, `patch.object(torch.cuda.amp, "GradScaler")`.
+# Also through any other spelling of the module (hostile pass 20): `cpu_amp.autocast = Shim`
+# after `import torch.cpu.amp as cpu_amp`, `th.cuda.amp.autocast = ...`, a `torch_mod` parameter,
+# `import_module("torch.cpu.amp").autocast = ...`, `setattr(amp_mod, "autocast", ...)`: any
+# statement that assigns a legacy name as an attribute of anything but `self`, a value that is
+# not a literal (`cfg.autocast = True` is a setting).
 _PATCHES_LEGACY = re.compile(
     r"^[ \t]*torch\.(?:cuda|cpu)\.amp(?:\.\w+)?[ \t]*=[^=]"  # a statement (not a parameter's default)
+    r"|^[ \t]*(?!self\.|def\b|async\b|lambda\b)[^\s=#][^=\n]*\.(?:autocast|GradScaler|custom_fwd|custom_bwd)[ \t]*"
+    r"=(?!=)(?![ \t]*(?:True|False|None|[-+]?\d)\b)"
     r"|setattr\(\s*torch\.(?:cuda|cpu)\.amp\b"
+    r"|setattr\([^,()]+,\s*[\"'](?:autocast|GradScaler|custom_fwd|custom_bwd)[\"']"
     r"|patch(?:\.object)?\(\s*(?:[\"']torch\.(?:cuda|cpu)\.amp|torch\.(?:cuda|cpu)\.amp\b)",
     re.M,
 )

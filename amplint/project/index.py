@@ -803,6 +803,26 @@ class ProjectIndex:
                 return True
         return False
 
+    def loaded_by_name_where(self, path: str, pattern: re.Pattern) -> bool:
+        """Whether a project file that may load the module at `path` by name (it names the
+        module by its dotted path in a string, `"models.attention"`, and loads by name:
+        `importlib`, `runpy`, `__import__`) also matches `pattern`: an export tool that scripts a model it imports
+        by string.  True when the project is too large to list."""
+        key = _abs(path)
+        listing = self._whole_project(key)
+        if listing is None:
+            return True
+        stem = os.path.splitext(os.path.basename(key))[0]
+        # a dotted module path in a string (`"nets.attn"`, a registry's `"nets.attn:Attn"`):
+        # a bare `"attn"` is too common a string to mean the module
+        named = re.compile(rf"[\"'](?:\w+\.)+{re.escape(stem)}(?::\w+)?[\"']")
+        for f in listing.files:
+            text = self._raw_text(f) if f != key else None
+            if (text and stem in text and any(w in text for w in _IN_PROCESS_LAUNCHERS)
+                    and named.search(text) and pattern.search(text)):
+                return True
+        return False
+
     def named_by_importers(self, path: str, word: str) -> bool:
         """Whether a project file that imports the module at `path` (directly or through
         others) has `word` (lowercase) in its text: the only files that can call a function

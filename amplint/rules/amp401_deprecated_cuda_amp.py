@@ -64,7 +64,11 @@ class DeprecatedCudaAmp(Rule):
     Safe for a fully qualified autocast call that is a `with` item or a decorator, and for
     an import inside a function. No fix at all where the module or one that shares objects
     with it (its importers and what they import) replaces a legacy name at run time
-    (`torch.cuda.amp.autocast = torch.npu.amp.autocast`, `mock.patch("torch.cuda.amp.autocast")`):
+    (`torch.cuda.amp.autocast = torch.npu.amp.autocast`, `mock.patch("torch.cuda.amp.autocast")`,
+    or through any other spelling: `cpu_amp.autocast = Shim` after `import torch.cpu.amp as
+    cpu_amp`, a `torch_mod` parameter, `setattr(amp_mod, "autocast", ...)`; any statement
+    that assigns `autocast`, `GradScaler`, `custom_fwd` or `custom_bwd` as an attribute of
+    anything but `self`, except a literal setting such as `cfg.autocast = True`):
     the modern spelling would skip the replacement; one made inside another package cannot
     be seen. Either way offered only where the new code builds the same object
     from the same arguments, wherever it runs: a call keeps every argument (legacy positional

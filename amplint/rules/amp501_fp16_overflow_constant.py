@@ -52,8 +52,9 @@ _FLOAT_LITERAL = re.compile(r"(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9][0-9_]*)(?:e[
 
 
 # Compilers that cannot read `torch.finfo`: a fix writing it breaks a scripted or traced model.
-_SCRIPT_OR_FX_WORDS = ("jit.script", "torchscript", "symbolic_trace", "torch.fx", "create_feature_extractor", "fx.tracer")
-_SCRIPT_OR_FX = re.compile(r"\bjit\.script|\bsymbolic_trace\b|\btorch\.fx\b|\bcreate_feature_extractor\b|\bfx\.Tracer\b")
+_SCRIPT_OR_FX_WORDS = ("torch.jit", "jit.script", "symbolic_trace", "torch.fx", "create_feature_extractor")
+_SCRIPT_OR_FX = re.compile(r"\btorch\.jit\b|\bjit\.script|\bimport jit\b|\bsymbolic_trace\b|\btorch\.fx\b"
+                           r"|\bcreate_feature_extractor\b|\bfx\.Tracer\b")
 
 
 @dataclass(frozen=True)
@@ -384,9 +385,9 @@ class Fp16OverflowConstant(Rule):
     array, is reported without a fix). In float32 the value becomes
     -3.4e38 instead of -1e9, and code that adds two such masks can reach -inf.
     TorchScript and torch.fx cannot compile `torch.finfo`: no fix in a module that
-    names them (`torch.jit.script`, `symbolic_trace`, `create_feature_extractor`) or is
-    imported by a project module that does; a model scripted by code outside the project
-    is the remaining risk of this unsafe fix.
+    names them (`torch.jit`, `symbolic_trace`, `create_feature_extractor`) or is imported,
+    or loaded by name, by a project module that does; a model scripted by code outside the
+    project is the remaining risk of this unsafe fix.
 
     ## Runtime confirmation
     `amplint verify --nan-guard` reports the overflow error or the first module whose
@@ -679,17 +680,20 @@ class Fp16OverflowConstant(Rule):
         )
 
     def _compiled_by_script_or_fx(self) -> bool:
-        """The module, or a project module that imports it, names TorchScript or torch.fx
-        (`torch.jit.script(model)`, `@torch.jit.script`, `symbolic_trace`,
-        `create_feature_extractor`): `torch.finfo` raises there ("Unknown builtin op:
-        aten::finfo"), where the literal compiled."""
+        """The module, a project module that imports it, or one that loads it by name (an
+        export tool's `importlib.import_module("model")`; hostile pass 20) names TorchScript
+        or torch.fx (`torch.jit.script(model)`, `from torch.jit import script`,
+        `symbolic_trace`, `create_feature_extractor`): `torch.finfo` raises there ("Unknown
+        builtin op: aten::finfo"), where the literal compiled."""
         memo = self.model.__dict__.get("_amplint_script_or_fx")
         if memo is None:
             text = self.model.text
             memo = bool(_SCRIPT_OR_FX.search(text))
             project = self.model.project
             if not memo and project is not None and str(self.model.path)[:1] != "<":
-                memo = any(project.named_by_importers(str(self.model.path), word) for word in _SCRIPT_OR_FX_WORDS)
+                path = str(self.model.path)
+                memo = (any(project.named_by_importers(path, word) for word in _SCRIPT_OR_FX_WORDS)
+                        or project.loaded_by_name_where(path, _SCRIPT_OR_FX))
             self.model.__dict__["_amplint_script_or_fx"] = memo
         return memo
 
