@@ -270,6 +270,53 @@ def test_a_file_created_on_disk_is_seen_when_a_buffer_is_saved(session, tmp_path
     assert "AMP105" in [d.code for d in session.diagnostics(uri)]
 
 
+def _engine(folder: Path) -> tuple[Path, str]:
+    (folder / "pyproject.toml").write_text("[tool.amplint]\n")
+    engine = folder / "engine.py"
+    text = ("import torch\n\n\ndef train_one_epoch(model, data):\n    scaler = torch.amp.GradScaler('cuda')\n"
+            "    for x in data:\n        with torch.autocast('cuda'):\n            loss = model(x).sum()\n"
+            "        scaler.scale(loss).backward()\n")
+    engine.write_text(text)
+    return engine, text
+
+
+def test_a_file_created_on_disk_is_seen_when_the_editor_reports_it(session, tmp_path: Path) -> None:
+    """A `git pull` adds a caller without any buffer being saved: the editor's
+    workspace/didChangeWatchedFiles re-checks the open buffers (hostile pass 21)."""
+    engine, text = _engine(tmp_path)
+    uri = session.open(engine, text)
+    assert [d.code for d in session.diagnostics(uri)] == []
+    train = tmp_path / "train.py"
+    train.write_text("from engine import train_one_epoch\n\nfor epoch in range(3):\n    train_one_epoch(model, data)\n")
+    session.client.workspace_did_change_watched_files(types.DidChangeWatchedFilesParams(
+        changes=[types.FileEvent(uri=train.as_uri(), type=types.FileChangeType.Created)]))
+    assert "AMP105" in [d.code for d in session.diagnostics(uri)]
+
+
+def test_saving_one_buffer_rechecks_the_others_that_depend_on_it(session, tmp_path: Path) -> None:
+    """The loop that made engine.py's AMP105 is removed from train.py and saved: engine.py's
+    finding went stale until the user typed in it (hostile pass 21)."""
+    engine, text = _engine(tmp_path)
+    train = tmp_path / "train.py"
+    looped = "from engine import train_one_epoch\n\nfor epoch in range(3):\n    train_one_epoch(model, data)\n"
+    train.write_text(looped)
+    engine_uri = session.open(engine, text)
+    assert "AMP105" in [d.code for d in session.diagnostics(engine_uri)]
+    train_uri = session.open(train, looped)
+    session.diagnostics(train_uri)
+    once = "from engine import train_one_epoch\n\ntrain_one_epoch(model, data)\n"
+    train.write_text(once)
+    session.client.text_document_did_change(types.DidChangeTextDocumentParams(
+        text_document=types.VersionedTextDocumentIdentifier(uri=train_uri, version=2),
+        content_changes=[types.TextDocumentContentChangeWholeDocument(text=once)]))
+    session.client.text_document_did_save(types.DidSaveTextDocumentParams(text_document=types.TextDocumentIdentifier(uri=train_uri)))
+    while True:  # the last publish for engine.py after the save
+        published = session.diagnostics(engine_uri)
+        if session._queue(engine_uri).empty():
+            break
+    assert "AMP105" not in [d.code for d in published]
+
+
 def test_columns_are_utf16_units_after_astral_characters(session, tmp_path: Path) -> None:
     text = 'import torch\ns = "🔥"; t = torch.cuda.amp.GradScaler()\n'
     (d,) = session.diagnostics(session.open(tmp_path / "emoji.py", text))

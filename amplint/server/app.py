@@ -107,6 +107,20 @@ class AmplintServer(LanguageServer):
             self._shown_errors.add(message)
             self.window_show_message(types.ShowMessageParams(type=types.MessageType.Error, message=message))
 
+    def disk_changed(self, first: str | None = None) -> None:
+        """Files saved, created, moved or deleted: what imports resolve to, who imports whom
+        (a new caller of a helper) and which pyproject.toml applies may all have changed.
+        The caches are read again and every open buffer is checked again, not only the one
+        saved: another buffer's findings may come from the file that changed."""
+        from amplint.project.index import reset_shared
+
+        self.configs.forget()
+        reset_shared()  # NB: clears the layout's caches (import resolution) too
+        # the saved buffer first: its own findings are the ones its user waits for
+        for uri in sorted(self.buffers, key=lambda u: u != first):
+            if uri in self.workspace.text_documents:
+                self.check(uri)
+
     # --- code actions ------------------------------------------------------------------
 
     def code_actions(self, params: types.CodeActionParams) -> list[types.CodeAction]:
@@ -191,13 +205,31 @@ def build() -> AmplintServer:
 
     @server.feature(types.TEXT_DOCUMENT_DID_SAVE)
     def did_save(ls: AmplintServer, params: types.DidSaveTextDocumentParams) -> None:
-        ls.configs.forget()  # a saved pyproject.toml or a new one: look again
-        # Files created, moved or deleted on disk change what imports resolve to and who
-        # imports whom (a new caller of a helper): the project's caches are read again.
-        from amplint.project.index import reset_shared
+        ls.disk_changed(first=params.text_document.uri)
 
-        reset_shared()  # NB: clears the layout's caches (import resolution) too
-        ls.check(params.text_document.uri)
+    @server.feature(types.WORKSPACE_DID_CHANGE_WATCHED_FILES)
+    def did_change_watched_files(ls: AmplintServer, params: types.DidChangeWatchedFilesParams) -> None:
+        # A `git pull` or a branch switch adds a caller or a pyproject.toml without any buffer
+        # being saved (hostile pass 21): the editor says so here, when it watches files.
+        ls.disk_changed()
+
+    @server.feature(types.INITIALIZED)
+    async def initialized(ls: AmplintServer, params: types.InitializedParams) -> None:
+        # Ask the editor to report Python files and pyproject.toml changed on disk; an editor
+        # that cannot register watchers dynamically still sends saves.
+        watch = types.DidChangeWatchedFilesRegistrationOptions(watchers=[
+            types.FileSystemWatcher(glob_pattern="**/*.py"),
+            types.FileSystemWatcher(glob_pattern="**/pyproject.toml"),
+        ])
+        capabilities = ls.client_capabilities.workspace
+        dynamic = capabilities is not None and capabilities.did_change_watched_files is not None and \
+            bool(capabilities.did_change_watched_files.dynamic_registration)
+        if dynamic:
+            try:
+                await ls.client_register_capability_async(types.RegistrationParams(registrations=[types.Registration(
+                    id="amplint-watch", method=types.WORKSPACE_DID_CHANGE_WATCHED_FILES, register_options=watch)]))
+            except Exception:  # noqa: BLE001 - a client that refuses still sends saves
+                pass
 
     @server.feature(types.TEXT_DOCUMENT_DID_CLOSE)
     def did_close(ls: AmplintServer, params: types.DidCloseTextDocumentParams) -> None:
