@@ -73,6 +73,7 @@ NOT_RUNTIME_VISIBLE = {
     "AMP102/bad_update_after_epoch": ("behaved", "one batch per epoch: each step is followed by the epoch's update"),
     "AMP108/bad_unscale_before_debug_check": ("not-run", "check_grads is False: the second unscale_ never runs"),
     "AMP108/bad_two_clip_options": ("not-run", "clip_value is None: the second unscale_ never runs"),
+    "AMP108/bad_accelerator_clips_two_parameter_groups": ("not-run", "discr_max_grad_norm is None: neither clip runs"),
     "AMP203/bad_scaler_literally_disabled": ("behaved", "--fp16 is off: the run uses bfloat16"),
     "AMP303/bad_dtype_option": ("behaved", "--bf16 is off: the default dtype stays float32"),
     "AMP107/bad_trainer_accumulation": ("behaved", "accumulation_steps=1: every micro-batch steps"),
