@@ -50,31 +50,34 @@ def resolve_codes(select=None, ignore=(), extend_select=(), preview: bool = Fals
     specific of the two winning between them. Preview rules run only with `preview`, however
     they are selected (as in Ruff).
     """
-    enabled: dict[str, int] = {}
     if select is not None:
-        for s in select:
-            for c in expand_codes(s):
-                enabled[c] = max(enabled.get(c, -1), _specificity(s))
+        enabled = _strongest(select)
     else:
         enabled = {e.code: -1 for e in CATALOG if e.default_enabled}
-    for s in extend_select:
-        for c in expand_codes(s):
-            enabled[c] = max(enabled.get(c, -1), _specificity(s))
-    ignored: dict[str, int] = {}
-    for s in ignore:
-        for c in expand_codes(s):
-            ignored[c] = max(ignored.get(c, -1), _specificity(s))
-    chosen = {c for c, spec in enabled.items() if c not in ignored or spec > ignored[c]}
+    for code, spec in _strongest(extend_select).items():
+        enabled[code] = max(enabled.get(code, -1), spec)
+    chosen = _winners(enabled, _strongest(ignore))
     if then_extend_select or then_ignore:
-        added = {c: max(_specificity(s) for s in then_extend_select if c in expand_codes(s))
-                 for s in then_extend_select for c in expand_codes(s)}
-        removed = {c: max(_specificity(s) for s in then_ignore if c in expand_codes(s))
-                   for s in then_ignore for c in expand_codes(s)}
-        chosen |= {c for c, spec in added.items() if c not in removed or spec > removed[c]}
-        chosen -= {c for c, spec in removed.items() if c not in added or spec >= added[c]}
+        removed = _strongest(then_ignore)
+        chosen = (chosen - set(removed)) | _winners(_strongest(then_extend_select), removed)
     if not preview:
         chosen -= PREVIEW_CODES
     return tuple(sorted(chosen))
+
+
+def _strongest(selectors) -> dict[str, int]:
+    """code -> the specificity of the most specific selector that names it."""
+    out: dict[str, int] = {}
+    for s in selectors:
+        spec = _specificity(s)
+        for c in expand_codes(s):
+            out[c] = max(out.get(c, -1), spec)
+    return out
+
+
+def _winners(enabled: dict[str, int], ignored: dict[str, int]) -> set[str]:
+    """The enabled codes that no ignore names as specifically (on a tie the ignore wins)."""
+    return {c for c, spec in enabled.items() if c not in ignored or spec > ignored[c]}
 
 
 def _specificity(selector: str) -> int:
