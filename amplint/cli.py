@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 from amplint import __version__, output, registry
+from amplint.closed_output import is_write_failure, quiet_stdout
 from amplint.config import Config, ConfigError, group_by_config, load
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
@@ -114,22 +115,14 @@ def main(argv: list[str] | None = None) -> int:
         return code
     except BrokenPipeError:
         # `amplint check | head`: the reader left; not an error worth a traceback.
-        try:
-            sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - keeps interpreter shutdown quiet
-        except OSError:
-            pass
+        quiet_stdout()
         return EXIT_FINDINGS if args.command == "check" else EXIT_CLEAN
     except OSError as exc:
-        import errno
-
-        if exc.errno not in (errno.ENOSPC, errno.EIO, errno.EBADF, errno.EDQUOT, errno.EFBIG):
+        if not is_write_failure(exc):
             raise
         # `amplint rules > /dev/full`: what `check` says for its report, for every command
         print(f"amplint: error: cannot write the output: {exc.strerror or exc}", file=sys.stderr)
-        try:
-            sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - the failed buffer must not be flushed again at exit
-        except OSError:
-            pass
+        quiet_stdout()
         return EXIT_ERROR
 
 

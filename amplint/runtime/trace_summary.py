@@ -23,15 +23,15 @@ kernel time attributed to the same op families through the kernels' `External id
 
 from __future__ import annotations
 
-import errno
 import gzip
 import json
-import os
 import re
 import sys
 from collections import defaultdict
 from pathlib import Path
 from typing import Any, Iterable
+
+from amplint.closed_output import is_write_failure, quiet_stdout
 
 TRACE_GLOB = ("*.pt.trace.json", "*.pt.trace.json.gz")
 
@@ -337,22 +337,14 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return _main(argv)
     except BrokenPipeError:
-        _quiet_stdout()  # `... | head`: the reader left
+        quiet_stdout()  # `... | head`: the reader left
         return 0
     except OSError as exc:
-        if exc.errno not in (errno.ENOSPC, errno.EIO, errno.EBADF, errno.EDQUOT, errno.EFBIG):
+        if not is_write_failure(exc):
             raise
         print(f"amplint trace_summary: error: cannot write the output: {exc.strerror or exc}", file=sys.stderr)
-        _quiet_stdout()
+        quiet_stdout()
         return 2
-
-
-def _quiet_stdout() -> None:
-    """Point stdout at the null device: the failed buffer must not be flushed again at exit."""
-    try:
-        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - lives until the interpreter exits
-    except OSError:
-        pass
 
 
 def _main(argv: list[str]) -> int:
