@@ -9,7 +9,8 @@ returned, raised, called sys.exit or os._exit, or got SIGINT/SIGTERM.
 
 Which processes write: the script's own (`AMPLINT_SCRIPT`), and any other process that made an
 optimizer step or recorded something (torchrun ranks, mp.spawn workers).  A forked child starts with
-an empty sink, so a DataLoader worker (fork or spawn) never writes and is never counted twice.
+an empty sink (`Observations.start_afresh`), so a DataLoader worker (fork or spawn) never writes
+and is never counted twice, while a forked trainer writes its own evidence.
 
 NB: torch is imported here, before the script's own imports, so `from torch.nn.utils import
 clip_grad_norm_` in the script binds the patched function.  Environment variables the script sets
@@ -134,7 +135,7 @@ class Session:
             from amplint.runtime import emulation
 
             log: dict = {}
-            self.sink.put("emulation", log)
+            self.sink.put("emulation", log, on_fork=lambda: log)
             self._add(emulation.install(log))
         self._add(interception.install(bus))
         self._add(self.budget.install(bus))
@@ -230,17 +231,18 @@ class Session:
         os.kill(os.getpid(), signal.SIGTERM)
 
     def _after_fork(self) -> None:
-        """A forked child (DataLoader worker, fork-started rank) starts with empty evidence."""
+        """A forked child (DataLoader worker, fork-started trainer) starts with empty evidence.
+
+        It writes its evidence only if it steps an optimizer (a Hogwild trainer does; a DataLoader
+        worker does not), and then with its own autocast/scaler facts and losses.
+        """
         if self.finished:
             return
         self.forked = True
         self.is_script = False
         self.pid = os.getpid()
-        self.sink.records.clear()
-        self.sink.extra.clear()
-        self.sink.step = 0
         self.budget.counts.clear()
-        self.sink.path = self._path()
+        self.sink.start_afresh(self._path())
         self.sink.meta.update(pid=self.pid, is_script=False, forked=True)
 
     def _ended_abnormally(self) -> bool:

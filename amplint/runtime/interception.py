@@ -105,6 +105,11 @@ class AmpFacts:
     def as_json(self) -> dict[str, Any]:
         return {"scalers": self.scalers, "autocast": self.autocast, "reduced": self.reduced, "raised": self.raised}
 
+    def start_afresh(self) -> dict[str, Any]:
+        """A forked child's own counts (its JSON view, for the child's evidence)."""
+        self.__init__()
+        return self.as_json()
+
     def scaler_stepped(self, ran: bool) -> None:
         self.scalers["steps"] += 1
         self.scalers["skipped"] += not ran
@@ -216,7 +221,7 @@ def install(bus: Bus):
     emit = bus.emit
     S = torch_state.BaseGradScaler
     low = torch_state.LOW_PRECISION
-    bus.sink.put("amp_facts", st.facts.as_json())
+    bus.sink.put("amp_facts", st.facts.as_json(), on_fork=st.facts.start_afresh)
     scaler_signature = inspect.signature(S.__init__)
 
     def guarded(api: str, orig: Callable, *a, **kw):

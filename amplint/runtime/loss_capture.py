@@ -156,15 +156,40 @@ class LossCapture:
         self._handles = Handles()
         self._lock = threading.Lock()
         self.path: Path | None = None
-        self._pid = os.getpid()  # NB: a forked child (DataLoader worker) inherits this object: it records nothing
+        self._out_dir = out_dir
+        self._pid = os.getpid()  # the process whose losses these are (see _start_afresh)
+        self._stream_pending = False  # a forked child opens its own stream at its first loss
         if sink is not None and hasattr(sink, "put"):
             # the same lists, filled as the run goes: the bootstrap writes them with the evidence
-            sink.put("losses", {"losses": self.series, "complete": self.complete, "skipped": self.skipped})
-        if out_dir:
+            sink.put("losses", self._lists(), on_fork=self._start_afresh)
+        elif sink is not None and hasattr(sink, "on_fork"):
+            sink.on_fork(self._start_afresh)
+        self._open_stream()
+
+    def _lists(self) -> dict[str, list]:
+        return {"losses": self.series, "complete": self.complete, "skipped": self.skipped}
+
+    def _open_stream(self) -> None:
+        if self._out_dir:
             rank = os.environ.get("RANK", "0")
-            self.path = Path(out_dir) / f"loss-{rank}-{os.getpid()}.jsonl"
+            self.path = Path(self._out_dir) / f"loss-{rank}-{os.getpid()}.jsonl"
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._write({"meta": {"pid": os.getpid(), "rank": int(rank) if rank.isdigit() else rank}})
+
+    def _start_afresh(self) -> dict[str, list]:
+        """In a forked child: its own series, from its own first loss.
+
+        A Hogwild trainer forked by `torch.multiprocessing` records its losses as a spawned one
+        does; a DataLoader worker never reaches a step boundary, so its series stays empty and its
+        stream file is never opened.
+        """
+        self.series, self.complete, self.skipped = [], [], []
+        self._pending, self._scaled = [], {}
+        self._lock = threading.Lock()
+        self._pid = os.getpid()
+        self.path = None
+        self._stream_pending = True
+        return self._lists()
 
     # -- recording ------------------------------------------------------------------------------
     def _record(self, loss: Any) -> None:
@@ -186,6 +211,9 @@ class LossCapture:
         if not pending:
             return  # an optimizer step with no loss seen (e.g. a second optimizer sharing it)
         total = sum(float(p.item()) for p in pending)
+        if self._stream_pending:
+            self._stream_pending = False
+            self._open_stream()
         self.series.append(total)
         self.complete.append(complete)
         if skipped:

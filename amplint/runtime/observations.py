@@ -4,6 +4,12 @@
 the user's frame through `attribution`.  The same (code, file, line) recorded twice keeps the first
 evidence and counts repeats, so a probe firing every step stays cheap and the file stays small.
 Extensions (fp32 mode, loss capture, profiling) keep their own data with `put(key, value)`.
+
+A forked child (a DataLoader worker, a Hogwild trainer from `torch.multiprocessing` with the fork
+start method) inherits this object with the parent's evidence in it.  `start_afresh()` empties it;
+what a producer wants to keep counting in the child it re-creates through `put(..., on_fork=...)`
+or an `on_fork(callback)`: without that, the child's autocast regions and losses went nowhere and
+verify said mixed precision never ran in training that ran only in forked children.
 """
 
 from __future__ import annotations
@@ -11,7 +17,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from typing import Any
+from typing import Any, Callable
 
 from amplint.runtime.attribution import Site, user_stack
 
@@ -27,6 +33,8 @@ class Observations:
         self.bus = None  # interception.Bus, set by the bootstrap
         self.reach = None  # reach.ReachTracker, set by the bootstrap when verify sent an agenda
         self._last_flush = 0.0
+        self._fresh_extra: dict[str, Callable[[], Any]] = {}  # key -> its value for a forked child
+        self._fork_callbacks: list[Callable[[], None]] = []
 
     # --- recording -----------------------------------------------------------------
     def record(
@@ -67,9 +75,38 @@ class Observations:
         stack = user_stack(skip + 1)
         return self.record_site(code, stack[0] if stack else None, evidence, stack=stack, update=update)
 
-    def put(self, key: str, value: Any) -> None:
-        """Extension data (JSON-serialisable), merged per rank by the launcher."""
+    def put(self, key: str, value: Any, *, on_fork: Callable[[], Any] | None = None) -> None:
+        """Extension data (JSON-serialisable), merged per rank by the launcher.
+
+        `on_fork` gives the key's value in a forked child (its own, empty, counts); a key put
+        without one is dropped there.
+        """
         self.extra[key] = value
+        if on_fork is not None:
+            self._fresh_extra[key] = on_fork
+
+    def on_fork(self, callback: Callable[[], None]) -> None:
+        """Call `callback` in a forked child before it records anything of its own."""
+        self._fork_callbacks.append(callback)
+
+    def start_afresh(self, path: str | None) -> None:
+        """In a forked child: no evidence of the parent's, only what producers re-create."""
+        self.path = path
+        self.records.clear()
+        self.errors.clear()
+        self.step = 0
+        self._last_flush = 0.0
+        self.extra = {}
+        for callback in self._fork_callbacks:
+            try:
+                callback()
+            except Exception as exc:  # noqa: BLE001 - a producer's reset must not kill the child
+                self.error("fork reset", exc)
+        for key, fresh in self._fresh_extra.items():
+            try:
+                self.extra[key] = fresh()
+            except Exception as exc:  # noqa: BLE001
+                self.error(f"fork reset {key}", exc)
 
     def error(self, where: str, exc: BaseException) -> None:
         if len(self.errors) < 20:

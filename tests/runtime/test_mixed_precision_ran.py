@@ -99,3 +99,40 @@ def test_compare_says_not_compared_and_exits_3_without_further_runs(tmp_path, ca
     assert data["runs"]["as_written"]["mixed_precision"]["ran"] is False
     assert "as_written not compared: mixed precision never ran" in out
     assert "ok" not in out.split() and "max deviation" not in out
+
+
+HOGWILD = str(SCRIPTS / "hogwild_fork.py")
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="the fork start method")
+def test_training_in_forked_trainers_is_mixed_precision_with_their_own_evidence(verify_run):
+    """A forked child starts with empty evidence but writes its own: Hogwild trainers forked by
+    torch.multiprocessing ran autocast and a GradScaler, so the run was tested and is clean."""
+    code, report = verify_run("--steps", "3", "--", PY, HOGWILD)
+    forked = [r for r in report["ranks"] if r != "main"]
+    assert len(forked) == 2, report["ranks"]
+    mp = report["mixed_precision"]
+    assert mp["ran"] is True, mp["summary"]
+    assert mp["grad_scaler"]["enabled"] == 2 and mp["grad_scaler"]["steps"] == 6
+    assert mp["autocast"]["regions"] == {"cpu float16": mp["autocast"]["enabled"]} and mp["autocast"]["enabled"] >= 6
+    assert (code, report["status"]) == (0, "clean"), report["reason"]
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="the fork start method")
+def test_a_clip_before_unscale_in_forked_trainers_is_confirmed_in_a_tested_run(verify_run):
+    code, report = verify_run("--steps", "3", "--", PY, HOGWILD, "--clip-first")
+    (f,) = [f for f in report["findings"] if f["code"] == "AMP101"]
+    assert f["status"] == "confirmed" and len(f["evidence"]["ranks"]) == 2
+    assert report["mixed_precision"]["ran"] is True
+    assert code == 1
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="the fork start method")
+def test_compare_reads_the_losses_of_forked_trainers(tmp_path):
+    report = tmp_path / "report.json"
+    code = compare.main(["--steps", "4", "--no-noise-run", "--report", str(report), "--", PY, HOGWILD])
+    data = json.loads(report.read_text())
+    assert len(data["runs"]["fp32"]["losses"]) == 4 and len(data["runs"]["as_written"]["losses"]) == 4
+    # compared (two trainers racing on one model need not agree with fp32; that is not the point)
+    assert "diverged" in data["comparisons"]["as_written"]
+    assert code in (0, 1)

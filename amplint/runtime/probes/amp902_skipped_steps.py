@@ -20,8 +20,14 @@ class SkippedStepsProbe(Probe):
     def install(self):
         self.stats: dict[int, dict] = {}
         self.history: dict[int, list] = {}
+        self.sink.on_fork(self._start_afresh)
         yield self.on("scaler_step_post", self._step)
         yield self.on("update_post", self._update)
+
+    def _start_afresh(self) -> None:
+        """A forked trainer counts its own steps, not its parent's."""
+        self.stats.clear()
+        self.history.clear()
 
     def _step(self, scaler, opt, ran):
         if not torch_state.scaler_enabled(scaler):
