@@ -21,7 +21,9 @@ class UpdateBetweenSteps(Rule):
 
     Not flagged: one update per iteration after all the steps; a scaler per optimizer,
     each updated after its own step; optimizers stepped in different iterations
-    (`if i % 2 == 0: ... else: ...`), each followed by the update; a loop over the
+    (`if i % 2 == 0: ... else: ...`), each followed by the update; the same optimizer
+    stepped again after the update (a helper doing one whole step, called twice): that is
+    its next iteration; a loop over the
     optimizers whose passes may skip the step (`if i != optim_idx: continue`), which may
     step only the one chosen for this pass.
 
@@ -106,10 +108,17 @@ class UpdateBetweenSteps(Rule):
 
                 # A step of this scaler precedes the update in its iteration, and another
                 # one follows it before the iteration ends.
-                before = any(_in_iteration(graph, s, lambda e, u=update: e is u) for s in mine)
+                before = [s for s in mine if _in_iteration(graph, s, lambda e, u=update: e is u)]
                 if not before or not _in_iteration(graph, update, is_mine):
                     continue
                 following = next(e for e in graph.reachable(update) if is_mine(e))
+                # The same optimizer stepped again after the update is its next iteration (a
+                # helper doing one whole step, called twice with no loop around), not two
+                # optimizers sharing one iteration of the scaler.
+                # (The same step call reached again is a loop over optimizers: `for opt in ...`.)
+                if following.optimizer is not None and not any(following is s for s in before) \
+                        and following.optimizer in {s.optimizer for s in before}:
+                    continue
                 self.report_event(update, update=code(update.node), step=code(following.node))
 
 
