@@ -95,6 +95,10 @@ class Config:
     exclude: tuple[str, ...] = DEFAULT_EXCLUDE
     extend_exclude: tuple[str, ...] = ()
     target_torch: str | None = None
+    # No `target-torch` key: each file's floor is its own project's (`torch_version_for`), the
+    # nearest pyproject.toml above the file that requires torch, which in a monorepo may be a
+    # sub-project's rather than the file holding [tool.amplint].
+    infer_torch_floor: bool = False
     respect_gitignore: bool = True
     extend_include: tuple[str, ...] = ()
     # Files with more tokens are not analysed (memory: about 4 KiB a token); 0: no limit.
@@ -138,6 +142,18 @@ class Config:
         """The oldest torch the checked code must run on (`target-torch`), if known: a fix
         writes only what that torch has (AMP401)."""
         return parse_torch_version(self.target_torch) if self.target_torch is not None else None
+
+    def torch_version_for(self, path: str | os.PathLike | None, reads=None) -> tuple[int, int] | None:
+        """The oldest torch `path` must run on: `target-torch`, else its own project's floor.
+
+        `reads` (project.index.Reads) records the pyproject.toml files the answer depends on,
+        so a cached result is recomputed when a sub-project's requirement changes."""
+        if not self.infer_torch_floor or path is None or str(path) in ("", "-"):
+            return self.torch_version
+        found = nearest_torch_requirement(Path(os.path.abspath(path)).parent, reads)
+        if found is None:
+            return self.torch_version
+        return parse_torch_version(found) if found else None
 
     def with_overrides(self, **kwargs) -> "Config":
         return replace(self, **{k: v for k, v in kwargs.items() if v is not None})
@@ -243,7 +259,7 @@ class Config:
     def cache_key(self) -> str:
         """What in the configuration can change findings (for the result cache)."""
         return repr((sorted(self.codes()), self.per_file_ignores, self.target_torch,
-                     self.max_file_tokens))
+                     self.infer_torch_floor, self.max_file_tokens))
 
 
 class WalkFilter:
@@ -595,6 +611,18 @@ def torch_floor(pyproject: dict) -> str | None:
     return None
 
 
+def requires_torch(pyproject: dict) -> bool:
+    """Does the project name torch among its requirements (dependencies or extras)?"""
+    project = pyproject.get("project", {}) if isinstance(pyproject, dict) else {}
+    if not isinstance(project, dict):
+        return False
+    reqs = list(project.get("dependencies", []) or []) if isinstance(project.get("dependencies", []), list) else []
+    extras = project.get("optional-dependencies", {})
+    if isinstance(extras, dict):
+        reqs += [r for group in extras.values() if isinstance(group, list) for r in group]
+    return any(isinstance(r, str) and _torch_requirement_floor(r) is not False for r in reqs)
+
+
 _REQUIREMENT = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*(?:\[[^\]]*\])?\s*\(?([^;@]*)")
 _SPECIFIER = re.compile(r"(~=|===|==|!=|<=|>=|<|>)\s*v?(\d+)(?:\.(\d+))?")
 
@@ -631,6 +659,7 @@ def from_table(table: dict, path: Path | None = None, *, inferred_target_torch: 
     target = table.get("target-torch")
     if target is not None and (not isinstance(target, str) or parse_torch_version(target) is None):
         raise ConfigError(f'{where}[tool.amplint] target-torch must be a torch version like "2.4", got {target!r}')
+    infer = target is None
     if target is None:
         target = inferred_target_torch
     gitignore = table.get("respect-gitignore", True)
@@ -652,6 +681,7 @@ def from_table(table: dict, path: Path | None = None, *, inferred_target_torch: 
         extend_exclude=strings("extend-exclude"),
         extend_include=strings("extend-include"),
         target_torch=target,
+        infer_torch_floor=infer,
         respect_gitignore=gitignore,
         root=path.parent if path else None,
         source=path,
@@ -700,17 +730,45 @@ def defaults_for(start: Path) -> Config:
                 stamp = candidate.stat().st_mtime_ns
             except OSError:
                 stamp = None
-            return Config(root=Path.cwd(), target_torch=_torch_floor_of(candidate, stamp))
-    return Config(root=Path.cwd())
+            return Config(root=Path.cwd(), target_torch=_torch_floor_of(candidate, stamp), infer_torch_floor=True)
+    return Config(root=Path.cwd(), infer_torch_floor=True)
 
 
-@lru_cache(maxsize=64)
-def _torch_floor_of(pyproject: Path, _mtime: int | None) -> str | None:
-    """(cached by path and modification time: a long-lived server sees edits)"""
+def nearest_torch_requirement(folder: Path, reads=None) -> str | None:
+    """The torch floor of the nearest pyproject.toml at or above `folder` that requires torch:
+    "2.1" for `torch>=2.1`, "" for torch without a lower bound, None where none requires it.
+
+    A pyproject.toml that names no torch (a docs or tooling sub-project) is passed over: the
+    code beside it still runs on the torch its enclosing project allows."""
+    for d in (folder, *folder.parents):
+        candidate = d / "pyproject.toml"
+        try:
+            st = candidate.stat()
+        except OSError:
+            if reads is not None:
+                reads.missing.add(str(candidate))
+            continue
+        if reads is not None:
+            reads.used[str(candidate)] = (st.st_size, st.st_mtime_ns)
+        names_torch, floor = _torch_requirement_of(candidate, st.st_mtime_ns)
+        if names_torch:
+            return floor or ""
+    return None
+
+
+@lru_cache(maxsize=256)
+def _torch_requirement_of(pyproject: Path, _mtime: int | None) -> tuple[bool, str | None]:
+    """(does it require torch, its floor); cached by path and modification time: a long-lived
+    server sees edits."""
     try:
-        return torch_floor(tomllib.loads(pyproject.read_text(encoding="utf-8")))
-    except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError):
-        return None
+        data = tomllib.loads(pyproject.read_text(encoding="utf-8"))
+    except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError, ValueError):
+        return False, None
+    return requires_torch(data), torch_floor(data)
+
+
+def _torch_floor_of(pyproject: Path, _mtime: int | None) -> str | None:
+    return _torch_requirement_of(pyproject, _mtime)[1]
 
 
 def group_by_config(paths: list[Path]) -> list[tuple[Config, list[Path]]]:
@@ -733,7 +791,7 @@ def group_by_config(paths: list[Path]) -> list[tuple[Config, list[Path]]]:
         found = nearest[here]
         if found is None and here not in defaults:
             defaults[here] = defaults_for(here)
-        key = found if found is not None else ("defaults", defaults[here].target_torch)
+        key = found if found is not None else ("defaults",)
         if key not in by_source:
             by_source[key] = (load(found) if found is not None else defaults[here], [])
         by_source[key][1].append(p)

@@ -90,7 +90,7 @@ def check_source(
     elif not rules:
         syntax_check(source, path)
         return _with_unused_noqa([], source, path, suppressed, enabled) if unused_noqa_on else []
-    options = RuleOptions(target_torch=config.torch_version)
+    options = RuleOptions(target_torch=config.torch_version_for(path, reads))
     # NB: one pause for the parse and the analysis (see `_cyclic_gc_paused`)
     with _cyclic_gc_paused():
         out, found = _parse_and_analyse(source, path, rules, config, crashes is not None, suppressed, project, reads,

@@ -81,13 +81,14 @@ class Flake8Plugin:
         import os
         from pathlib import Path
 
-        from amplint.config import Config, find_pyproject, load
+        from amplint.config import defaults_for, find_pyproject, load
 
         here = Path(os.path.abspath(self._filename)).parent
         config = None if self._isolated else self._configs.get(here)
         if config is None:
             found = None if self._isolated else find_pyproject(here)
-            config = load(found) if found is not None else Config()
+            # (no [tool.amplint]: the defaults, with the torch floor of the file's own project)
+            config = load(found) if found is not None else defaults_for(here)
             if not self._isolated:
                 self._configs[here] = config
         if self._enabled_opt_in:

@@ -669,3 +669,50 @@ def test_a_config_that_is_a_device_or_a_silent_pipe_is_refused_not_waited_on(tmp
     shell = subprocess.run(["bash", "-c", f"'{sys.executable}' -m amplint check --no-cache --config <(printf '[tool.amplint]\\nignore = [\"AMP401\"]\\n') t.py"],
                            cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert shell.returncode == 0, shell.stderr
+
+
+CUSTOM_FWD = "import torch\n\n@torch.cuda.amp.custom_fwd\ndef f(ctx, x):\n    return x\n"
+
+
+def test_each_file_takes_the_torch_floor_of_its_own_sub_project(tmp_path: Path) -> None:
+    """A monorepo's [tool.amplint] at the root, a sub-project requiring torch>=2.1 below it: the
+    sub-project's files get no fix needing torch 2.4, whoever holds [tool.amplint] (hostile pass
+    23: the amplint-fix hook wrote `torch.amp.custom_fwd(device_type=...)` into it)."""
+    (tmp_path / "pyproject.toml").write_text("[tool.amplint]\n")
+    (tmp_path / "sub" / "src").mkdir(parents=True)
+    (tmp_path / "sub" / "pyproject.toml").write_text('[project]\nname = "sub"\ndependencies = ["torch>=2.1"]\n')
+    (tmp_path / "sub" / "docs").mkdir()
+    (tmp_path / "sub" / "docs" / "pyproject.toml").write_text('[project]\nname = "docs"\ndependencies = ["sphinx"]\n')
+    (tmp_path / "sub" / "src" / "t.py").write_text(CUSTOM_FWD)
+    (tmp_path / "sub" / "docs" / "conf.py").write_text(CUSTOM_FWD)  # a pyproject naming no torch is passed over
+    (tmp_path / "top.py").write_text(CUSTOM_FWD)
+    for args in (["sub/src/t.py"], ["."], ["--force-exclude", "sub/docs/conf.py"]):
+        proc = amplint("check", "--no-cache", "--fix", *args, cwd=tmp_path)
+        assert "needs torch 2.4, target-torch is 2.1" in proc.stdout, (args, proc.stdout)
+    assert (tmp_path / "sub" / "src" / "t.py").read_text() == CUSTOM_FWD
+    assert (tmp_path / "sub" / "docs" / "conf.py").read_text() == CUSTOM_FWD
+    assert "torch.amp.custom_fwd" in (tmp_path / "top.py").read_text()  # no floor above it: fixed
+    # An explicit target-torch is the floor for every file it configures.
+    (tmp_path / "pyproject.toml").write_text('[tool.amplint]\ntarget-torch = "2.4"\n')
+    amplint("check", "--no-cache", "--fix", "sub/src/t.py", cwd=tmp_path)
+    assert "torch.amp.custom_fwd" in (tmp_path / "sub" / "src" / "t.py").read_text()
+
+
+def test_a_cached_result_follows_the_sub_projects_torch_floor(tmp_path: Path) -> None:
+    (tmp_path / "pyproject.toml").write_text("[tool.amplint]\n")
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "t.py").write_text(CUSTOM_FWD)
+    assert "target-torch is" not in amplint("check", "sub/t.py", cwd=tmp_path).stdout
+    time.sleep(0.01)
+    (tmp_path / "sub" / "pyproject.toml").write_text('[project]\nname = "sub"\ndependencies = ["torch>=2.1"]\n')
+    assert "target-torch is 2.1" in amplint("check", "sub/t.py", cwd=tmp_path).stdout
+    (tmp_path / "sub" / "pyproject.toml").write_text('[project]\nname = "sub"\ndependencies = ["torch>=2.4"]\n')
+    assert "target-torch is" not in amplint("check", "sub/t.py", cwd=tmp_path).stdout
+
+
+def test_flake8_reads_the_projects_torch_floor_without_a_tool_amplint_table(tmp_path: Path) -> None:
+    (tmp_path / "pyproject.toml").write_text('[project]\nname = "p"\ndependencies = ["torch>=2.1"]\n')
+    (tmp_path / "t.py").write_text(CUSTOM_FWD)
+    proc = subprocess.run([sys.executable, "-m", "flake8", "--select", "AMP", "t.py"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120)
+    assert "needs torch 2.4, target-torch is 2.1" in proc.stdout, proc.stdout + proc.stderr

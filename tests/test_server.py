@@ -356,6 +356,41 @@ def test_other_languages_and_notebook_cells_are_left_alone(session, tmp_path: Pa
     assert {d.code for d in session.diagnostics(untitled)} == {"AMP401"}
 
 
+def test_the_projects_torch_floor_holds_in_the_editor_without_a_tool_amplint_table(session, tmp_path: Path) -> None:
+    """No [tool.amplint], `torch>=2.1` in [project]: "fix all" must not write what needs torch 2.4
+    (hostile pass 23: editors run it on save)."""
+    (tmp_path / "pyproject.toml").write_text('[project]\nname = "p"\ndependencies = ["torch>=2.1"]\n')
+    text = "import torch\n\n@torch.cuda.amp.custom_fwd\ndef f(ctx, x):\n    return x\n"
+    uri = session.open(tmp_path / "t.py", text)
+    (diagnostic,) = session.diagnostics(uri)
+    assert "needs torch 2.4, target-torch is 2.1" in diagnostic.message
+    titles = [a.title for a in session.code_actions(uri, rng(2, 0, 26))]
+    assert titles and not [t for t in titles if "noqa" not in t], titles
+
+
+def test_a_never_saved_buffer_takes_the_workspace_folders_configuration(tmp_path: Path) -> None:
+    """`untitled:` buffers use the [tool.amplint] of the workspace folder, as `amplint check -`
+    run there does (hostile pass 21: they used the defaults)."""
+    (tmp_path / "pyproject.toml").write_text('[tool.amplint]\nignore = ["AMP401"]\n')
+    s = Session()
+    try:
+        s.run(s.client.start_io(sys.executable, "-m", "amplint", "server"))
+        s.run(s.client.initialize_async(types.InitializeParams(
+            capabilities=types.ClientCapabilities(), process_id=None, root_uri=tmp_path.as_uri(),
+            workspace_folders=[types.WorkspaceFolder(uri=tmp_path.as_uri(), name="w")])))
+        s.client.initialized(types.InitializedParams())
+        uri = "untitled:Untitled-1"
+        s.client.text_document_did_open(types.DidOpenTextDocumentParams(
+            text_document=types.TextDocumentItem(uri=uri, language_id="python", version=1, text=TRAIN)))
+        assert "AMP401" not in [d.code for d in s.diagnostics(uri)]
+    finally:
+        if not s.client.stopped:
+            s.run(s.client.shutdown_async(None))
+            s.client.exit(None)
+            s.run(s.client.stop())
+        s.loop.close()
+
+
 def test_shutdown_and_exit_end_the_process(session) -> None:
     session.run(session.client.shutdown_async(None))
     session.client.exit(None)
@@ -473,3 +508,4 @@ def test_a_crashing_rule_leaves_the_other_rules_findings_published(tmp_path: Pat
     lint = server._linter((tmp_path / "t.py").as_uri())
     assert [d.code for d in lint(text)] == ["AMP401"]
     assert shown and "internal error in AMP105" in shown[0] and "injected rule bug" in shown[0]
+

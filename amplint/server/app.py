@@ -11,7 +11,7 @@ from pygls.lsp.server import LanguageServer
 from pygls.uris import to_fs_path
 
 from amplint import __version__, notebooks
-from amplint.config import Config, ConfigError
+from amplint.config import ConfigError
 from amplint.diagnostics import Applicability, Diagnostic
 from amplint.engine import SourceError, check_source
 from amplint.fixes import fix_text
@@ -63,6 +63,20 @@ class AmplintServer(LanguageServer):
             types.PublishDiagnosticsParams(uri=uri, version=doc.version, diagnostics=published)
         )
 
+    def _untitled_home(self) -> Path:
+        """Where a never-saved buffer takes its [tool.amplint] from: the first workspace folder,
+        else the server's working directory (as `amplint check -` run there would)."""
+        try:
+            folders = list(self.workspace.folders.values())
+        except Exception:  # noqa: BLE001 - no workspace yet
+            folders = []
+        for folder in folders:
+            fs = to_fs_path(folder.uri) if folder.uri.startswith("file:") else None
+            if fs:
+                return Path(fs)
+        root = getattr(self.workspace, "root_path", None)
+        return Path(root) if root else Path.cwd()
+
     def _linter(self, uri: str):
         """`text -> diagnostics` for this document, or None when amplint does not check it."""
         fs_path = to_fs_path(uri) if uri.startswith("file:") else None
@@ -74,7 +88,7 @@ class AmplintServer(LanguageServer):
         if path is not None and notebooks.is_notebook(path):
             return None  # notebook documents are not served (see amplint/server/__init__.py)
         try:
-            config = self.configs.for_path(path) if path is not None else Config(root=Path.cwd())
+            config = self.configs.for_path(path if path is not None else self._untitled_home() / "untitled.py")
         except ConfigError as exc:
             self._show_once(f"amplint: {exc}")
             reason = f"amplint did not analyse this file: {exc}"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from amplint.config import Config, find_pyproject, load
+from amplint.config import Config, defaults_for, find_pyproject, load
 
 
 class Configs:
@@ -27,12 +27,12 @@ class Configs:
             self._nearest[here] = find_pyproject(here)
         found = self._nearest[here]
         if found is None:
-            return Config(root=Path.cwd())
+            return defaults_for(here)  # each file's torch floor is still its project's
         try:
             mtime = os.stat(found).st_mtime_ns
         except OSError:
             self._nearest.pop(here, None)
-            return Config(root=Path.cwd())
+            return defaults_for(here)
         cached = self._loaded.get(found)
         if cached is None or cached[0] != mtime:
             cached = (mtime, load(found))
