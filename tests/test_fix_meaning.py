@@ -772,3 +772,105 @@ def test_a_setting_named_autocast_keeps_the_fix() -> None:
 def test_no_finfo_fix_where_script_is_imported_from_torch_jit() -> None:
     (d,) = check_source(_ATTENTION + "from torch.jit import script\nscripted = script(model)\n", "t.py", select=["AMP501"])
     assert d.fix is None
+
+
+# --- hostile pass 22: reads that run at another time, rebinding on one path only --------------
+
+
+def _attention(body: str, tail: str = "") -> str:
+    return ("import torch\nimport torch.nn.functional as F\n"
+            "class Attention(torch.nn.Module):\n"
+            "    def __init__(self):\n"
+            "        super().__init__()\n"
+            "        self.q = torch.nn.Linear(4, 4)\n"
+            "    def forward(self, x, mask, normalize=True):\n"
+            "        scores = self.q(x) @ x.transpose(-2, -1)\n"
+            + body + "model = Attention().half()\n" + tail)
+
+
+def test_the_finfo_fix_stays_where_every_later_read_is_a_softmax() -> None:
+    (d,) = check_source(_attention("        scores = scores.masked_fill(mask == 0, -1e9)\n"
+                                   "        return torch.softmax(scores, dim=-1)\n"), "t.py", select=["AMP501"])
+    assert d.fix is not None
+
+
+@pytest.mark.parametrize("body", [
+    # a debug closure reads the filled scores when it is called
+    "        scores = scores.masked_fill(mask == 0, -1e9)\n"
+    "        def stats():\n            return scores.min()\n"
+    "        print(stats())\n"
+    "        return torch.softmax(scores, dim=-1)\n",
+    # a lambda built before the fill and called after it
+    "        log = lambda: print(scores.mean())\n"
+    "        scores = scores.masked_fill(mask == 0, -1e9)\n"
+    "        log()\n"
+    "        return torch.softmax(scores, dim=-1)\n",
+    # the same with the in-place fill
+    "        scores.masked_fill_(mask == 0, -1e9)\n"
+    "        peek = lambda: scores.min()\n"
+    "        print(peek())\n"
+    "        return torch.softmax(scores, dim=-1)\n",
+    # the softmax rebinding runs on one path only: the other returns the masked logits
+    "        scores = scores.masked_fill(mask == 0, -1e9)\n"
+    "        if normalize:\n            scores = F.softmax(scores, dim=-1)\n"
+    "        return scores\n",
+])
+def test_no_finfo_fix_where_the_fill_is_read_at_another_time_or_on_another_path(body: str) -> None:
+    (d,) = check_source(_attention(body), "t.py", select=["AMP501"])
+    assert d.fix is None
+
+
+def test_a_softmax_rebinding_after_the_branch_still_ends_the_reads() -> None:
+    body = ("        if normalize:\n            scores = scores.masked_fill(mask == 0, -1e9)\n"
+            "        scores = F.softmax(scores, dim=-1)\n"
+            "        return scores\n")
+    (d,) = check_source(_attention(body), "t.py", select=["AMP501"])
+    assert d.fix is not None
+
+
+def test_no_finfo_fix_for_a_module_level_fill_a_function_reads() -> None:
+    source = ("import torch\n"
+              "scores = (torch.randn(2, 3, 3) @ torch.randn(2, 3, 3)).half()\n"
+              "mask = torch.ones(2, 3, 3)\n"
+              "scores = scores.masked_fill(mask == 0, -1e9)\n"
+              "def report():\n    return scores.min()\n"
+              "probs = torch.softmax(scores, dim=-1)\n")
+    (d,) = check_source(source, "t.py", select=["AMP501"])
+    assert d.fix is None
+
+
+_HOOKED = (
+    "import torch\n"
+    "model = torch.nn.Linear(4, 1)\n"
+    "opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+    "scaler = torch.amp.GradScaler('cuda')\n"
+    "{hook}"
+    "for x in loader:\n"
+    "    with torch.autocast('cuda', dtype=torch.float16):\n"
+    "        loss = model(x).pow(2).mean()\n"
+    "    scaler.scale(loss).backward()\n"
+    "    scaler.unscale_(opt)\n"
+    "    torch.nn.utils.clip_grad_norm_(model.parameters(), 0.5)\n"
+    "    scaler.step(opt)\n"
+    "    with torch.autocast('cuda', dtype=torch.float16):\n"
+    "        loss2 = model(x).abs().mean()\n"
+    "    scaler.scale(loss2).backward()\n"
+    "    scaler.unscale_(opt)\n"
+    "    scaler.step(opt)\n"
+)
+
+
+@pytest.mark.parametrize("hook", [
+    "opt.register_step_post_hook(lambda o, a, k: scaler.update())\n",
+    "def train():\n    def on_step(o, a, k):\n        scaler.update()\n    opt.register_step_post_hook(on_step)\ntrain()\n",
+])
+def test_a_scaler_updated_by_a_step_hook_is_updated_out_of_sight(hook: str) -> None:
+    """Hostile pass 22: the second unscale_ was legal (the hook updated the scaler after the first
+    step), and AMP108's fix deleted it; AMP102's 'no update' was as wrong."""
+    found = check_source(_HOOKED.format(hook=hook), "t.py", select=["AMP102", "AMP108"])
+    assert found == []
+
+
+def test_without_the_hook_the_second_unscale_is_reported() -> None:
+    found = check_source(_HOOKED.format(hook=""), "t.py", select=["AMP108"])
+    assert [d.code for d in found] == ["AMP108"]

@@ -18,6 +18,7 @@ escape in turn.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import libcst as cst
@@ -102,34 +103,43 @@ class Escapes:
 
     # --- collection ------------------------------------------------------------------
     def _collect(self, root: cst.CSTNode, scope) -> None:
-        # (node, ancestors as (node, field) pairs, scope); iterative: deep code is common.
-        stack: list[tuple[cst.CSTNode, tuple, object]] = [(root, (), scope)]
+        # (node, ancestors as (node, field) pairs, scope, deferred); iterative: deep code is
+        # common.  `deferred`: inside a lambda, or a nested function handed on as a value (a
+        # hook: `opt.register_step_post_hook(lambda *a: scaler.update())`), code that runs
+        # whenever its holder calls it: a protocol call there runs out of the analysis's sight.
+        stack: list[tuple[cst.CSTNode, tuple, object, bool]] = [(root, (), scope, False)]
         scope_of = self.model.scope_of
         while stack:
-            node, ancestors, scope = stack.pop()
+            node, ancestors, scope, deferred = stack.pop()
             if isinstance(node, _SKIP):
                 continue
             if isinstance(node, (cst.Name, cst.Attribute)):
                 text = dotted(node)
                 if text is not None:
-                    self._uses.setdefault(text, []).append(Use(node, scope, _how(node, ancestors)))
+                    how = _how(node, ancestors)
+                    if deferred and how is None and _calls_protocol_method(ancestors):
+                        how = "escape"
+                    self._uses.setdefault(text, []).append(Use(node, scope, how))
                     if isinstance(node, cst.Attribute):
-                        stack.append((node.value, ancestors + ((node, "value"),), scope))
+                        stack.append((node.value, ancestors + ((node, "value"),), scope, deferred))
                     continue
+            if isinstance(node, cst.Lambda):
+                stack.append((node.body, (), scope, True))
+                continue
             if isinstance(node, cst.FunctionDef):
                 inner = scope_of.get(node, scope)
                 # Decorators, defaults and annotations run in the enclosing scope.
                 for d in node.decorators:
-                    stack.append((d, (), scope))
+                    stack.append((d, (), scope, deferred))
                 for p in (*node.params.posonly_params, *node.params.params, *node.params.kwonly_params):
                     if p.default is not None:
-                        stack.append((p.default, ((p, "default"),), scope))
-                stack.append((node.body, (), inner))
+                        stack.append((p.default, ((p, "default"),), scope, deferred))
+                stack.append((node.body, (), inner, deferred or self._handed_on(node)))
                 continue
             if isinstance(node, cst.ClassDef):
                 for a in (*node.bases, *node.keywords):
-                    stack.append((a.value, ((a, "value"),), scope))
-                stack.append((node.body, (), scope))
+                    stack.append((a.value, ((a, "value"),), scope, deferred))
+                stack.append((node.body, (), scope, deferred))
                 continue
             children = []
             for name in child_fields(type(node)):
@@ -141,7 +151,34 @@ class Escapes:
             for child, name in reversed(children):
                 if _not_an_expression(node, name):
                     continue
-                stack.append((child, (ancestors + ((node, name),))[-6:], scope))
+                stack.append((child, (ancestors + ((node, name),))[-6:], scope, deferred))
+
+    def _handed_on(self, function: cst.FunctionDef) -> bool:
+        """A function nested in another whose name is used as a value, not only called
+        (`optimizer.register_step_post_hook(on_step)`)."""
+        if self.model.scope_of.get(function) is None or self._enclosing_function(function) is None:
+            return False
+        name = function.name.value
+        code = self.model.module.code
+        return re.search(rf"(?<![\w.]){re.escape(name)}\b(?!\s*\()", code.replace(f"def {name}", "")) is not None
+
+    def _enclosing_function(self, function: cst.FunctionDef) -> cst.FunctionDef | None:
+        scope = self.model.scope_of.get(function)
+        parent = getattr(scope, "parent", None)
+        while parent is not None:
+            if isinstance(getattr(parent, "node", None), cst.FunctionDef):
+                return parent.node
+            parent = getattr(parent, "parent", None)
+        return None
+
+
+def _calls_protocol_method(ancestors: tuple) -> bool:
+    """The use is the receiver of a protocol call: `scaler.update()`, `scaler.step(opt)`."""
+    if len(ancestors) < 2:
+        return False
+    (parent, field), (grand, grand_field) = ancestors[-1], ancestors[-2]
+    return (isinstance(parent, cst.Attribute) and field == "value" and parent.attr.value in _PROTOCOL_METHODS
+            and isinstance(grand, cst.Call) and grand_field == "func")
 
 
 def _not_an_expression(node: cst.CSTNode, field: str) -> bool:

@@ -866,8 +866,48 @@ def _feeds_only_softmax(node: cst.CSTNode, scope) -> bool:
         # (`scores = logits.view(...)`, a dict that kept it for a z-loss), which no read of the
         # name after the fill shows.
         return False
+    if _read_elsewhere(name, body, scope):
+        return False
     reads = finder.reads_after.get(name, [])
     return bool(reads) and all(id(r) in finder.fed for r in reads)
+
+
+def _read_elsewhere(name: str, body: cst.CSTNode, scope) -> bool:
+    """Code that runs at another time reads `name`: a nested `def` or a `lambda` of the function
+    (a debug closure, a callback built before the fill and called after it), or, for a fill at
+    module level, any function of the module (it reads the global).  Document order says
+    nothing about when those reads run (hostile pass 22)."""
+    deferred = (cst.FunctionDef, cst.Lambda, cst.ClassDef)
+    if not isinstance(body, cst.FunctionDef):
+        return any(_names(node, name) for node in _all(scope.model.module, deferred))
+    inner = body.body
+    return any(_names(node, name) for node in _all(inner, deferred))
+
+
+def _all(root: cst.CSTNode, kinds: tuple[type, ...]) -> list[cst.CSTNode]:
+    found: list[cst.CSTNode] = []
+
+    class _Collect(cst.CSTVisitor):
+        def on_visit(self, node: cst.CSTNode) -> bool:
+            if isinstance(node, kinds):
+                found.append(node)
+                return False
+            return True
+
+    root.visit(_Collect())
+    return found
+
+
+def _names(root: cst.CSTNode, name: str) -> bool:
+    hit = False
+
+    class _Find(cst.CSTVisitor):
+        def visit_Name(self, node: cst.Name) -> None:
+            nonlocal hit
+            hit = hit or node.value == name
+
+    root.visit(_Find())
+    return hit
 
 
 def _fresh_and_unshared(name: str, finder: "_SoftmaxInputs", scope) -> bool:
@@ -916,6 +956,28 @@ class _SoftmaxInputs(cst.CSTVisitor):
         self.reads_before: dict[str, list[cst.Name]] = {}
         self._after = False
         self._targets: set[int] = set()
+        # The blocks (suites) around the visit, and around the fill: a rebinding ends the fill's
+        # reads only on every path after it, i.e. in the fill's block or one around it; in an
+        # `if` branch (`if normalize: scores = scores.softmax(-1)`) the other path still returns
+        # the filled logits (hostile pass 22).
+        self._blocks: list[int] = []
+        self._fill_blocks: tuple[int, ...] = ()
+
+    def visit_IndentedBlock(self, node: cst.IndentedBlock) -> None:
+        self._blocks.append(id(node))
+
+    def leave_IndentedBlock(self, original_node: cst.IndentedBlock) -> None:
+        self._blocks.pop()
+
+    def visit_SimpleStatementSuite(self, node: cst.SimpleStatementSuite) -> None:
+        self._blocks.append(id(node))
+
+    def leave_SimpleStatementSuite(self, original_node: cst.SimpleStatementSuite) -> None:
+        self._blocks.pop()
+
+    def _on_every_path_after_the_fill(self) -> bool:
+        here = tuple(self._blocks)
+        return self._fill_blocks[:len(here)] == here
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
         return False
@@ -946,7 +1008,8 @@ class _SoftmaxInputs(cst.CSTVisitor):
         if node.value is self.fill and len(node.targets) == 1 and isinstance(node.targets[0].target, cst.Name):
             self.filled_name = node.targets[0].target.value
         elif self._after and self.filled_name is not None and any(
-                isinstance(t.target, cst.Name) and t.target.value == self.filled_name for t in node.targets):
+                isinstance(t.target, cst.Name) and t.target.value == self.filled_name for t in node.targets) \
+                and self._on_every_path_after_the_fill():
             self._rebinding = node  # `attn = attn.softmax(-1)`: reads up to here are the fill's
 
     def leave_Assign(self, original_node: cst.Assign) -> None:
@@ -957,6 +1020,7 @@ class _SoftmaxInputs(cst.CSTVisitor):
         func = node.func
         if node is self.fill:
             self._fill_loop = self._loops[-1] if self._loops else None
+            self._fill_blocks = tuple(self._blocks)
             if (isinstance(func, cst.Attribute) and func.attr.value.endswith("_") and isinstance(func.value, cst.Name)
                     and self.filled_name is None):
                 self.filled_name = func.value.value  # `scores.masked_fill_(mask, -1e9)`
