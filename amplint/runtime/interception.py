@@ -72,6 +72,9 @@ class AmpState:
         # grad_fn of scale() outputs since the last update (autograd nodes are not weak-referenceable;
         # strong references, cleared at every update and capped, so no graph outlives its iteration)
         self.scale_grad_fns: dict[int, Any] = {}
+        # The same per scaler (id(scaler) -> grad_fns), cleared at that scaler's update: with two
+        # scalers, which parameters' gradients each one scaled (`scaled_parameters`).
+        self.grad_fns_of: dict[int, list] = defaultdict(list)
         self.last_autocast: tuple | None = None  # (device, dtype, enabled, site)
         # state_dict() results of user objects that own an enabled scaler (optimizer wrappers,
         # precision plugins): whether such a checkpoint keeps the scale is AMP110's question.
@@ -85,6 +88,29 @@ class AmpState:
 
     def enabled_scalers(self) -> list:
         return [s for s in list(self.scalers) if torch_state.scaler_enabled(s)]
+
+    def scaled_parameters(self, scaler, limit: int = 100_000) -> set[int] | None:
+        """ids of the parameters whose gradients a loss this scaler scaled (since its update)
+        flows into: the leaves of the autograd graphs of its `scale()` outputs.  None when
+        unknown (no graph kept, or larger than `limit` nodes)."""
+        roots = self.grad_fns_of.get(id(scaler))
+        if not roots:
+            return None
+        seen: set[int] = set()
+        leaves: set[int] = set()
+        stack = list(roots)
+        while stack:
+            node = stack.pop()
+            if node is None or id(node) in seen:
+                continue
+            seen.add(id(node))
+            if len(seen) > limit:
+                return None
+            variable = getattr(node, "variable", None)
+            if variable is not None:
+                leaves.add(id(variable))
+            stack.extend(fn for fn, _ in getattr(node, "next_functions", ()))
+        return leaves
 
 
 class AmpFacts:
@@ -257,6 +283,8 @@ def install(bus: Bus):
                     gf = getattr(t, "grad_fn", None)
                     if gf is not None and len(st.scale_grad_fns) < 64:
                         st.scale_grad_fns[id(gf)] = gf
+                    if gf is not None and len(st.grad_fns_of[id(self)]) < 64:
+                        st.grad_fns_of[id(self)].append(gf)
             emit("scale", self, outputs, result)
             return result
 
@@ -294,6 +322,7 @@ def install(bus: Bus):
             result = guarded("GradScaler.update", orig, self, *a, **kw)
             st.scaled_since_update[id(self)] = False
             st.scale_grad_fns.clear()
+            st.grad_fns_of.pop(id(self), None)
             emit("update_post", self)
             return result
 

@@ -24,9 +24,15 @@ class ClipBeforeUnscaleProbe(Probe):
 
     def _scaled_owner(self, params):
         ids = {id(p) for p in params}
-        for scaler in self.state.enabled_scalers():
-            if not self.state.scaled_since_update.get(id(scaler)):
-                continue
+        scaling = [s for s in self.state.enabled_scalers() if self.state.scaled_since_update.get(id(s))]
+        for scaler in scaling:
+            if len(scaling) > 1:
+                # A scaler per model: only the one whose scaled loss reached these parameters
+                # scaled their gradients (the other one's READY stage for this optimizer says
+                # nothing; hostile pass 23 confirmed AMP101 on correct code that way).
+                reached = self.state.scaled_parameters(scaler)
+                if reached is not None and not (reached & ids):
+                    continue
             owners = [o for o in list(self.state.optimizers) if any(id(p) in ids for g in o.param_groups for p in g["params"])]
             if not owners:
                 continue
