@@ -45,14 +45,47 @@ def imported_files(script: Path, limit: int = MAX_AGENDA_FILES) -> tuple[list[Pa
     return seen, False
 
 
+def agenda_config(script: Path, *, preview: bool = False):
+    """The configuration the agenda is checked with: the script's nearest [tool.amplint]."""
+    config = discover([script])
+    return dataclasses.replace(config, preview=True) if preview else config
+
+
+def selection(script: Path):
+    """`(file, code) -> bool`: does the agenda's configuration run `code` on `file` (its
+    select, ignore and per-file-ignores)?  A runtime finding of a rule the user
+    turned off there is theirs to have turned off, not a miss of `check`.  The preview tier
+    counts as on: a preview rule was not turned off by anyone, and what it would have found
+    stays a finding."""
+    config = agenda_config(script, preview=True)
+    known = set(config.codes())
+    cache: dict[str, frozenset[str]] = {}
+
+    def selects(file: str, code: str) -> bool:
+        if not code_is_static(code):
+            return True
+        if file not in cache:
+            cache[file] = frozenset(r.code for r in config.rules_for(file)) if known else frozenset()
+        return code in cache[file]
+
+    return selects
+
+
+def code_is_static(code: str) -> bool:
+    from amplint import registry
+
+    try:
+        return bool(registry.expand_codes(code))
+    except registry.UnknownSelector:
+        return False
+
+
 def static_agenda(script: Path, *, preview: bool = False):
     """(diagnostics, files checked, errors) for the script and its project imports.
     `preview=True` runs the preview tier whatever the configuration says (the fixtures
     specify preview rules like any other)."""
     files, truncated = imported_files(script)
-    config = discover([script])
-    if preview:
-        config = dataclasses.replace(config, preview=True)
+    config = agenda_config(script, preview=preview)
     diagnostics, errors = [], []
     if truncated:
         errors.append(f"{script}: imports more than {MAX_AGENDA_FILES} project files; the agenda covers the first {MAX_AGENDA_FILES}")

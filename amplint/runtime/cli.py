@@ -129,11 +129,16 @@ def verify(argv: list[str]) -> int:
 
         return _usage_error(TORCH_INSTALL_HINT)
 
+    from amplint.runtime.agenda import selection as agenda_selection
     from amplint.runtime.agenda import static_agenda
 
-    diagnostics, errors = [], []
+    diagnostics, errors, selects = [], [], None
     if script:
         diagnostics, _files, errors = static_agenda(Path(script), preview=args.preview)
+        try:
+            selects = agenda_selection(Path(script))
+        except Exception:  # noqa: BLE001 - an unreadable configuration was reported by the agenda
+            selects = None
     for e in errors:
         print(f"amplint verify: static check: {e}", file=sys.stderr)
 
@@ -159,7 +164,7 @@ def verify(argv: list[str]) -> int:
         if args.evidence_dir is None:
             launch.clean(out_dir)
 
-    report, findings, runtime = make_report(outcome, diagnostics)
+    report, findings, runtime = make_report(outcome, diagnostics, selects)
     if args.profile is not None:  # summary computed from the trace JSON (compare/profile side)
         from amplint.runtime import trace_summary
 
@@ -178,14 +183,15 @@ def verify(argv: list[str]) -> int:
     return report["verify_exit"]
 
 
-def make_report(outcome, diagnostics):
-    """(report dict, findings, runtime findings) for a finished run and its static agenda."""
+def make_report(outcome, diagnostics, selects=None):
+    """(report dict, findings, runtime findings) for a finished run and its static agenda;
+    `selects(file, code)`: the agenda configuration's selection (agenda.selection)."""
     from amplint.runtime.correlate import NoqaLookup, RunFacts, correlate
     from amplint.runtime.probes import probe_needs
 
     reached = {tuple(r) for p in outcome.processes for r in p.get("reached", [])}
     facts = RunFacts.from_processes(outcome.processes, emulated=outcome.emulated, steps=outcome.steps, ended=outcome.ended)
-    findings, runtime = correlate(diagnostics, outcome.observations, reached, probe_needs(), facts, NoqaLookup())
+    findings, runtime = correlate(diagnostics, outcome.observations, reached, probe_needs(), facts, NoqaLookup(selects))
     report = build_report(outcome, findings, runtime)
     report["mixed_precision"] = facts.precision_json()
     report["status"], report["reason"], report["verify_exit"] = run_verdict(outcome, report)

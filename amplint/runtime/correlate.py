@@ -351,10 +351,16 @@ def _unconfirmed(d, file: str, line: int, end: int, ran: bool, probes: dict, fac
 
 
 class NoqaLookup:
-    """`# noqa` codes per line of the files runtime findings point at (read once per file)."""
+    """`# noqa` codes per line of the files runtime findings point at (read once per file), and
+    the configuration's selection per file (`selects(file, code)`, agenda.selection)."""
 
-    def __init__(self) -> None:
+    def __init__(self, selects=None) -> None:
         self._maps: dict[str, dict[int, frozenset[str]]] = {}
+        self._selects = selects
+
+    def deselected(self, file: str, code: str) -> bool:
+        """The configuration turns `code` off for `file` (ignore, per-file-ignores, not selected)."""
+        return self._selects is not None and not self._selects(file, code)
 
     def suppressed(self, file: str, line: int, code: str) -> bool:
         table = self._maps.get(file)
@@ -400,6 +406,11 @@ def _runtime_findings(observations: list[dict], used: set[int], findings: list[F
             msg = f"{code} {_short(code, o)}; suppressed by `# noqa` on that line"
             why = f"{seen}; a `# noqa` for {code} on that line accepts it, so it does not count"
             runtime.append(RuntimeFinding(code, o["file"], o["line"], msg, ev, "suppressed", "noqa", why=why))
+        elif noqa is not None and noqa.deselected(o["file"], code):
+            msg = f"{code} {_short(code, o)}; the configuration turns {code} off for this file"
+            why = (f"{seen}; the [tool.amplint] that applies to {_rel(o['file'])} does not run {code} there "
+                   f"(ignore, per-file-ignores or select), so it does not count")
+            runtime.append(RuntimeFinding(code, o["file"], o["line"], msg, ev, "suppressed", "config", why=why))
         elif code in RUNTIME_ONLY:
             hint = f"to accept it here, add `# noqa: {code}` to {where}"
             runtime.append(RuntimeFinding(code, o["file"], o["line"], runtime_message(o), ev, hint=hint, why=seen))

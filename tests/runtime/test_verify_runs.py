@@ -351,3 +351,41 @@ def test_nan_guard_is_silent_on_a_finite_run(verify_run):
     _code, report = verify_run("--nan-guard", "--", PY, str(SCRIPTS / "nonfinite_origins.py"), "clean")
     assert [f for f in report["runtime_findings"] if f["code"] == "AMP901"] == []
     assert not report.get("probe_errors")
+
+
+TWO_SCALERS = str(SCRIPTS / "two_scalers.py")
+
+
+def test_a_scaler_per_model_is_judged_by_the_gradients_it_scaled(verify_run):
+    """Each clip sees the gradients its own scaler unscaled: the other scaler's READY stage for
+    an optimizer it never touched is no clip before unscale_ (hostile pass 23)."""
+    code, report = verify_run("--steps", "4", "--", PY, TWO_SCALERS)
+    assert [f for f in report["runtime_findings"] if f["code"] == "AMP101"] == []
+    assert (code, report["status"]) == (0, "clean"), report["reason"]
+
+
+def test_with_two_scalers_the_clip_before_its_own_unscale_is_still_found(verify_run):
+    code, report = verify_run("--steps", "4", "--", PY, TWO_SCALERS, "--forget-first-unscale")
+    lines = [f["line"] for f in report["findings"] + report["runtime_findings"] if f["code"] == "AMP101"]
+    assert lines == [21], lines  # m1's clip; m2's was unscaled first
+    assert code == 1
+
+
+def test_a_rule_the_configuration_turns_off_is_suppressed_not_a_miss_of_check(tmp_path):
+    """`per-file-ignores` (or `ignore`) silences AMP101 where `check` runs: what the probe sees
+    there is the user's choice, as a `# noqa` is, not a miss to report (hostile pass 23)."""
+    from .conftest import run_verify
+
+    script = tmp_path / "train.py"
+    script.write_text((SCRIPTS / "two_scalers.py").read_text())
+    for table in ('[tool.amplint]\nper-file-ignores = { "train.py" = ["AMP101"] }\n',
+                  '[tool.amplint]\nignore = ["AMP1"]\n'):
+        (tmp_path / "pyproject.toml").write_text(table)
+        code, report = run_verify(["--steps", "3", "--", PY, str(script), "--forget-first-unscale"], tmp_path)
+        (f,) = [f for f in report["runtime_findings"] if f["code"] == "AMP101"]
+        assert (f["status"], f["reason"]) == ("suppressed", "config"), f
+        assert code == 0
+    # A preview rule that was not turned off stays a finding without --preview.
+    (tmp_path / "pyproject.toml").write_text("[tool.amplint]\n")
+    code, report = run_verify(["--steps", "3", "--", PY, str(script), "--forget-first-unscale"], tmp_path)
+    assert code == 1
