@@ -317,6 +317,24 @@ def test_saving_one_buffer_rechecks_the_others_that_depend_on_it(session, tmp_pa
     assert "AMP105" not in [d.code for d in published]
 
 
+def test_saves_in_a_burst_recheck_the_other_buffers_once(session, tmp_path: Path) -> None:
+    """Autosave: five saves of one buffer re-check it each time, and the other open buffers once,
+    after the burst (hostile pass 23: every save re-checked every buffer in turn, blocking)."""
+    saved = session.open(tmp_path / "saved.py", TRAIN)
+    others = [session.open(tmp_path / f"other{i}.py", TRAIN) for i in range(3)]
+    for uri in (saved, *others):
+        session.diagnostics(uri)
+    for _ in range(5):
+        session.client.text_document_did_save(types.DidSaveTextDocumentParams(
+            text_document=types.TextDocumentIdentifier(uri=saved)))
+    session.run(asyncio.sleep(1.5))
+    assert session._queue(saved).qsize() == 5
+    assert [session._queue(uri).qsize() for uri in others] == [1, 1, 1]
+    for uri in (saved, *others):
+        while not session._queue(uri).empty():
+            session._queue(uri).get_nowait()
+
+
 def test_columns_are_utf16_units_after_astral_characters(session, tmp_path: Path) -> None:
     text = 'import torch\ns = "🔥"; t = torch.cuda.amp.GradScaler()\n'
     (d,) = session.diagnostics(session.open(tmp_path / "emoji.py", text))

@@ -24,6 +24,8 @@ FIX_ALL = "source.fixAll.amplint"
 # How long typing must pause before a changed buffer is checked (Ruff's server and most
 # editors' linters wait a few hundred milliseconds too).
 CHANGE_PAUSE_S = 0.2
+# After a save or a file event, before the other open buffers are checked again.
+DISK_PAUSE_S = 0.3
 
 
 @dataclass
@@ -42,6 +44,7 @@ class AmplintServer(LanguageServer):
         self.buffers: dict[str, Buffer] = {}
         self._shown_errors: set[str] = set()
         self.pending_changes: dict[str, int] = {}  # uri -> the newest change's number (debounce)
+        self.disk_generation = 0  # the newest save or file event's number (disk_changed)
 
     # --- checking ----------------------------------------------------------------------
 
@@ -121,19 +124,31 @@ class AmplintServer(LanguageServer):
             self._shown_errors.add(message)
             self.window_show_message(types.ShowMessageParams(type=types.MessageType.Error, message=message))
 
-    def disk_changed(self, first: str | None = None) -> None:
+    async def disk_changed(self, first: str | None = None) -> None:
         """Files saved, created, moved or deleted: what imports resolve to, who imports whom
         (a new caller of a helper) and which pyproject.toml applies may all have changed.
         The caches are read again and every open buffer is checked again, not only the one
-        saved: another buffer's findings may come from the file that changed."""
+        saved: another buffer's findings may come from the file that changed.
+
+        The saved buffer at once (its user waits for it); the others after a pause, one at a
+        time with the server answering in between, and a newer change abandons the round: with
+        a dozen large buffers open, each save had blocked the server for seconds, and autosave
+        left it ever further behind (hostile pass 23)."""
         from amplint.project.index import reset_shared
 
         self.configs.forget()
         reset_shared()  # NB: clears the layout's caches (import resolution) too
-        # the saved buffer first: its own findings are the ones its user waits for
-        for uri in sorted(self.buffers, key=lambda u: u != first):
-            if uri in self.workspace.text_documents:
+        self.disk_generation += 1
+        generation = self.disk_generation
+        if first is not None and first in self.workspace.text_documents:
+            self.check(first)
+        await asyncio.sleep(DISK_PAUSE_S)
+        for uri in list(self.buffers):
+            if self.disk_generation != generation:
+                return  # a newer change re-checks them all
+            if uri != first and uri in self.workspace.text_documents:
                 self.check(uri)
+                await asyncio.sleep(0)  # let the messages that came meanwhile be answered
 
     # --- code actions ------------------------------------------------------------------
 
@@ -218,14 +233,14 @@ def build() -> AmplintServer:
         ls.check(uri)
 
     @server.feature(types.TEXT_DOCUMENT_DID_SAVE)
-    def did_save(ls: AmplintServer, params: types.DidSaveTextDocumentParams) -> None:
-        ls.disk_changed(first=params.text_document.uri)
+    async def did_save(ls: AmplintServer, params: types.DidSaveTextDocumentParams) -> None:
+        await ls.disk_changed(first=params.text_document.uri)
 
     @server.feature(types.WORKSPACE_DID_CHANGE_WATCHED_FILES)
-    def did_change_watched_files(ls: AmplintServer, params: types.DidChangeWatchedFilesParams) -> None:
+    async def did_change_watched_files(ls: AmplintServer, params: types.DidChangeWatchedFilesParams) -> None:
         # A `git pull` or a branch switch adds a caller or a pyproject.toml without any buffer
         # being saved (hostile pass 21): the editor says so here, when it watches files.
-        ls.disk_changed()
+        await ls.disk_changed()
 
     @server.feature(types.INITIALIZED)
     async def initialized(ls: AmplintServer, params: types.InitializedParams) -> None:
