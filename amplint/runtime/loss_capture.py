@@ -133,9 +133,13 @@ _MISSING = object()
 
 
 def _loss_value(obj: Any) -> torch.Tensor | None:
-    """The detached fp32 sum of a loss (a tensor or an iterable of tensors), None if not a loss."""
+    """The detached fp32 sum of a loss (a tensor or an iterable of tensors), None if not a loss.
+
+    A loss of several elements (`scaler.scale(per_head_losses).backward(torch.ones(2))`) counts
+    as its sum, the objective of a backward with unit weights: compare then has a curve, where
+    it said only "the fp32 reference run recorded no loss" (hostile pass 23)."""
     if isinstance(obj, torch.Tensor):
-        return obj.detach().float().sum() if obj.numel() == 1 and obj.is_floating_point() else None
+        return obj.detach().float().sum() if obj.numel() >= 1 and obj.is_floating_point() else None
     if isinstance(obj, (list, tuple)):
         parts = [v for v in (_loss_value(o) for o in obj) if v is not None]
         return torch.stack([p.to(parts[0].device) for p in parts]).sum() if parts else None

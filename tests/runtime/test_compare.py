@@ -177,6 +177,27 @@ def test_loss_capture_records_the_unscaled_loss_once_per_iteration_and_the_skipp
     assert capture.complete == [True] * 4  # the trailing explicit-gradient backward added nothing
 
 
+def test_a_loss_of_several_elements_counts_as_its_sum():
+    """`scaler.scale(per_head).backward(torch.ones(2))`: the objective of that backward."""
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    scaler = torch.amp.GradScaler("cpu")
+    capture = LossCapture().install()
+    expected = []
+    try:
+        for _ in range(2):
+            per_head = model(torch.randn(8, 4)).pow(2).mean(0)
+            expected.append(per_head.sum().item())
+            scaler.scale(per_head).backward(torch.ones(2))
+            scaler.step(opt)
+            scaler.update()
+            opt.zero_grad()
+    finally:
+        capture.remove()
+    assert capture.series == pytest.approx(expected, rel=1e-6)
+
+
 @pytest.mark.parametrize(
     "script, first_range",
     [
