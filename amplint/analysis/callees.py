@@ -92,6 +92,9 @@ def resolve_call(call: cst.Call, scope, vocabulary: frozenset | None = None) -> 
 
 def _by_name(name: str, scope, vocabulary: frozenset | None = None) -> Callee | None:
     model = scope.model
+    nested = _nested_def(name, scope)
+    if nested is not None:
+        return Callee(model, nested)
     local = not scope.binds(name) or scope.is_module
     if local and name in model.functions:
         return Callee(model, model.functions[name])
@@ -102,6 +105,41 @@ def _by_name(name: str, scope, vocabulary: frozenset | None = None) -> Callee | 
         return None
     symbol = project_symbol(qual, model)
     return _callee_of_symbol(symbol, vocabulary) if symbol is not None else None
+
+
+def _nested_def(name: str, scope) -> cst.FunctionDef | None:
+    """A function defined (once) in the body of the calling function or of one around it:
+    `def _save_optimizer(): ...` then `_save_optimizer()` inside `save_checkpoint`."""
+    s = scope
+    while s is not None and isinstance(s.node, cst.FunctionDef):
+        defs = s.__dict__.get("_nested_defs")
+        if defs is None:  # NB: once per function: every call by name in it asks
+            defs = s.__dict__["_nested_defs"] = _defs_in(s.node.body)
+        found = [d for d in defs if d.name.value == name]
+        if found:
+            # (a `def` is recorded as a binding without a value; any assigned value is another
+            # object the name may hold)
+            return found[0] if len(found) == 1 and not s.assignments.get(name) else None
+        if s.binds(name):
+            return None
+        s = s.parent
+    return None
+
+
+def _defs_in(block: cst.BaseSuite) -> list[cst.FunctionDef]:
+    """The functions a function body defines, also inside its `with`, `if`, `try` and loops
+    (not those of a nested function or class)."""
+    out: list[cst.FunctionDef] = []
+    stack: list[cst.CSTNode] = [block]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, cst.FunctionDef):
+            out.append(node)
+            continue
+        if isinstance(node, (cst.ClassDef, cst.SimpleStatementLine, cst.SimpleStatementSuite)):
+            continue
+        stack.extend(reversed(node.children))
+    return out
 
 
 def _callee_of_symbol(symbol, vocabulary: frozenset | None = None) -> Callee | None:
