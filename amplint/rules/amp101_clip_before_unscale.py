@@ -7,7 +7,7 @@ import re
 import libcst as cst
 
 from amplint.analysis.bindings import Bindings
-from amplint.analysis.grad_norms import clips_nothing
+from amplint.analysis.grad_norms import clips_nothing, is_loss_scale
 from amplint.analysis.names import dotted
 from amplint.analysis.plain_scaler import plain_scaler
 from amplint.analysis.quiet_window import quiet_between
@@ -151,6 +151,8 @@ class ClipBeforeUnscale(Rule):
                         continue  # `max_norm=inf`: at most a norm of scaled gradients (AMP112)
                     if backward.scaled and proto.scaler_off_where(backward.scaler, backward, event):
                         continue  # `GradScaler(enabled=flag)` and a clip under `not flag`: nothing scaled
+                    if backward.scaled and _threshold_scaled_alike(event):
+                        continue  # `clip_grad_norm_(params, max_norm * scaler.get_scale())`: clips as after unscale_
                     clip_name = dotted(event.node.func) or event.qualname or "clip_grad_norm_"
                     if not backward.scaled:
                         notes = (_library_unscale_note(backward),)
@@ -246,6 +248,24 @@ def _first_of_its_clips(graph, backward, clip, clips) -> bool:
         if search(graph.point(backward), found=lambda p, g=goal: p is g, blocked=lambda p: p is target):
             return False  # a path reaches the other clip without this one
     return True
+
+
+def _threshold_scaled_alike(clip) -> bool:
+    """The clip's threshold is multiplied by the loss scale (`max_norm * scaler.get_scale()`,
+    also through a helper's `scale=` parameter and a name assigned the product): the scaled
+    gradients' norm and the threshold grow alike, so the clip scales the gradients exactly as
+    it would after `unscale_` (facebookresearch/mmf's `clip_gradients(..., scale=...)`)."""
+    threshold = call_arg(clip.node, 1, "max_norm")
+    scope, through = clip.scope, clip.through
+    for _ in range(3):
+        if isinstance(threshold, cst.Name) and "." not in threshold.value:
+            values = scope.assignments.get(threshold.value, [])
+            threshold = values[0] if len(values) == 1 else threshold
+        if isinstance(threshold, cst.BinaryOperation) and isinstance(threshold.operator, cst.Multiply):
+            return any(is_loss_scale(side, scope, through) for side in (threshold.left, threshold.right))
+        if not isinstance(threshold, cst.Name):
+            return False
+    return False
 
 
 def _threshold_reads_the_scale(clip: cst.Call, scope) -> bool:
