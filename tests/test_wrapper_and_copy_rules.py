@@ -8,6 +8,7 @@ one decision of a rule each.
 from __future__ import annotations
 
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -487,3 +488,41 @@ def test_amp305_parameter_replaced_after_the_optimizer_was_built_is_reported() -
     """
     assert _lines(src, "AMP305") == [3]
     assert _lines(before, "AMP305") == []
+
+
+_GRAD_NORM_CALLBACK = """
+import lightning.pytorch as pl
+
+
+class GradNormMonitor(pl.Callback):
+    pass
+
+
+class Model(pl.LightningModule):
+    def on_after_backward(self):
+        norms = [p.grad.norm() for p in self.parameters() if p.grad is not None]
+        self.log("grad_norm", sum(norms))
+"""
+
+
+@pytest.mark.parametrize("configs, reported", [
+    # Hydra / Lightning CLI configs of the project: bf16 only, nothing is scaled
+    ({"configs/base.yaml": "trainer:\n  precision: bf16-mixed\n",
+      "configs/finetune.yaml": "trainer:\n  precision: bf16-true\n"}, False),
+    ({"configs/base.yaml": "trainer:\n  precision: bf16-mixed\n",
+      "configs/fp16.yaml": "trainer:\n  precision: 16-mixed\n"}, True),
+    ({"train.py": "import lightning.pytorch as pl\ntrainer = pl.Trainer(precision='bf16-mixed')\n"}, False),
+    ({"train.py": "import lightning.pytorch as pl\ntrainer = pl.Trainer(precision=args.precision)\n",
+      "configs/base.yaml": "trainer:\n  precision: bf16-mixed\n"}, True),  # decided at run time
+    ({}, True),  # no precision set anywhere: it may be 16-mixed on the command line
+])
+def test_amp112_on_after_backward_follows_the_precision_the_project_configures(
+        a_project_of_its_own: Path, configs: dict[str, str], reported: bool) -> None:
+    """fishaudio/fish-speech (dev batch 9): a grad-norm callback in `on_after_backward` under a
+    Trainer whose every configured precision is bf16 reads unscaled gradients."""
+    for name, text in configs.items():
+        (a_project_of_its_own / name).parent.mkdir(parents=True, exist_ok=True)
+        (a_project_of_its_own / name).write_text(text)
+    path = a_project_of_its_own / "model.py"
+    path.write_text(textwrap.dedent(_GRAD_NORM_CALLBACK).lstrip("\n"))
+    assert bool(_lines(_GRAD_NORM_CALLBACK, "AMP112", str(path))) is reported

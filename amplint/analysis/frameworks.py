@@ -532,3 +532,42 @@ class _InPlace(cst.CSTVisitor):
         for a in node.args:
             if self._roots_at_name(a.value) or (isinstance(a.value, cst.Name) and a.value.value == self.name):
                 self.changed = True
+
+
+# --- Lightning's precision, as the project configures it ----------------------------------------
+
+# Lightning precisions that need no loss scale: nothing scales the gradients an
+# `on_after_backward` hook reads.
+_LIGHTNING_UNSCALED = frozenset({"bf16", "bf16-mixed", "bf16-true", "32", "32-true", "64", "64-true",
+                                 "transformer-engine"})
+_YAML_PRECISION = re.compile(r"^[ \t]*(?:trainer\.)?precision[ \t]*:[ \t]*['\"]?([^'\"#\s]*)", re.MULTILINE)
+_PY_PRECISION = re.compile(r"\bprecision[ \t]*=[ \t]*([^,)\n]+)")
+_PY_LITERAL = re.compile(r"^['\"]?([\w-]+)['\"]?$")
+
+
+def lightning_may_scale_in_fp16(model) -> bool:
+    """Could the project's Lightning Trainer run with a loss scale (`16-mixed`)?
+
+    False only on positive evidence: the project sets the Trainer's precision somewhere (a
+    `precision:` key of its YAML configs, as Hydra and the Lightning CLI read them; a
+    `precision=` keyword on the line of a `Trainer(` / `Fabric(` call) and every value set is
+    one that scales nothing (bf16, 32, 64).  A value decided at run time (`precision=args.p`,
+    `${oc.env:...}`) or none found at all: it may be float16."""
+    project = getattr(model, "project", None)
+    if project is None:
+        return True
+    values: list[str | None] = []
+    for path in project.config_files(model.path):
+        text = project.raw_text(path)
+        if text and "precision" in text:
+            values.extend(m.group(1) or None for m in _YAML_PRECISION.finditer(text))
+    for path in project.project_files(model.path):
+        text = project.raw_text(path)
+        if not text or "precision" not in text or not ("trainer(" in text or "fabric(" in text):
+            continue
+        for line in text.splitlines():
+            if "precision" in line and ("trainer(" in line or "fabric(" in line):
+                for m in _PY_PRECISION.finditer(line):
+                    literal = _PY_LITERAL.match(m.group(1).strip())
+                    values.append(literal.group(1) if literal else None)
+    return not values or any(v is None or v not in _LIGHTNING_UNSCALED for v in values)

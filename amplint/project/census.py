@@ -31,6 +31,7 @@ def holds_code(folder_name: str) -> bool:
 # A project larger than this is not searched upward (the answer would cost more than
 # the check); the facts that need it are then judged from the module alone.
 MAX_PROJECT_FILES = 20_000
+MAX_CONFIG_FILES = 2_000
 
 
 @dataclass(frozen=True)
@@ -41,6 +42,9 @@ class Listing:
     # Jupyter notebooks (.ipynb): no module imports one, but one imports modules (the
     # fixes that rename what a module binds must see it call them)
     notebooks: tuple[str, ...] = ()
+    # YAML configuration files (.yaml, .yml): where Hydra and Lightning CLI projects set the
+    # Trainer's precision
+    configs: tuple[str, ...] = ()
 
 
 @lru_cache(maxsize=16)
@@ -48,6 +52,7 @@ def list_project(boundary: str) -> Listing:
     """Every .py file (and .ipynb notebook) under `boundary` (cached per process: `clear()` after edits)."""
     files: list[str] = []
     notebooks: list[str] = []
+    configs: list[str] = []
     folders: list[tuple[str, int]] = []
     complete = True
     for root, dirs, names in dirwalk.walk(boundary):
@@ -61,10 +66,12 @@ def list_project(boundary: str) -> Listing:
                 files.append(os.path.join(root, name))
             elif name.endswith(".ipynb"):
                 notebooks.append(os.path.join(root, name))
+            elif name.endswith((".yaml", ".yml")) and len(configs) < MAX_CONFIG_FILES:
+                configs.append(os.path.join(root, name))
         if len(files) > MAX_PROJECT_FILES:
             complete = False
             break
-    return Listing(tuple(files), tuple(folders), complete, tuple(notebooks))
+    return Listing(tuple(files), tuple(folders), complete, tuple(notebooks), tuple(configs))
 
 
 def clear() -> None:

@@ -939,6 +939,15 @@ class ProjectIndex:
             reads.folders.update(listing.folders)
         return listing.files if listing.complete else ()
 
+    def config_files(self, path: str) -> tuple[str, ...]:
+        """The YAML configuration files of the project `path` belongs to."""
+        from amplint.project import census
+
+        listing = census.list_project(str(layout.boundary(Path(_abs(path)))))
+        for reads in self._reads:
+            reads.folders.update(listing.folders)
+        return listing.configs
+
     def runs_autocast(self, path: str) -> bool:
         """The module enters autocast that may be enabled, or builds an enabled scaler;
         its text is looked at first, and it is parsed only if it names either."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import libcst as cst
 
+from amplint.analysis.frameworks import lightning_may_scale_in_fp16
 from amplint.analysis.grad_norms import divided_by_scale, measures_only
 from amplint.analysis.steps import Event, Kind
 from amplint.prefilter import Attr, Word
@@ -35,7 +36,11 @@ class NormOfScaledGradients(Rule):
     `fabric.backward`, Lightning's `self.manual_backward`, and Lightning's
     `on_after_backward` hook) before its own unscale (`scaler.unscale_`,
     `accelerator.clip_grad_norm_`, the optimizer step). The diagnostic points at the
-    norm call, or at the call of the helper that computes it.
+    norm call, or at the call of the helper that computes it. An `on_after_backward`
+    hook is judged by the precision the project gives its Trainer: where every value it
+    sets (a `precision:` key of its YAML configs, a literal `precision=` of a `Trainer(`
+    call) scales nothing (`bf16-mixed`, `bf16-true`, `32`), the hook reads true
+    gradients; a value decided at run time, or none, may be `16-mixed`.
 
     ## Why is this bad?
     Until `unscale_` runs, every `.grad` is the true gradient times the loss scale
@@ -100,7 +105,7 @@ class NormOfScaledGradients(Rule):
             for event in graph.reachable(backward, stop=stop, guarded=True, stop_at=unscales):
                 if self._is_norm(event):
                     yield event, backward
-        if self._is_after_backward_hook(graph.scope):
+        if self._is_after_backward_hook(graph.scope) and lightning_may_scale_in_fp16(self.model):
             stop = lambda e: e.kind in _ENDS_SCALED_WINDOW  # noqa: E731
             for event in graph.reachable(graph.entry, stop=stop, guarded=True, stop_at=unscales):
                 if self._is_norm(event):
