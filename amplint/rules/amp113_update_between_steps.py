@@ -116,8 +116,9 @@ class UpdateBetweenSteps(Rule):
                 # helper doing one whole step, called twice with no loop around), not two
                 # optimizers sharing one iteration of the scaler.
                 # (The same step call reached again is a loop over optimizers: `for opt in ...`.)
-                if following.optimizer is not None and not any(following is s for s in before) \
-                        and following.optimizer in {s.optimizer for s in before}:
+                stepped = proto.key(following, graph, "optimizer")
+                if stepped is not None and not any(following is s for s in before) \
+                        and stepped in {proto.key(s, graph, "optimizer") for s in before}:
                     continue
                 self.report_event(update, update=code(update.node), step=code(following.node))
 
