@@ -185,7 +185,7 @@ class Session:
                 self.ended = "interrupted (SIGINT)"
                 self._dies_by_sigint = True
             else:
-                self.ended = f"raised {tp.__name__}: {value}"[:300]
+                self.ended = f"raised {tp.__name__}: {_one_line(str(value))}"[:300]
             return self._orig_excepthook(tp, value, tb)
 
         def sys_exit(code=None):
@@ -299,6 +299,17 @@ class Session:
                 pass
         if self._dies_by_sigint:
             _rearm_exit_by_sigint()
+
+
+def _one_line(message: str) -> str:
+    """An exception's message on one line, with its root cause when it spans several: torch
+    re-raises a DataLoader worker's error as "Caught ValueError in DataLoader worker process 0.
+    Original Traceback (most recent call last): ...", whose last line is the error itself
+    (hostile pass 21: the summary was cut inside torch's own frames)."""
+    lines = [ln.strip() for ln in message.splitlines() if ln.strip()]
+    if len(lines) <= 1:
+        return lines[0] if lines else ""
+    return f"{lines[0]} ... {lines[-1]}"
 
 
 def _rearm_exit_by_sigint() -> None:

@@ -176,3 +176,16 @@ def test_progress_lines_are_never_glued_to_the_scripts_output_on_a_terminal(tmp_
     for line in bars:
         assert line.rstrip().endswith("steps"), repr(line)  # nothing after the bar on its line
     assert sum(line.startswith("iter ") for line in text.split("\n")) == 8, text
+
+
+def test_an_error_re_raised_from_a_dataloader_worker_ends_on_one_line_naming_its_root():
+    """torch re-raises a worker's error with the worker's whole traceback in the message: the
+    summary keeps the first line and the error itself (hostile pass 21)."""
+    from amplint.runtime.bootstrap import _one_line
+
+    message = ("Caught ValueError in DataLoader worker process 0.\nOriginal Traceback (most recent call last):\n"
+               '  File "torch/utils/data/_utils/worker.py", line 349, in _worker_loop\n'
+               "    data = fetcher.fetch(index)  # type: ignore[possibly-undefined]\n"
+               "ValueError: bad sample 20\n")
+    assert _one_line(message) == "Caught ValueError in DataLoader worker process 0. ... ValueError: bad sample 20"
+    assert _one_line("plain") == "plain" and _one_line("") == ""
