@@ -241,6 +241,27 @@ def test_tool_amplint_is_read_like_the_cli(session, tmp_path: Path) -> None:
     assert list(session.diagnostics(session.open(tmp_path / "vendor" / "v.py", TRAIN))) == []
 
 
+def test_a_pyproject_that_loses_its_table_hands_over_to_the_parents(session, tmp_path: Path) -> None:
+    """Without a file event from the editor: the nearer pyproject.toml is edited and no longer
+    has [tool.amplint], so the parent's applies at the next keystroke (hostile pass 23)."""
+    import os
+    import time
+
+    (tmp_path / "pyproject.toml").write_text('[tool.amplint]\nignore = ["AMP401"]\n')
+    sub = tmp_path / "sub"
+    sub.mkdir()
+    (sub / "pyproject.toml").write_text("[tool.amplint]\n")
+    uri = session.open(sub / "t.py", TRAIN)
+    assert "AMP401" in [d.code for d in session.diagnostics(uri)]
+    (sub / "pyproject.toml").write_text('[project]\nname = "sub"\n')
+    later = time.time() + 5
+    os.utime(sub / "pyproject.toml", (later, later))
+    session.client.text_document_did_change(types.DidChangeTextDocumentParams(
+        text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=2),
+        content_changes=[types.TextDocumentContentChangeWholeDocument(text=TRAIN + "\n")]))
+    assert "AMP401" not in [d.code for d in session.diagnostics(uri)]
+
+
 def test_an_invalid_configuration_is_shown_not_swallowed(session, tmp_path: Path) -> None:
     """A message once, and on every file one error saying it was not analysed: an empty list
     would show the files as clean, where `amplint check` exits 2 (hostile pass 14)."""

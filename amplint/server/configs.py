@@ -34,6 +34,13 @@ class Configs:
             self._nearest.pop(here, None)
             return defaults_for(here)
         cached = self._loaded.get(found)
+        if cached is not None and cached[0] != mtime:
+            # Edited: it may have lost its [tool.amplint] (then a parent's applies) or a
+            # nearer one may have appeared meanwhile; the editor need not report either.
+            self._loaded.pop(found, None)
+            self._nearest[here] = find_pyproject(here)
+            if self._nearest[here] != found:
+                return self.for_path(path)
         if cached is None or cached[0] != mtime:
             cached = (mtime, load(found))
             self._loaded[found] = cached
