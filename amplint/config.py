@@ -148,9 +148,11 @@ class Config:
 
         `reads` (project.index.Reads) records the pyproject.toml files the answer depends on,
         so a cached result is recomputed when a sub-project's requirement changes."""
-        if not self.infer_torch_floor or path is None or str(path) in ("", "-"):
+        if not self.infer_torch_floor or path is None:
             return self.torch_version
-        found = nearest_torch_requirement(Path(os.path.abspath(path)).parent, reads)
+        # standard input without --stdin-filename: the project of the working directory
+        folder = Path.cwd() if str(path) in ("", "-", "<stdin>") else Path(os.path.abspath(path)).parent
+        found = nearest_torch_requirement(folder, reads)
         if found is None:
             return self.torch_version
         return parse_torch_version(found) if found else None
@@ -623,6 +625,8 @@ def requires_torch(pyproject: dict) -> bool:
     return any(isinstance(r, str) and _torch_requirement_floor(r) is not False for r in reqs)
 
 
+# torch 1.6 brought torch.cuda.amp (autocast and GradScaler): the floor of code that names it.
+OLDEST_AMP_TORCH = (1, 6)
 _REQUIREMENT = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*(?:\[[^\]]*\])?\s*\(?([^;@]*)")
 _SPECIFIER = re.compile(r"(~=|===|==|!=|<=|>=|<|>)\s*v?(\d+)(?:\.(\d+))?")
 
@@ -632,9 +636,16 @@ def _torch_requirement_floor(requirement: str):
     m = _REQUIREMENT.match(requirement)
     if m is None or re.sub(r"[-_.]+", "-", m.group(1)).lower() != "torch":
         return False
-    floors = [(int(major), int(minor or 0)) for op, major, minor in _SPECIFIER.findall(m.group(2))
-              if op in ("~=", "===", "==", ">=", ">")]
-    return max(floors) if floors else None
+    specifiers = _SPECIFIER.findall(m.group(2))
+    floors = [(int(major), int(minor or 0)) for op, major, minor in specifiers if op in ("~=", "===", "==", ">=", ">")]
+    if floors:
+        return max(floors)
+    if any(op in ("<", "<=") for op, _, _ in specifiers):
+        # `torch<2.4`: no floor, but not any torch either; the newest spelling may be one no
+        # allowed torch has (hostile pass 25).  The code names torch.cuda.amp, so the oldest
+        # torch it can run on is the one that brought it.
+        return OLDEST_AMP_TORCH
+    return None
 
 
 def from_table(table: dict, path: Path | None = None, *, inferred_target_torch: str | None = None) -> Config:
@@ -712,25 +723,10 @@ def discover(paths: list[Path]) -> Config:
 
 
 def defaults_for(start: Path) -> Config:
-    """The defaults for files with no `[tool.amplint]` above them; `target-torch` is still the
-    project's own torch floor when the nearest pyproject.toml states one (ruff reads
-    `requires-python` the same way)."""
-    try:
-        here = start if start.is_dir() else start.parent
-    except OSError:
-        here = start.parent
-    for d in (here, *here.parents):
-        candidate = d / "pyproject.toml"
-        try:
-            found = candidate.is_file()
-        except OSError:
-            found = False
-        if found:
-            try:
-                stamp = candidate.stat().st_mtime_ns
-            except OSError:
-                stamp = None
-            return Config(root=Path.cwd(), target_torch=_torch_floor_of(candidate, stamp), infer_torch_floor=True)
+    """The defaults for files with no `[tool.amplint]` above them.  `target-torch` is still each
+    file's own project's torch floor (`torch_version_for`: the nearest pyproject.toml that
+    requires torch, as ruff reads `requires-python`); there is no floor for the whole run, so a
+    file outside any project does not take the floor of whichever path came first."""
     return Config(root=Path.cwd(), infer_torch_floor=True)
 
 
@@ -765,10 +761,6 @@ def _torch_requirement_of(pyproject: Path, _mtime: int | None) -> tuple[bool, st
     except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError, ValueError):
         return False, None
     return requires_torch(data), torch_floor(data)
-
-
-def _torch_floor_of(pyproject: Path, _mtime: int | None) -> str | None:
-    return _torch_requirement_of(pyproject, _mtime)[1]
 
 
 def group_by_config(paths: list[Path]) -> list[tuple[Config, list[Path]]]:

@@ -285,7 +285,7 @@ def test_target_torch_is_read_and_parsed() -> None:
         (["Torch[cuda] (>=2.1)"], "2.1"),
         (["torch>=2.2; sys_platform == 'linux'", "torch>=2.0; sys_platform == 'darwin'"], "2.0"),
         (["torch"], None),
-        (["torch<3"], None),
+        (["torch<3"], "1.6"),  # only a ceiling: the oldest torch with torch.cuda.amp (hostile pass 25)
         (["torch>=2.2", "torch"], None),  # some environment takes any torch
         (["torchvision>=0.16"], None),
         ([], None),
@@ -716,3 +716,14 @@ def test_flake8_reads_the_projects_torch_floor_without_a_tool_amplint_table(tmp_
     proc = subprocess.run([sys.executable, "-m", "flake8", "--select", "AMP", "t.py"], cwd=tmp_path,
                           capture_output=True, text=True, timeout=120)
     assert "needs torch 2.4, target-torch is 2.1" in proc.stdout, proc.stdout + proc.stderr
+
+
+def test_stdin_without_a_file_name_takes_the_working_directorys_project_floor(tmp_path: Path) -> None:
+    (tmp_path / "pyproject.toml").write_text("[tool.amplint]\n")
+    sub = tmp_path / "sub"
+    sub.mkdir()
+    (sub / "pyproject.toml").write_text('[project]\nname = "sub"\ndependencies = ["torch>=2.1"]\n')
+    proc = subprocess.run([sys.executable, "-m", "amplint", "check", "--no-cache", "--fix", "-"], cwd=sub,
+                          input=CUSTOM_FWD, capture_output=True, text=True, timeout=120)
+    assert proc.stdout == CUSTOM_FWD  # the text, unfixed
+    assert "target-torch is 2.1" in proc.stderr, proc.stderr
