@@ -45,27 +45,30 @@ def imported_files(script: Path, limit: int = MAX_AGENDA_FILES) -> tuple[list[Pa
     return seen, False
 
 
-def agenda_config(script: Path, *, preview: bool = False):
-    """The configuration the agenda is checked with: the script's nearest [tool.amplint]."""
-    config = discover([script])
+def config_for(file: Path, *, preview: bool = False):
+    """The configuration `check` gives `file`: the [tool.amplint] nearest the file itself (a
+    sub-package's own, not the script's), as `amplint check FILE` would read it."""
+    config = discover([file])
     return dataclasses.replace(config, preview=True) if preview else config
 
 
 def selection(script: Path):
-    """`(file, code) -> bool`: does the agenda's configuration run `code` on `file` (its
-    select, ignore and per-file-ignores)?  A runtime finding of a rule the user
-    turned off there is theirs to have turned off, not a miss of `check`.  The preview tier
-    counts as on: a preview rule was not turned off by anyone, and what it would have found
-    stays a finding."""
-    config = agenda_config(script, preview=True)
-    known = set(config.codes())
+    """`(file, code) -> bool`: does the configuration of `file` run `code` on it (its select,
+    ignore and per-file-ignores)?  A runtime finding of a rule the user turned off there is
+    theirs to have turned off, not a miss of `check`.  The preview tier counts as on: a
+    preview rule was not turned off by anyone, and what it would have found stays a finding.
+    (`script`: the command's script; each file is judged by its own configuration.)"""
     cache: dict[str, frozenset[str]] = {}
 
     def selects(file: str, code: str) -> bool:
         if not code_is_static(code):
             return True
         if file not in cache:
-            cache[file] = frozenset(r.code for r in config.rules_for(file)) if known else frozenset()
+            try:
+                config = config_for(Path(file), preview=True)
+                cache[file] = frozenset(r.code for r in config.rules_for(file))
+            except Exception:  # noqa: BLE001 - an unreadable configuration: the finding counts
+                return True
         return code in cache[file]
 
     return selects
@@ -81,16 +84,19 @@ def code_is_static(code: str) -> bool:
 
 
 def static_agenda(script: Path, *, preview: bool = False):
-    """(diagnostics, files checked, errors) for the script and its project imports.
-    `preview=True` runs the preview tier whatever the configuration says (the fixtures
+    """(diagnostics, files checked, errors) for the script and its project imports, each file
+    checked with its own nearest [tool.amplint] (as `check` does).  `preview=True` runs the preview tier whatever the configuration says (the fixtures
     specify preview rules like any other)."""
     files, truncated = imported_files(script)
-    config = agenda_config(script, preview=preview)
     diagnostics, errors = [], []
     if truncated:
         errors.append(f"{script}: imports more than {MAX_AGENDA_FILES} project files; the agenda covers the first {MAX_AGENDA_FILES}")
+    configs: dict[Path, object] = {}  # per folder: files of one package share theirs
     for f in files:
-        result = check_file(f, config)
+        folder = Path(f).parent
+        if folder not in configs:
+            configs[folder] = config_for(Path(f), preview=preview)
+        result = check_file(f, configs[folder])
         diagnostics.extend(result.diagnostics)
         if result.error is not None:
             errors.append(str(result.error))

@@ -389,3 +389,51 @@ def test_a_rule_the_configuration_turns_off_is_suppressed_not_a_miss_of_check(tm
     (tmp_path / "pyproject.toml").write_text("[tool.amplint]\n")
     code, report = run_verify(["--steps", "3", "--", PY, str(script), "--forget-first-unscale"], tmp_path)
     assert code == 1
+
+
+def test_each_file_is_judged_by_its_own_configuration_as_check_does(tmp_path):
+    """The root ignores AMP101, the package's own [tool.amplint] does not: `check` reports the
+    clip in the package, so verify confirms it there (hostile pass 25: it read the script's
+    configuration for every file, SUPPRESSED and exit 0)."""
+    from .conftest import run_verify
+
+    (tmp_path / "pyproject.toml").write_text('[tool.amplint]\nignore = ["AMP101"]\n')
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "pyproject.toml").write_text("[tool.amplint]\npreview = true\n")
+    (pkg / "__init__.py").write_text("")
+    (pkg / "engine.py").write_text(
+        "import torch\n\n\n"
+        "def train_step(model, opt, scaler, x):\n"
+        "    with torch.autocast(x.device.type, dtype=torch.float16):\n"
+        "        loss = model(x).float().pow(2).mean()\n"
+        "    scaler.scale(loss).backward()\n"
+        "    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)\n"
+        "    scaler.step(opt)\n"
+        "    scaler.update()\n"
+        "    opt.zero_grad()\n")
+    script = tmp_path / "train.py"
+    script.write_text(
+        "import torch\nfrom pkg.engine import train_step\n"
+        "torch.manual_seed(0)\nm = torch.nn.Linear(8, 1)\nopt = torch.optim.SGD(m.parameters(), lr=0.01)\n"
+        "scaler = torch.amp.GradScaler('cpu')\nfor _ in range(4):\n    train_step(m, opt, scaler, torch.randn(4, 8) * 100)\n")
+    code, report = run_verify(["--steps", "3", "--", PY, str(script)], tmp_path)
+    (f,) = [f for f in report["findings"] if f["code"] == "AMP101"]
+    assert f["status"] == "confirmed" and f["line"] == 8
+    assert code == 1
+
+
+@pytest.mark.parametrize("reentrant", ["1", "0"])
+def test_with_two_scalers_a_clip_before_unscale_behind_a_checkpoint_is_confirmed(verify_run, reentrant):
+    """A reentrant checkpoint hides which parameters a scaled loss reached: unknown is no
+    reason to look away (hostile pass 25: NOT CONFIRMED, clean, exit 0)."""
+    code, report = verify_run("--steps", "4", "--", PY, str(SCRIPTS / "two_scalers_reentrant_checkpoint.py"), reentrant)
+    (f,) = [f for f in report["findings"] if f["code"] == "AMP101"]
+    assert f["status"] == "confirmed" and f["line"] == 18
+    assert code == 1
+
+
+def test_a_gan_with_a_scaler_per_network_that_unscales_before_each_clip_is_clean(verify_run):
+    code, report = verify_run("--steps", "4", "--", PY, str(SCRIPTS / "gan_two_scalers.py"))
+    assert [f for f in report["runtime_findings"] if f["code"] == "AMP101"] == []
+    assert (code, report["status"]) == (0, "clean"), report["reason"]

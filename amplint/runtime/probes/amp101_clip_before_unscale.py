@@ -25,6 +25,12 @@ class ClipBeforeUnscaleProbe(Probe):
     def _scaled_owner(self, params):
         ids = {id(p) for p in params}
         scaling = [s for s in self.state.enabled_scalers() if self.state.scaled_since_update.get(id(s))]
+        owners = [o for o in list(self.state.optimizers) if any(id(p) in ids for g in o.param_groups for p in g["params"])]
+        if len(scaling) > 1 and any(torch_state.scaler_stage(s, o) in ("UNSCALED", "STEPPED")
+                                    for s in scaling for o in owners):
+            # A GAN with a scaler per network: G's loss flows through D, but D's gradients were
+            # zeroed and D's own scaler unscaled them before this clip (hostile pass 25).
+            return None
         for scaler in scaling:
             if len(scaling) > 1:
                 # A scaler per model: only the one whose scaled loss reached these parameters
@@ -33,7 +39,6 @@ class ClipBeforeUnscaleProbe(Probe):
                 reached = self.state.scaled_parameters(scaler)
                 if reached is not None and not (reached & ids):
                     continue
-            owners = [o for o in list(self.state.optimizers) if any(id(p) in ids for g in o.param_groups for p in g["params"])]
             if not owners:
                 continue
             stages = [(opt, torch_state.scaler_stage(scaler, opt)) for opt in owners]
