@@ -526,7 +526,6 @@ def install(bus: Bus):
     # --- reduced-precision activations: a global forward hook until it has seen one, or until
     # three optimizer steps have shown none (the dtypes a training loop uses are set by then; a
     # region that only starts later is still seen as autocast) --------------------------------
-    acts = st.facts.reduced["activations"]
     watching: list = []
 
     def forward_hook(module, args, output):
@@ -535,7 +534,8 @@ def install(bus: Bus):
             return
         for t in output if isinstance(output, (list, tuple)) else (output,):
             if isinstance(t, torch.Tensor) and t.dtype in low:
-                acts.setdefault(torch_state.dtype_name(t.dtype), type(module).__name__)
+                # NB: looked up each time: a forked child has facts of its own
+                st.facts.reduced["activations"].setdefault(torch_state.dtype_name(t.dtype), type(module).__name__)
                 _stop_watching()
                 return
 
@@ -543,7 +543,16 @@ def install(bus: Bus):
         while watching:
             watching.pop().remove()
 
+    def _watch_afresh():
+        """A forked child (a Hogwild trainer) watches its own first steps (hostile pass 25: its
+        bfloat16 activations went unreported after the parent had stopped watching)."""
+        _stop_watching()
+        st.step_posts.clear()
+        watching.append(torch.nn.modules.module.register_module_forward_hook(forward_hook))
+
     watching.append(torch.nn.modules.module.register_module_forward_hook(forward_hook))
+    if hasattr(bus.sink, "on_fork"):
+        bus.sink.on_fork(_watch_afresh)
     yield Handle(_stop_watching)
 
     # --- checkpoints and default dtype -------------------------------------------------------

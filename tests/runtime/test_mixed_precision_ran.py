@@ -115,6 +115,7 @@ def test_training_in_forked_trainers_is_mixed_precision_with_their_own_evidence(
     assert mp["ran"] is True, mp["summary"]
     assert mp["grad_scaler"]["enabled"] == 2 and mp["grad_scaler"]["steps"] == 6
     assert mp["autocast"]["regions"] == {"cpu float16": mp["autocast"]["enabled"]} and mp["autocast"]["enabled"] >= 6
+    assert mp["reduced_precision"]["activations"] == {"float16": "Linear"}  # the children's own
     assert (code, report["status"]) == (0, "clean"), report["reason"]
 
 
