@@ -393,20 +393,28 @@ def _without_fixes_magics_see(nb: Notebook, lint):
     what it rewrites: a name an import it changes binds, or the function or class a call
     or decorator it changes names (`GradScaler` for `torch.cuda.amp.GradScaler()`)."""
     words = {w for line in (m for cell in nb.cells for m in cell.magics) for w in _IDENTIFIER.findall(line)}
-    if not words:
-        return lint
 
     def guarded(text: str) -> list[Diagnostic]:
         from amplint.positions import LineIndex
 
         index = LineIndex(text)
+        lines = text.splitlines()
+        # (module names a line reads, `torch` of `torch.nn.utils...`, are no values it changes)
+        imported = {w for line in lines if _IMPORT_LINE.match(line) for w in _IDENTIFIER.findall(line)}
         out = []
         for d in lint(text):
             if d.fix is not None:
                 rewritten = set()
                 for e in d.fix.edits:
                     rewritten |= _names_rewritten(text[index.offset(*e.start):index.offset(*e.end)])
-                if rewritten & words:
+                if d.code in _VALUE_CHANGING_FIXES:
+                    # The fix changes the values the statement writes (`-1e9` becomes
+                    # `finfo.min`): a magic line reading them (`%time print(scores.min())`)
+                    # sees the change unanalysed (hostile pass 24).
+                    for row in range(d.span.line, max(d.span.end_line, d.span.line) + 1):
+                        if row <= len(lines):
+                            rewritten |= set(_IDENTIFIER.findall(lines[row - 1])) - imported
+                if (rewritten & words) or _crosses_cells(nb, d, lines):
                     d = replace(d, fix=None)
             out.append(d)
         return out
@@ -414,7 +422,20 @@ def _without_fixes_magics_see(nb: Notebook, lint):
     return guarded
 
 
+def _crosses_cells(nb: Notebook, d: Diagnostic, lines: list[str]) -> bool:
+    """An `unscale_` inserted before a clip whose cell does not also step: the window from the
+    clip to the step spans cells, and a cell is run again on its own (re-running the clip cell
+    then raises "unscale_() has already been called"; hostile pass 24)."""
+    if d.code != "AMP101":
+        return False
+    cell = nb.cell_at(d.span.line)
+    return cell is None or ".step(" not in cell.code
+
+
 _IDENTIFIER = re.compile(r"[^\W\d]\w*")
+# Rules whose fix changes the values its statement writes (not only when they are written).
+_VALUE_CHANGING_FIXES = frozenset({"AMP501"})
+_IMPORT_LINE = re.compile(r"^\s*(?:import|from)\s")
 
 
 def _names_rewritten(old: str) -> set[str]:

@@ -874,3 +874,52 @@ def test_a_scaler_updated_by_a_step_hook_is_updated_out_of_sight(hook: str) -> N
 def test_without_the_hook_the_second_unscale_is_reported() -> None:
     found = check_source(_HOOKED.format(hook=""), "t.py", select=["AMP108"])
     assert [d.code for d in found] == ["AMP108"]
+
+
+# --- hostile pass 24: globals, importers, an in-place fill inside the softmax, `out=` ----------
+
+
+@pytest.mark.parametrize("body", [
+    # the in-place fill written as the softmax's input, the filled tensor returned as well
+    "        probs = torch.softmax(scores.masked_fill_(mask == 0, -1e9), dim=-1)\n"
+    "        return probs, scores\n",
+    "        probs = scores.masked_fill_(mask == 0, -1e9).softmax(-1)\n"
+    "        return probs, scores\n",
+    # the result of a matmul into a buffer others hold
+    "        scores = torch.matmul(x, x.transpose(-2, -1), out=self.buf)\n"
+    "        scores.masked_fill_(mask == 0, -1e9)\n"
+    "        return torch.softmax(scores, dim=-1)\n",
+])
+def test_no_finfo_fix_where_an_in_place_fill_writes_a_tensor_read_elsewhere(body: str) -> None:
+    (d,) = check_source(_attention(body), "t.py", select=["AMP501"])
+    assert d.fix is None
+
+
+def test_no_finfo_fix_for_a_global_declared_in_the_function() -> None:
+    source = ("import torch\n"
+              "scores = None\n"
+              "def build(q, mask):\n"
+              "    global scores\n"
+              "    scores = (q @ q.transpose(-2, -1)).half()\n"
+              "    scores = scores.masked_fill(mask == 0, -1e9)\n"
+              "    return torch.softmax(scores, dim=-1)\n")
+    (d,) = check_source(source, "t.py", select=["AMP501"])
+    assert d.fix is None
+
+
+def test_no_finfo_fix_for_a_module_level_fill_another_module_imports(a_project_of_its_own) -> None:
+    source = ("import torch\n"
+              "scores = (torch.randn(2, 3, 3) @ torch.randn(2, 3, 3)).half()\n"
+              "mask = torch.ones(2, 3, 3)\n"
+              "scores = scores.masked_fill(mask == 0, -1e9)\n"
+              "probs = torch.softmax(scores, dim=-1)\n")
+    (a_project_of_its_own / "masks.py").write_text(source)
+    path = str(a_project_of_its_own / "masks.py")
+    (d,) = check_source(source, path, select=["AMP501"])
+    assert d.fix is not None  # a script nothing imports: read in order
+    (a_project_of_its_own / "train.py").write_text("import masks\nprint(masks.scores * 2)\n")
+    from amplint.project.index import reset_shared
+
+    reset_shared()
+    (d,) = check_source(source, path, select=["AMP501"])
+    assert d.fix is None

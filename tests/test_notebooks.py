@@ -371,3 +371,33 @@ def test_a_notebook_nesting_its_json_too_deeply_is_a_clear_error(tmp_path: Path)
         '{"cells": [], "metadata": {"x": ' + deep + '}, "nbformat": 4, "nbformat_minor": 5}')
     (err,) = check_paths([tmp_path / "deep.ipynb"], Config(root=tmp_path)).errors
     assert err.error.reason == "not a notebook: its JSON nests too deeply to read"
+
+
+def test_no_unscale_inserted_in_a_clip_cell_that_does_not_step(tmp_path: Path) -> None:
+    """The clip and the step in two cells: re-running the clip cell alone would call the
+    inserted `unscale_` twice in one iteration and raise (hostile pass 24)."""
+    nb = make_notebook(tmp_path / "t.ipynb", [
+        "import torch\nmodel = torch.nn.Linear(4, 4)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "scaler = torch.amp.GradScaler('cuda')\n"
+        "with torch.autocast('cuda', dtype=torch.float16):\n    loss = model(torch.randn(2, 4)).sum()\n"
+        "scaler.scale(loss).backward()",
+        "torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)",
+        "scaler.step(optimizer)\nscaler.update()",
+    ])
+    proc = amplint("check", "--isolated", "--preview", "--show-fixes", "--unsafe-fixes", nb.name, cwd=tmp_path)
+    assert "AMP101" in proc.stdout and "Insert" not in proc.stdout and "fixable" not in proc.stdout, proc.stdout
+
+
+def test_no_finfo_fix_where_a_magic_line_reads_the_filled_tensor(tmp_path: Path) -> None:
+    nb = make_notebook(tmp_path / "t.ipynb", [
+        "import torch\nscaler = torch.amp.GradScaler('cuda')\n"
+        "def attend(q, mask):\n    logits = (q @ q.transpose(-2, -1)).half()\n"
+        "    logits = logits.masked_fill(mask == 0, -1e9)\n    return torch.softmax(logits, -1)",
+        "scores = (torch.randn(2, 3, 3) @ torch.randn(2, 3, 3)).half()\n%time print(scores.min())\n"
+        "scores = scores.masked_fill(torch.ones(2, 3, 3) == 0, -1e9)\nprint(torch.softmax(scores, -1))",
+    ])
+    before = nb.read_text()
+    amplint("check", "--isolated", "--preview", "--fix", "--unsafe-fixes", nb.name, cwd=tmp_path)
+    after = json.loads(nb.read_text())
+    assert "finfo" in "".join(after["cells"][0]["source"])  # inside the function: fixed
+    assert "finfo" not in "".join(after["cells"][1]["source"]), before

@@ -358,7 +358,12 @@ class Fp16OverflowConstant(Rule):
     the name it fills is read afterwards only as a softmax's input): there both values
     give a zero weight, while a later cast to a narrower dtype, a division by a
     temperature or a product with a zero target turns `finfo.min` into -inf or NaN where
-    -1e9 survived. It also needs the tensor to be a plain name or attribute and a module-level `import torch`
+    -1e9 survived. "Only" counts every reader: no fix where a nested function, a lambda or
+    (for a name declared `global`, or a fill at module level in a module with functions or
+    that the project imports) other code may read the tensor when it runs, where the softmax
+    rebinding runs on one path only, where an in-place fill writes a tensor also kept
+    elsewhere (a view, an `out=` buffer, the name returned beside the softmax), or where a
+    notebook's IPython line names it. It also needs the tensor to be a plain name or attribute and a module-level `import torch`
     (or `import torch as th`) that always runs reaches the fill and nothing else in the
     module binds that name, in any scope and by any binding form; not through an import
     under `if TYPE_CHECKING:` or in another function, nor where the name is also a
@@ -854,11 +859,15 @@ def _feeds_only_softmax(node: cst.CSTNode, scope) -> bool:
         # The function already writes a dtype's minimum (an additive mask): where both meet,
         # which of the two wins the fill decides (hostile pass 13).
         return False
+    if not isinstance(body, cst.FunctionDef) and _global_read_elsewhere(node, scope):
+        return False
     finder = _SoftmaxInputs(node, scope.model)
     walk(body.body if isinstance(body, cst.FunctionDef) else body, finder)
-    if id(node) in finder.fed:
-        return True
+    if id(node) in finder.fed and not finder.in_place:
+        return True  # `softmax(x.masked_fill(m, -1e9))`: the new tensor goes nowhere else
     name = finder.filled_name
+    if name is not None and name in scope.globals_:
+        return False  # `global scores`: the module reads it after the call (hostile pass 24)
     if name is None or finder.loop_carried(name):
         return False  # in a loop, a read above the fill runs after it in the next iteration
     if finder.in_place and not _fresh_and_unshared(name, finder, scope):
@@ -866,22 +875,28 @@ def _feeds_only_softmax(node: cst.CSTNode, scope) -> bool:
         # (`scores = logits.view(...)`, a dict that kept it for a z-loss), which no read of the
         # name after the fill shows.
         return False
-    if _read_elsewhere(name, body, scope):
+    if isinstance(body, cst.FunctionDef) and _read_elsewhere(name, body):
         return False
     reads = finder.reads_after.get(name, [])
     return bool(reads) and all(id(r) in finder.fed for r in reads)
 
 
-def _read_elsewhere(name: str, body: cst.CSTNode, scope) -> bool:
+def _global_read_elsewhere(node: cst.CSTNode, scope) -> bool:
+    """A fill at module level writes a global: any function or class of the module, and any
+    module that imports this one (`masks.scores * 2`), may read it whenever it runs (hostile
+    passes 22 and 24).  Only a script nothing imports, with no function, is read in order."""
+    model = scope.model
+    if _all(model.module, (cst.FunctionDef, cst.Lambda, cst.ClassDef)):
+        return True
+    project = getattr(model, "project", None)
+    return project is None or project.may_be_imported(model.path)
+
+
+def _read_elsewhere(name: str, body: cst.FunctionDef) -> bool:
     """Code that runs at another time reads `name`: a nested `def` or a `lambda` of the function
-    (a debug closure, a callback built before the fill and called after it), or, for a fill at
-    module level, any function of the module (it reads the global).  Document order says
-    nothing about when those reads run (hostile pass 22)."""
-    deferred = (cst.FunctionDef, cst.Lambda, cst.ClassDef)
-    if not isinstance(body, cst.FunctionDef):
-        return any(_names(node, name) for node in _all(scope.model.module, deferred))
-    inner = body.body
-    return any(_names(node, name) for node in _all(inner, deferred))
+    (a debug closure, a callback built before the fill and called after it).  Document order
+    says nothing about when those reads run (hostile pass 22)."""
+    return any(_names(node, name) for node in _all(body.body, (cst.FunctionDef, cst.Lambda, cst.ClassDef)))
 
 
 def _all(root: cst.CSTNode, kinds: tuple[type, ...]) -> list[cst.CSTNode]:
@@ -926,6 +941,8 @@ def _fresh_and_unshared(name: str, finder: "_SoftmaxInputs", scope) -> bool:
     if isinstance(value, cst.BinaryOperation):
         return True  # `q @ k.transpose(-1, -2) * scale`
     if isinstance(value, cst.Call):
+        if any(a.keyword is not None and a.keyword.value == "out" for a in value.args):
+            return False  # `torch.matmul(q, k, out=self.buf)`: the result is that buffer
         qual = scope.model.qualify(value.func)
         return qual is not None and qual.startswith("torch.") and qual.rsplit(".", 1)[-1] in _COMPUTING
     return False
