@@ -286,6 +286,8 @@ def test_target_torch_is_read_and_parsed() -> None:
         (["torch>=2.2; sys_platform == 'linux'", "torch>=2.0; sys_platform == 'darwin'"], "2.0"),
         (["torch"], None),
         (["torch<3"], "1.6"),  # only a ceiling: the oldest torch with torch.cuda.amp (hostile pass 25)
+        (["torch @ https://download.pytorch.org/whl/cu121/torch-2.3.0%2Bcu121-cp311-linux_x86_64.whl"], "2.3"),
+        (["torch @ git+https://github.com/pytorch/pytorch"], "1.6"),  # a pin of unknown version
         (["torch>=2.2", "torch"], None),  # some environment takes any torch
         (["torchvision>=0.16"], None),
         ([], None),

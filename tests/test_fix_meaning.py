@@ -923,3 +923,29 @@ def test_no_finfo_fix_for_a_module_level_fill_another_module_imports(a_project_o
     reset_shared()
     (d,) = check_source(source, path, select=["AMP501"])
     assert d.fix is None
+
+
+# --- hostile pass 26: reads by name, by string, by frame ---------------------------------------
+
+
+@pytest.mark.parametrize("reader", [
+    "import runpy\nns = runpy.run_path('masks.py')\nprint(ns['scores'] * 2)\n",
+    "import importlib\nprint(importlib.import_module('masks').scores * 2)\n",
+    "ns = {}\nexec(open('masks.py').read(), ns)\nprint(ns['scores'] * 2)\n",
+])
+def test_no_finfo_fix_for_a_module_level_fill_another_file_runs_by_name(a_project_of_its_own, reader: str) -> None:
+    source = ("import torch\n"
+              "scores = (torch.randn(2, 3, 3) @ torch.randn(2, 3, 3)).half()\n"
+              "scores = scores.masked_fill(torch.ones(2, 3, 3) == 0, -1e9)\n"
+              "probs = torch.softmax(scores, dim=-1)\n")
+    (a_project_of_its_own / "masks.py").write_text(source)
+    (a_project_of_its_own / "report.py").write_text(reader)
+    (d,) = check_source(source, str(a_project_of_its_own / "masks.py"), select=["AMP501"])
+    assert d.fix is None
+
+
+@pytest.mark.parametrize("read", ["        print(eval('scores.mean()'))\n", "        log(locals())\n"])
+def test_no_finfo_fix_where_code_reads_names_it_does_not_spell(read: str) -> None:
+    body = "        scores = scores.masked_fill(mask == 0, -1e9)\n" + read + "        return torch.softmax(scores, dim=-1)\n"
+    (d,) = check_source(_attention(body), "t.py", select=["AMP501"])
+    assert d.fix is None

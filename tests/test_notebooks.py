@@ -401,3 +401,16 @@ def test_no_finfo_fix_where_a_magic_line_reads_the_filled_tensor(tmp_path: Path)
     after = json.loads(nb.read_text())
     assert "finfo" in "".join(after["cells"][0]["source"])  # inside the function: fixed
     assert "finfo" not in "".join(after["cells"][1]["source"]), before
+
+
+def test_a_comment_naming_the_step_is_no_step_in_the_clip_cell(tmp_path: Path) -> None:
+    nb = make_notebook(tmp_path / "t.ipynb", [
+        "import torch\nmodel = torch.nn.Linear(4, 4)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "scaler = torch.amp.GradScaler('cuda')\n"
+        "with torch.autocast('cuda', dtype=torch.float16):\n    loss = model(torch.randn(2, 4)).sum()\n"
+        "scaler.scale(loss).backward()",
+        "# then scaler.step(optimizer) in the next cell\ntorch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)",
+        "scaler.step(optimizer)\nscaler.update()",
+    ])
+    proc = amplint("check", "--isolated", "--preview", "--show-fixes", "--unsafe-fixes", nb.name, cwd=tmp_path)
+    assert "AMP101" in proc.stdout and "fixable" not in proc.stdout, proc.stdout

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
 
@@ -848,6 +849,8 @@ def _names_a_dtype(value: cst.BaseExpression) -> bool:
 
 
 _SOFTMAX = ("softmax", "log_softmax")
+# Code that reads names it does not spell (hostile pass 26).
+_DYNAMIC_READS = re.compile(r"\b(?:eval|exec)\s*\(|\blocals\s*\(|\bvars\s*\(\s*\)|_getframe|f_locals")
 
 
 def _feeds_only_softmax(node: cst.CSTNode, scope) -> bool:
@@ -855,6 +858,8 @@ def _feeds_only_softmax(node: cst.CSTNode, scope) -> bool:
     input of `.softmax(...)` / `F.softmax(...)` itself, or it is assigned to a name (or
     fills a name in place) whose every later read in the function is such an input."""
     body = scope.node
+    if _DYNAMIC_READS.search(scope.model.module.code):
+        return False  # `eval("scores.min()")`, `locals()`, a caller's frame: reads no walk sees
     if "finfo" in scope.model.module.code_for_node(body):
         # The function already writes a dtype's minimum (an additive mask): where both meet,
         # which of the two wins the fill decides (hostile pass 13).
@@ -889,7 +894,11 @@ def _global_read_elsewhere(node: cst.CSTNode, scope) -> bool:
     if _all(model.module, (cst.FunctionDef, cst.Lambda, cst.ClassDef)):
         return True
     project = getattr(model, "project", None)
-    return project is None or project.may_be_imported(model.path)
+    if project is None or project.may_be_imported(model.path):
+        return True
+    # run by name: `runpy.run_path("masks.py")`, `import_module("masks")`, `exec(open(...))`
+    stem = os.path.splitext(os.path.basename(model.path))[0].lower()
+    return project.named_elsewhere(model.path, stem)
 
 
 def _read_elsewhere(name: str, body: cst.FunctionDef) -> bool:

@@ -1839,7 +1839,7 @@ _HOSTILE5_CASES = {
 def _hostile_variants() -> list[Case]:
     """Where the step rules and AMP501 must not fix (or not report): the object a name
     denotes changes out of sight, the error a fix removes is caught, the value is no
-    float16 tensor (hostile passes 4 to 24)."""
+    float16 tensor (hostile passes 4 to 26)."""
     from amplint.runtime.hostile_pass6 import CASES as pass6
     from amplint.runtime.hostile_pass7 import CASES as pass7
     from amplint.runtime.hostile_pass8 import CASES as pass8
@@ -1859,6 +1859,7 @@ def _hostile_variants() -> list[Case]:
     from amplint.runtime.hostile_pass22 import CASES as pass22
     from amplint.runtime.hostile_pass24 import CASES as pass24
     from amplint.runtime.hostile_pass24 import ENTRIES as pass24_entries
+    from amplint.runtime.hostile_pass26 import CASES as pass26
 
     return [Case(f"{rule}-{context}-{name}", files, ("train.py",))
             for (rule, context, name), files in (*_HOSTILE4_CASES.items(), *_HOSTILE5_CASES.items())] + [
@@ -1871,7 +1872,8 @@ def _hostile_variants() -> list[Case]:
         Case(case_id, tuple(files.items()), ("train.py",)) for case_id, files in (*pass15.items(), *pass17.items(), *pass18.items())] + [
         Case(case_id, tuple(files.items()), pass20_entries.get(case_id, ("train.py",))) for case_id, files in pass20.items()] + [
         Case(case_id, tuple(files.items()), ("train.py",)) for case_id, files in pass22.items()] + [
-        Case(case_id, tuple(files.items()), pass24_entries.get(case_id, ("train.py",))) for case_id, files in pass24.items()]
+        Case(case_id, tuple(files.items()), pass24_entries.get(case_id, ("train.py",))) for case_id, files in pass24.items()] + [
+        Case(case_id, tuple(files.items()), ("train.py",)) for case_id, files in pass26.items()]
 
 
 def variants() -> list[Case]:

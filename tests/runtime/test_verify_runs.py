@@ -437,3 +437,14 @@ def test_a_gan_with_a_scaler_per_network_that_unscales_before_each_clip_is_clean
     code, report = verify_run("--steps", "4", "--", PY, str(SCRIPTS / "gan_two_scalers.py"))
     assert [f for f in report["runtime_findings"] if f["code"] == "AMP101"] == []
     assert (code, report["status"]) == (0, "clean"), report["reason"]
+
+
+@pytest.mark.parametrize("script", ["two_scalers_one_clip_for_both.py", "two_scalers_detached_stage.py"])
+def test_with_two_scalers_scaled_gradients_reached_another_way_are_still_a_clip_before_unscale(verify_run, script):
+    """Hostile pass 26: one clip over both models after only one unscale_, and a scaled gradient
+    handed on by `feat.backward(feat_d.grad)`, were judged clean."""
+    code, report = verify_run("--steps", "4", "--", PY, str(SCRIPTS / script))
+    found = [f for f in report["findings"] + report["runtime_findings"]
+             if f["code"] == "AMP101" and f["status"] in ("confirmed", "found")]
+    assert found, report["findings"] + report["runtime_findings"]
+    assert code == 1

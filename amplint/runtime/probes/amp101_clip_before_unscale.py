@@ -26,19 +26,23 @@ class ClipBeforeUnscaleProbe(Probe):
         ids = {id(p) for p in params}
         scaling = [s for s in self.state.enabled_scalers() if self.state.scaled_since_update.get(id(s))]
         owners = [o for o in list(self.state.optimizers) if any(id(p) in ids for g in o.param_groups for p in g["params"])]
-        if len(scaling) > 1 and any(torch_state.scaler_stage(s, o) in ("UNSCALED", "STEPPED")
-                                    for s in scaling for o in owners):
+        if len(scaling) > 1 and owners and all(
+                any(torch_state.scaler_stage(s, o) in ("UNSCALED", "STEPPED") for s in scaling) for o in owners):
             # A GAN with a scaler per network: G's loss flows through D, but D's gradients were
-            # zeroed and D's own scaler unscaled them before this clip (hostile pass 25).
+            # zeroed and D's own scaler unscaled them before this clip (hostile pass 25).  Every
+            # optimizer of the clipped parameters: a clip over both models, one unscaled, is
+            # still a clip of scaled gradients (hostile pass 26).
             return None
+        if len(scaling) > 1:
+            # A scaler per model: only the one whose scaled loss reached these parameters
+            # scaled their gradients (the other one's READY stage for this optimizer says
+            # nothing; hostile pass 23 confirmed AMP101 on correct code that way).  Where none
+            # is seen to reach them (a scaled gradient handed on by `x.backward(x_d.grad)` at a
+            # detached stage boundary), each stays a suspect (hostile pass 26).
+            reaching = [s for s in scaling
+                        if (reached := self.state.scaled_parameters(s)) is None or reached & ids]
+            scaling = reaching or scaling
         for scaler in scaling:
-            if len(scaling) > 1:
-                # A scaler per model: only the one whose scaled loss reached these parameters
-                # scaled their gradients (the other one's READY stage for this optimizer says
-                # nothing; hostile pass 23 confirmed AMP101 on correct code that way).
-                reached = self.state.scaled_parameters(scaler)
-                if reached is not None and not (reached & ids):
-                    continue
             if not owners:
                 continue
             stages = [(opt, torch_state.scaler_stage(scaler, opt)) for opt in owners]
