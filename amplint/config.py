@@ -637,8 +637,8 @@ def _torch_requirement_floor(requirement: str):
     if m is None or re.sub(r"[-_.]+", "-", m.group(1)).lower() != "torch":
         return False
     if "@" in requirement.split(";")[0]:
-        # `torch @ https://.../torch-2.3.0+cu121-...whl`: the wheel's own version, else unknown,
-        # read as the oldest torch with torch.cuda.amp (hostile pass 26)
+        # a direct reference (`torch @ <url of torch-2.3.0+cu121-...whl>`): the wheel's own
+        # version, else unknown, read as the oldest torch with torch.cuda.amp (hostile pass 26)
         pinned = re.search(r"torch-(\d+)\.(\d+)", requirement.split("@", 1)[1])
         return (int(pinned.group(1)), int(pinned.group(2))) if pinned else OLDEST_AMP_TORCH
     specifiers = _SPECIFIER.findall(m.group(2))
