@@ -69,6 +69,12 @@ class ClipBeforeUnscaleProbe(Probe):
         if scale is None or scale == 1.0:
             self._pending = None
             return
+        if name == "clip_grad_norm_" and max_norm is not None and float(max_norm) >= scale:
+            # A threshold in scaled space (`max_norm * scaler.get_scale()`, mmf's clip helper):
+            # the scaled norm and the threshold grow alike, so it clips as after unscale_
+            # (the static rule's `_threshold_scaled_alike`).
+            self._pending = None
+            return
         self._pending = (scaler, opt, stage, scale)
 
     def _post(self, name, params, args, kwargs, result):
